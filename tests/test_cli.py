@@ -1,0 +1,190 @@
+"""The command line as users and CI run it: a real subprocess each time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import FIXTURES, run_cli
+
+BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\n"
+CLEAN = "import torch\nx = torch.zeros(3)\nx = x.cuda()\n"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_findings_exit_1_with_location_code_and_summary(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY)
+    result = run_cli("check", "train.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "train.py:3:1: TDL001 Tensor move result is discarded" in result.stdout
+    assert "[*]" in result.stdout
+    assert "Found 1 error." in result.stdout
+
+
+def test_clean_file_exits_0(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", CLEAN)
+    result = run_cli("train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+    assert "All checks passed!" in result.stdout
+
+
+def test_exit_zero(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY)
+    assert run_cli("check", "--exit-zero", "train.py", cwd=tmp_path).returncode == 0
+
+
+def test_json_output_fields(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY)
+    result = run_cli("check", "--format", "json", "train.py", cwd=tmp_path)
+    items = json.loads(result.stdout)
+    assert items == [
+        {
+            "code": "TDL001",
+            "slug": "tensor-move-discarded",
+            "path": "train.py",
+            "line": 3,
+            "column": 1,
+            "end_line": 3,
+            "end_column": 9,
+            "message": "Tensor move result is discarded; tensor moves are not in place",
+            "fix": {"applicability": "safe", "title": "Assign the moved tensor back"},
+        }
+    ]
+
+
+def test_fix_rewrites_in_place_and_exits_0(tmp_path: Path) -> None:
+    path = write(tmp_path, "train.py", BUGGY)
+    result = run_cli("check", "--fix", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+    assert path.read_text() == CLEAN
+    assert "1 fixed, 0 remaining" in result.stdout
+
+
+def test_fix_applies_only_safe_fixes_unless_asked(tmp_path: Path) -> None:
+    source = "import torch\nstate = torch.load('a.pt')\n"
+    path = write(tmp_path, "load.py", source)
+    result = run_cli("--fix", "load.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert path.read_text() == source
+    assert "--unsafe-fixes" in result.stdout
+    result = run_cli("--fix", "--unsafe-fixes", "load.py", cwd=tmp_path)
+    assert result.returncode == 0
+    assert path.read_text() == "import torch\nstate = torch.load('a.pt', map_location=\"cpu\")\n"
+
+
+def test_diff_prints_and_does_not_write(tmp_path: Path) -> None:
+    path = write(tmp_path, "train.py", BUGGY)
+    result = run_cli("check", "--diff", "train.py", cwd=tmp_path)
+    assert "-x.cuda()" in result.stdout and "+x = x.cuda()" in result.stdout
+    assert path.read_text() == BUGGY
+
+
+def test_select_and_ignore(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY + "torch.load('a.pt')\n")
+    only_load = run_cli("check", "--select", "TDL003", "--format", "json", "train.py", cwd=tmp_path)
+    assert {item["code"] for item in json.loads(only_load.stdout)} == {"TDL003"}
+    no_move = run_cli("check", "--ignore", "TDL001", "--format", "json", "train.py", cwd=tmp_path)
+    assert {item["code"] for item in json.loads(no_move.stdout)} == {"TDL003"}
+    prefix = run_cli("check", "--select", "TDL00", "--ignore", "TDL003", "--format", "json", "train.py", cwd=tmp_path)
+    assert {item["code"] for item in json.loads(prefix.stdout)} == {"TDL001"}
+
+
+def test_unknown_selector_is_a_usage_error(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY)
+    result = run_cli("check", "--select", "TDL999", "train.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "TDL999" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_noqa_suppresses(tmp_path: Path) -> None:
+    source = (
+        "import torch\nx = torch.zeros(3)\n"
+        "x.cuda()  # noqa\n"
+        "x.cpu()  # noqa: TDL001\n"
+        "x.half()  # noqa: TDL003\n"
+    )
+    write(tmp_path, "train.py", source)
+    items = json.loads(run_cli("check", "--format", "json", "train.py", cwd=tmp_path).stdout)
+    assert [(item["line"], item["code"]) for item in items] == [(5, "TDL001")]
+
+
+def test_syntax_error_is_reported_and_other_files_still_linted(tmp_path: Path) -> None:
+    write(tmp_path, "pkg/broken.py", "import torch\ndef f(:\n    pass\n")
+    write(tmp_path, "pkg/train.py", BUGGY)
+    result = run_cli("check", "pkg", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "pkg/broken.py:2:" in result.stdout and "syntax error" in result.stdout
+    assert "pkg/train.py:3:1: TDL001" in result.stdout
+
+
+def test_missing_path_exits_2(tmp_path: Path) -> None:
+    result = run_cli("check", "nope.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "nope.py: error: no such file or directory" in result.stdout
+
+
+def test_folders_are_walked_and_virtualenvs_skipped(tmp_path: Path) -> None:
+    write(tmp_path, "src/model/train.py", BUGGY)
+    write(tmp_path, ".venv/lib/site.py", BUGGY)
+    write(tmp_path, "build/lib/train.py", BUGGY)
+    write(tmp_path, ".git/hooks/x.py", BUGGY)
+    items = json.loads(run_cli("check", "--format", "json", ".", cwd=tmp_path).stdout)
+    assert [Path(item["path"]).as_posix() for item in items] == ["src/model/train.py"]
+
+
+def test_config_select_ignore_exclude_and_rule_options(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "pyproject.toml",
+        '[tool.torchdevlint]\nignore = ["TDL001"]\nexclude = ["legacy/"]\n\n'
+        '[tool.torchdevlint.load-without-map-location]\nmap-location = "meta"\n',
+    )
+    write(tmp_path, "legacy/old.py", "import torch\ntorch.load('a')\n")
+    path = write(tmp_path, "train.py", BUGGY + "state = torch.load('a.pt')\n")
+    items = json.loads(run_cli("check", "--format", "json", ".", cwd=tmp_path).stdout)
+    assert [(item["path"], item["code"]) for item in items] == [("train.py", "TDL003")]
+    run_cli("check", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
+    assert "map_location=\"meta\"" in path.read_text()
+
+
+def test_broken_config_names_the_key(tmp_path: Path) -> None:
+    write(tmp_path, "pyproject.toml", '[tool.torchdevlint]\nselekt = ["TDL001"]\n')
+    write(tmp_path, "train.py", BUGGY)
+    result = run_cli("check", "train.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "selekt" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_rule_command_prints_docs_and_list() -> None:
+    docs = run_cli("rule", "TDL003")
+    assert docs.returncode == 0
+    assert "## Why is this bad?" in docs.stdout and "map_location" in docs.stdout
+    listing = run_cli("rule", "--all")
+    assert [line.split()[0] for line in listing.stdout.splitlines()] == ["TDL001", "TDL002", "TDL003", "TDL004"]
+
+
+def test_jobs_1_and_2_give_the_same_output() -> None:
+    one = run_cli("check", "--jobs", "1", "--format", "json", str(FIXTURES))
+    two = run_cli("check", "--jobs", "2", "--format", "json", str(FIXTURES))
+    assert one.stdout == two.stdout
+    assert json.loads(one.stdout)
+
+
+def test_main_job_on_shipped_fixtures_finds_every_marked_bug() -> None:
+    result = run_cli("check", "--format", "json", str(FIXTURES))
+    assert result.returncode == 1
+    found = {(Path(item["path"]).name, item["line"], item["code"]) for item in json.loads(result.stdout)}
+    marked = set()
+    for path in FIXTURES.glob("*.py"):
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            for code in ("TDL001", "TDL002", "TDL003", "TDL004"):
+                if f"expect: {code}" in line or (f", {code}" in line and "expect:" in line):
+                    marked.add((path.name, number, code))
+    assert found == marked

@@ -1,0 +1,57 @@
+"""Fixing keeps every byte it does not mean to change: encodings, BOMs, line endings, comments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()  # keep me\n"
+FIXED = "import torch\nx = torch.zeros(3)\nx = x.cuda()  # keep me\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "encode"),
+    [
+        ("crlf", lambda text: text.replace("\n", "\r\n").encode()),
+        ("bom", lambda text: b"\xef\xbb\xbf" + text.encode()),
+        ("latin1-cookie", lambda text: ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + text).encode("latin-1")),
+        ("tabs", lambda text: text.replace("x.cuda()", "if True:\n\tx.cuda()").encode()),
+    ],
+)
+def test_fix_preserves_encoding_and_line_endings(tmp_path: Path, name: str, encode) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "train.py"
+    path.write_bytes(encode(BUGGY))
+    result = run_cli("check", "--fix", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    expected = encode(FIXED) if name != "tabs" else encode(BUGGY).replace(b"\tx.cuda()", b"\tx = x.cuda()")
+    assert path.read_bytes() == expected
+
+
+def test_file_without_fix_is_not_touched(tmp_path: Path) -> None:
+    path = tmp_path / "clean.py"
+    path.write_text("import torch\n")
+    before = path.stat().st_mtime_ns
+    run_cli("check", "--fix", "clean.py", cwd=tmp_path)
+    assert path.stat().st_mtime_ns == before
+
+
+def test_fix_keeps_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(BUGGY)
+    path.chmod(0o751)
+    run_cli("check", "--fix", "train.py", cwd=tmp_path)
+    assert path.stat().st_mode & 0o777 == 0o751
+    assert path.read_text() == FIXED
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
+def test_second_fix_run_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(BUGGY + "s = torch.load('a.pt')\n")
+    run_cli("check", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
+    once = path.read_bytes()
+    run_cli("check", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
+    assert path.read_bytes() == once

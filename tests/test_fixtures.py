@@ -1,0 +1,52 @@
+"""Tier 2: realistic programs under fixtures/, with `# expect: CODE` markers and fixed snapshots."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from torchdevlint.engine import lint_source
+from torchdevlint.fixer import fix_source
+from torchdevlint.registry import all_rules, select_rules
+
+from conftest import FIXTURES
+
+_EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>TDL\d{3}(?:\s*,\s*TDL\d{3})*)")
+FIXTURE_FILES = sorted(FIXTURES.glob("*.py"))
+IMPLEMENTED = {rule.code for rule in all_rules()}
+
+
+def expected_findings(source: str) -> set[tuple[int, str]]:
+    found = set()
+    for number, line in enumerate(source.splitlines(), start=1):
+        match = _EXPECT.search(line)
+        if match:
+            for code in re.split(r"\s*,\s*", match.group("codes")):
+                if code in IMPLEMENTED:
+                    found.add((number, code))
+    return found
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.stem)
+def test_fixture_findings_match_expect_comments(path: Path) -> None:
+    source = path.read_text()
+    diagnostics = lint_source(source, str(path), select_rules())
+    assert {(d.start.line, d.code) for d in diagnostics} == expected_findings(source)
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.stem)
+def test_fixture_fixed_output_matches_snapshot(path: Path) -> None:
+    snapshot = path.with_name(path.name + ".fixed")
+    assert snapshot.exists(), f"missing snapshot {snapshot.name}"
+    fixed = fix_source(path.read_text(), str(path), select_rules(), unsafe=True).text
+    assert fixed.encode() == snapshot.read_bytes()
+    # The fixed program is clean of every finding that has a fix.
+    remaining = lint_source(fixed, str(path), select_rules())
+    assert all(d.fix is None for d in remaining)
+
+
+def test_every_rule_has_a_fixture() -> None:
+    covered = {code for path in FIXTURE_FILES for _, code in expected_findings(path.read_text())}
+    assert {rule.code for rule in all_rules() if rule.default_enabled} <= covered

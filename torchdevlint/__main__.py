@@ -1,0 +1,5 @@
+import sys
+
+from torchdevlint.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Shared analysis: torch API tables, import-based name resolution, value-kind inference."""

@@ -1,0 +1,76 @@
+"""Qualified names from the file's own imports, resolved in the same pass.
+
+LibCST's QualifiedNameProvider would do this through full scope analysis, which costs
+several times the parse; imports are all torch names ever need.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+
+def dotted_name(node: cst.BaseExpression) -> str | None:
+    """`a.b.c` for a Name/Attribute chain, else None."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def _module_dotted(node: cst.BaseExpression | None) -> str:
+    if node is None:
+        return ""
+    return dotted_name(node) or ""
+
+
+class ImportTable:
+    """Maps names bound by imports to the qualified names they stand for."""
+
+    def __init__(self) -> None:
+        self._aliases: dict[str, str] = {}
+
+    def record_import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = _module_dotted(alias.name)
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self._aliases[alias.asname.name.value] = full
+            else:
+                # `import torch.nn` binds `torch`.
+                top = full.split(".", 1)[0]
+                self._aliases[top] = top
+
+    def record_import_from(self, node: cst.ImportFrom) -> None:
+        if node.relative or isinstance(node.names, cst.ImportStar):
+            return
+        module = _module_dotted(node.module)
+        for alias in node.names:
+            name = _module_dotted(alias.name)
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self._aliases[local] = f"{module}.{name}"
+
+    def forget(self, local_name: str) -> None:
+        """A later plain assignment rebinds the name: it no longer means the import."""
+        self._aliases.pop(local_name, None)
+
+    def is_imported(self, local_name: str) -> bool:
+        return local_name in self._aliases
+
+    def mentions_module(self, top_level: str) -> bool:
+        return any(q == top_level or q.startswith(top_level + ".") for q in self._aliases.values())
+
+    def qualified_name(self, node: cst.BaseExpression) -> str | None:
+        """`T.nn.Linear` -> `torch.nn.Linear` when `import torch as T`; None if not imported."""
+        dotted = dotted_name(node)
+        if dotted is None:
+            return None
+        head, dot, rest = dotted.partition(".")
+        target = self._aliases.get(head)
+        if target is None:
+            return None
+        return f"{target}{dot}{rest}"

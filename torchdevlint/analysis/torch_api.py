@@ -1,0 +1,156 @@
+"""What the analysis knows about the torch API, as fully qualified names.
+
+Whitelists on purpose: a name missing here makes a value "unknown", and rules stay
+silent on unknown values. Precision before recall.
+"""
+
+from __future__ import annotations
+
+# Factories that allocate a new tensor on the default (CPU) device unless given `device=`.
+TENSOR_FACTORIES: frozenset[str] = frozenset(
+    f"torch.{name}"
+    for name in (
+        "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
+        "arange", "range", "linspace", "logspace", "eye", "tensor", "empty_strided",
+        "tril_indices", "triu_indices", "bartlett_window", "blackman_window",
+        "hamming_window", "hann_window", "kaiser_window", "sparse_coo_tensor",
+    )
+)
+
+# Functions that return one Tensor (not a tuple, not a Python number).
+_TENSOR_FUNCTIONS = (
+    "as_tensor", "from_numpy", "cat", "concat", "concatenate", "stack", "hstack", "vstack",
+    "dstack", "matmul", "mm", "bmm", "einsum", "where", "clamp", "clip", "exp", "log",
+    "sigmoid", "tanh", "relu", "softmax", "log_softmax", "flatten", "reshape", "squeeze",
+    "unsqueeze", "transpose", "permute", "abs", "sqrt", "mean", "sum", "prod", "argmax",
+    "argmin", "gather", "index_select", "masked_fill", "outer", "cumsum", "diag", "tril",
+    "triu", "roll", "flip", "repeat_interleave", "pow", "mul", "add", "sub", "div",
+    "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
+    "randint_like", "normal", "bernoulli", "multinomial", "cdist", "norm", "square", "erf",
+    "sin", "cos", "floor", "ceil", "round", "sign", "logsumexp", "cross", "dot", "addmm",
+    "baddbmm", "tensordot", "kron", "pdist", "cosine_similarity", "pairwise_distance",
+    "nan_to_num", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not",
+    "eq", "ne", "gt", "lt", "ge", "le", "maximum", "minimum", "bucketize", "searchsorted",
+    "take", "take_along_dim", "narrow", "movedim", "atleast_1d", "atleast_2d", "bincount",
+    "histc", "clone", "detach", "t", "conj", "real", "imag", "view_as_real", "view_as_complex",
+    "polar", "complex", "fft", "rfft",
+)
+TENSOR_RETURNING_FUNCTIONS: frozenset[str] = (
+    TENSOR_FACTORIES
+    | frozenset(f"torch.{name}" for name in _TENSOR_FUNCTIONS)
+    | frozenset(f"torch.Tensor.{name}" for name in ("to", "cuda", "cpu", "float", "half"))
+)
+
+# torch.nn.functional returns a tensor except for these.
+NON_TENSOR_FUNCTIONAL: frozenset[str] = frozenset(
+    {"max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
+     "multi_head_attention_forward", "scaled_dot_product_attention_math"}
+)
+
+# Tensor methods that return a Tensor.
+TENSOR_RETURNING_METHODS: frozenset[str] = frozenset(
+    {
+        "to", "cuda", "cpu", "float", "half", "double", "bfloat16", "long", "int", "short",
+        "byte", "char", "bool", "type", "pin_memory", "contiguous", "detach", "clone",
+        "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "unsqueeze",
+        "squeeze", "flatten", "unflatten", "expand", "expand_as", "repeat", "sum", "mean",
+        "std", "var", "prod", "abs", "exp", "log", "sqrt", "pow", "clamp", "clip",
+        "sigmoid", "tanh", "relu", "softmax", "log_softmax", "argmax", "argmin", "matmul",
+        "mm", "bmm", "masked_fill", "gather", "index_select", "narrow", "flip", "roll",
+        "cumsum", "norm", "neg", "mul", "add", "sub", "div", "type_as", "new_zeros",
+        "new_ones", "new_empty", "new_full", "new_tensor", "float_power", "squeeze_",
+        "unsqueeze_", "to_dense", "to_sparse", "requires_grad_", "nan_to_num", "round",
+        "floor", "ceil", "eq", "ne", "gt", "lt", "ge", "le", "logical_not", "any", "all",
+    }
+)
+
+# Methods whose result is a moved or re-typed copy; calling one as a statement throws it away.
+MOVE_METHODS: frozenset[str] = frozenset(
+    {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "long", "int", "short",
+     "byte", "char", "bool", "pin_memory"}
+)
+
+# nn.Module methods that work in place and return the module itself.
+MODULE_SELF_RETURNING_METHODS: frozenset[str] = frozenset(
+    {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval",
+     "requires_grad_", "share_memory", "apply", "type", "to_empty", "xpu", "mps"}
+)
+
+# Tensor-valued attributes of a Tensor.
+TENSOR_ATTRIBUTES: frozenset[str] = frozenset({"T", "mT", "H", "mH", "data", "grad", "real", "imag"})
+
+WRAPPERS: frozenset[str] = frozenset(
+    {
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+        "torch.nn.parallel.data_parallel.DataParallel",
+        "torch.nn.DistributedDataParallel",
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+    }
+)
+
+# Capitalised torch.nn names that are tensors, not modules.
+NN_TENSOR_CLASSES: frozenset[str] = frozenset(
+    {"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer",
+     "torch.nn.UninitializedParameter", "torch.nn.UninitializedBuffer"}
+)
+# Capitalised torch.nn names that are neither tensors nor modules.
+NN_NON_MODULE_CLASSES: frozenset[str] = frozenset(
+    {"torch.nn.ParameterList", "torch.nn.ParameterDict"}
+)
+
+# Base classes (besides torch.nn.Module and its subclasses) whose subclasses are Modules.
+MODULE_BASE_CLASSES: frozenset[str] = frozenset(
+    {
+        "torch.nn.Module",
+        "torch.nn.modules.module.Module",
+        "pytorch_lightning.LightningModule",
+        "lightning.LightningModule",
+        "lightning.pytorch.LightningModule",
+        "lightning.pytorch.core.LightningModule",
+        "transformers.PreTrainedModel",
+        "transformers.modeling_utils.PreTrainedModel",
+    }
+)
+
+DATALOADERS: frozenset[str] = frozenset(
+    {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+)
+
+# Iterator wrappers that yield what they are given.
+PASS_THROUGH_ITERATORS: frozenset[str] = frozenset(
+    {"tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "iter"}
+)
+
+TORCH_LOAD: frozenset[str] = frozenset({"torch.load", "torch.serialization.load"})
+TORCH_SAVE: frozenset[str] = frozenset({"torch.save", "torch.serialization.save"})
+
+TORCH_DEVICE = "torch.device"
+
+
+def is_module_constructor(qualified_name: str) -> bool:
+    """`torch.nn.Linear`, `torch.nn.modules.loss.MSELoss`, `torchvision.models.resnet18` …"""
+    if qualified_name in NN_TENSOR_CLASSES or qualified_name in NN_NON_MODULE_CLASSES:
+        return False
+    if qualified_name in WRAPPERS:
+        return False
+    head, _, last = qualified_name.rpartition(".")
+    if head in ("torch.nn", "torch.nn.modules") or head.startswith("torch.nn.modules."):
+        return last[:1].isupper()
+    if head.startswith("torchvision.models"):
+        return last[:1].islower() and not last.startswith("get_") or last[:1].isupper() and not last.endswith("Weights")
+    if head.startswith("timm") and last == "create_model":
+        return True
+    if head.startswith("torchmetrics") and last[:1].isupper():
+        return True
+    return False
+
+
+def is_tensor_function(qualified_name: str) -> bool:
+    if qualified_name in TENSOR_RETURNING_FUNCTIONS or qualified_name in NN_TENSOR_CLASSES:
+        return True
+    head, _, last = qualified_name.rpartition(".")
+    if head == "torch.nn.functional":
+        return not last.startswith("_") and last not in NON_TENSOR_FUNCTIONAL
+    return False

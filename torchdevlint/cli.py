@@ -1,0 +1,178 @@
+"""Command line: `torchdevlint check PATH...`, `torchdevlint rule CODE`.
+
+Exit codes: 0 nothing found, 1 findings remain, 2 a file could not be read or parsed, or
+the command line or configuration is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from torchdevlint import __version__
+from torchdevlint.config import Config, ConfigError, find_pyproject, load_config
+from torchdevlint.diagnostics import Diagnostic, FileError
+from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, select_rules
+from torchdevlint.reporting import write_json, write_text
+from torchdevlint.runner import RunSettings, default_jobs, run
+
+EXIT_CLEAN = 0
+EXIT_FINDINGS = 1
+EXIT_ERROR = 2
+
+SUBCOMMANDS = ("check", "rule")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"torchdevlint: error: {message}\n")
+        raise SystemExit(EXIT_ERROR)
+
+
+def _csv(value: str) -> list[str]:
+    return [part for part in (p.strip() for p in value.split(",")) if part]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="torchdevlint", description="Find, fix and prove PyTorch device bugs.")
+    parser.add_argument("--version", action="version", version=f"torchdevlint {__version__}")
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    check = commands.add_parser("check", help="lint files and folders (the default command)")
+    check.add_argument("paths", nargs="*", default=[], help="files or folders (default: .)")
+    check.add_argument("--fix", action="store_true", help="apply safe fixes in place")
+    check.add_argument("--unsafe-fixes", action="store_true", help="also apply (or offer) unsafe fixes")
+    check.add_argument("--diff", action="store_true", help="print the diff of the fixes instead of writing")
+    check.add_argument("--select", type=_csv, action="extend", default=None, help="codes or prefixes to run")
+    check.add_argument("--extend-select", type=_csv, action="extend", default=[], help="add codes or prefixes")
+    check.add_argument("--ignore", type=_csv, action="extend", default=[], help="codes or prefixes to skip")
+    check.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    check.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
+    check.add_argument("--config", type=Path, default=None, help="pyproject.toml to read (default: nearest)")
+
+    rule = commands.add_parser("rule", help="print a rule's documentation")
+    rule.add_argument("code", nargs="?", help="rule code or slug, e.g. TDL001")
+    rule.add_argument("--all", action="store_true", help="list every rule")
+    return parser
+
+
+def _normalize_argv(argv: Sequence[str]) -> list[str]:
+    """`torchdevlint PATH...` and `torchdevlint --fix PATH` mean `torchdevlint check …`."""
+    argv = list(argv)
+    if not argv or argv[0] in ("-h", "--help", "--version"):
+        return argv if argv else ["check"]
+    if argv[0] not in SUBCOMMANDS:
+        return ["check", *argv]
+    return argv
+
+
+def iter_python_files(paths: Sequence[str], config: Config, root: Path, errors: list[FileError]) -> Iterator[str]:
+    seen: set[str] = set()
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            key = os.path.normpath(raw)
+            if key not in seen:
+                seen.add(key)
+                yield raw
+            continue
+        if not path.exists():
+            errors.append(FileError(raw, "no such file or directory"))
+            continue
+        for folder, dirnames, filenames in os.walk(path, onerror=lambda e: errors.append(FileError(str(e.filename), f"cannot read folder: {e.strerror}"))):
+            folder_path = Path(folder)
+            dirnames[:] = sorted(d for d in dirnames if not config.is_excluded(folder_path / d, root))
+            for name in sorted(filenames):
+                if not name.endswith(".py"):
+                    continue
+                file_path = folder_path / name
+                if config.is_excluded(file_path, root):
+                    continue
+                key = os.path.normpath(str(file_path))
+                if key not in seen:
+                    seen.add(key)
+                    yield str(file_path)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    try:
+        pyproject = args.config if args.config is not None else find_pyproject(Path.cwd())
+        config = load_config(pyproject)
+        select = args.select if args.select is not None else config.select
+        rules = select_rules(
+            select,
+            ignore=[*config.ignore, *args.ignore],
+            extend_select=[*config.extend_select, *args.extend_select],
+        )
+    except (ConfigError, UnknownSelector) as error:
+        sys.stderr.write(f"torchdevlint: error: {error}\n")
+        return EXIT_ERROR
+    if args.jobs is not None and args.jobs < 1:
+        sys.stderr.write("torchdevlint: error: --jobs must be at least 1\n")
+        return EXIT_ERROR
+    root = pyproject.parent if pyproject is not None else Path.cwd()
+    errors: list[FileError] = []
+    files = list(iter_python_files(args.paths or ["."], config, root, errors))
+    settings = RunSettings(
+        rule_codes=tuple(rule.code for rule in rules),
+        rule_options=tuple(sorted(config.rule_options.items(), key=lambda item: item[0])),
+        fix=args.fix,
+        unsafe_fixes=args.unsafe_fixes,
+        diff=args.diff,
+    )
+    diagnostics: list[Diagnostic] = []
+    fixed = 0
+    for result in run(files, settings, args.jobs or default_jobs()):
+        diagnostics.extend(result.diagnostics)
+        fixed += result.fixed_count
+        if result.error is not None:
+            errors.append(result.error)
+        if result.diff:
+            sys.stdout.write(result.diff)
+    if args.format == "json":
+        write_json(sys.stdout, diagnostics, errors)
+    else:
+        write_text(sys.stdout, diagnostics, errors, fixed, unsafe_fixes=args.unsafe_fixes,
+                   fixing=args.fix or args.diff, dry_run=args.diff and not args.fix)
+    if errors:
+        return EXIT_ERROR
+    if diagnostics and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _run_rule(args: argparse.Namespace) -> int:
+    if args.all or args.code is None:
+        for rule in all_rules():
+            state = "on" if rule.default_enabled else "off by default"
+            fixable = "fixable" if rule.is_fixable() else "no fix"
+            sys.stdout.write(f"{rule.code}  {rule.slug:<36} {state:<15} {fixable}\n")
+        return EXIT_CLEAN
+    rule = rule_by_code(args.code)
+    if rule is None:
+        sys.stderr.write(f"torchdevlint: error: unknown rule {args.code!r}\n")
+        return EXIT_ERROR
+    sys.stdout.write(f"# {rule.code} {rule.slug}\n\n{rule.message}\n\n{rule.documentation()}\n")
+    return EXIT_CLEAN
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(_normalize_argv(sys.argv[1:] if argv is None else argv))
+    try:
+        if args.command == "rule":
+            return _run_rule(args)
+        return _run_check(args)
+    except KeyboardInterrupt:
+        sys.stderr.write("torchdevlint: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""`[tool.torchdevlint]` from the nearest pyproject.toml.
+
+    [tool.torchdevlint]
+    select = ["TDL0"]          # codes or prefixes; default: every rule on by default
+    extend-select = ["TDL103"] # add rules, including ones off by default
+    ignore = ["TDL004"]
+    exclude = ["legacy/", "*_pb2.py"]
+
+    [tool.torchdevlint.load-without-map-location]   # per-rule options, by slug or code
+    map-location = "cpu"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, validate_selector
+
+
+class ConfigError(ValueError):
+    """A broken or unknown setting; the message names the file and the key."""
+
+
+_LIST_KEYS = ("select", "extend-select", "ignore", "exclude", "extend-exclude")
+
+DEFAULT_EXCLUDES: tuple[str, ...] = (
+    ".git", ".hg", ".svn", ".venv", "venv", "env", ".env", "__pycache__", "build", "dist",
+    ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".torchdevlint_cache",
+    "node_modules", "site-packages", ".eggs", "*.egg-info",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    select: tuple[str, ...] | None = None
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    # Rule code -> that rule's Options instance.
+    rule_options: dict[str, object] = field(default_factory=dict)
+    source: Path | None = None
+
+    def is_excluded(self, path: Path, root: Path) -> bool:
+        """Whether a path met while walking a folder is excluded (explicit paths never are)."""
+        patterns = (*DEFAULT_EXCLUDES, *self.exclude)
+        name = path.name
+        try:
+            relative = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            relative = path.as_posix()
+        for pattern in patterns:
+            bare = pattern.rstrip("/")
+            if fnmatch.fnmatch(name, bare) or fnmatch.fnmatch(relative, bare):
+                return True
+            if relative.startswith(bare + "/") or relative == bare:
+                return True
+        return False
+
+    def fingerprint(self) -> str:
+        """A stable description of everything that affects findings (for the cache)."""
+        return repr((self.select, self.extend_select, self.ignore, sorted(
+            (code, repr(options)) for code, options in self.rule_options.items())))
+
+
+def find_pyproject(start: Path) -> Path | None:
+    start = start.resolve()
+    for folder in (start, *start.parents) if start.is_dir() else (start.parent, *start.parent.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _selectors(path: Path, key: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{path}: [tool.torchdevlint] {key} must be a list of strings")
+    if key in ("exclude", "extend-exclude"):
+        return tuple(value)
+    try:
+        return tuple(validate_selector(item) for item in value)
+    except UnknownSelector as error:
+        raise ConfigError(f"{path}: [tool.torchdevlint] {key}: {error}") from None
+
+
+def _rule_options(path: Path, key: str, table: object) -> tuple[str, object]:
+    rule = rule_by_code(key)
+    if rule is None:
+        raise ConfigError(f"{path}: [tool.torchdevlint] unknown key {key!r} (not a setting, rule code or slug)")
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.torchdevlint.{key}] must be a table")
+    known = {f.name.replace("_", "-"): f.name for f in dataclasses.fields(rule.Options)}
+    values: dict[str, object] = {}
+    for option, value in table.items():
+        if option not in known:
+            raise ConfigError(
+                f"{path}: [tool.torchdevlint.{key}] unknown option {option!r}"
+                + (f" (known: {', '.join(sorted(known))})" if known else f" ({rule.code} takes no options)")
+            )
+        values[known[option]] = value
+    try:
+        return rule.code, rule.Options(**values)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{path}: [tool.torchdevlint.{key}] {error}") from None
+
+
+def load_config(pyproject: Path | None) -> Config:
+    if pyproject is None:
+        return Config()
+    try:
+        with pyproject.open("rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{pyproject}: cannot read: {error}") from None
+    table = data.get("tool", {}).get("torchdevlint")
+    if table is None:
+        return Config(source=pyproject)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{pyproject}: [tool.torchdevlint] must be a table")
+    lists: dict[str, tuple[str, ...]] = {}
+    rule_options: dict[str, object] = {}
+    for key, value in table.items():
+        if key in _LIST_KEYS:
+            lists[key] = _selectors(pyproject, key, value)
+        else:
+            code, options = _rule_options(pyproject, key, value)
+            rule_options[code] = options
+    return Config(
+        select=lists.get("select"),
+        extend_select=lists.get("extend-select", ()),
+        ignore=lists.get("ignore", ()),
+        exclude=(*lists.get("exclude", ()), *lists.get("extend-exclude", ())),
+        rule_options=rule_options,
+        source=pyproject,
+    )
+
+
+def known_rule_codes() -> list[str]:
+    return [rule.code for rule in all_rules()]

@@ -1,0 +1,95 @@
+"""Values that flow from rules to the fixer and the reporters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Applicability(Enum):
+    """How far a fix may be trusted; `--fix` applies only SAFE ones."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text between two offsets (code points into the decoded source)."""
+
+    start: int
+    end: int
+    content: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    title: str
+    applicability: Applicability
+    edits: tuple[Edit, ...]
+    # (module, name) pairs the fixed code needs, e.g. ("torch", None) for `import torch`.
+    required_imports: tuple[tuple[str, str | None], ...] = ()
+
+    @property
+    def is_safe(self) -> bool:
+        return self.applicability is Applicability.SAFE
+
+
+@dataclass(frozen=True)
+class Location:
+    """1-based line, 1-based column (in code points), like ruff and the JSON output."""
+
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    slug: str
+    message: str
+    path: str
+    start: Location
+    end: Location
+    fix: Fix | None = None
+    # Set by the fixer when a fix existed but its output did not parse.
+    fix_withheld: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        fix: dict[str, object] | None = None
+        if self.fix is not None:
+            fix = {"applicability": self.fix.applicability.value, "title": self.fix.title}
+        return {
+            "code": self.code,
+            "slug": self.slug,
+            "path": self.path,
+            "line": self.start.line,
+            "column": self.start.column,
+            "end_line": self.end.line,
+            "end_column": self.end.column,
+            "message": self.message,
+            "fix": fix,
+        }
+
+
+@dataclass(frozen=True)
+class FileError:
+    """A file that could not be read or parsed: reported, never raised."""
+
+    path: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "line": self.line, "column": self.column, "message": self.message}
+
+
+@dataclass
+class FileResult:
+    path: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    error: FileError | None = None
+    fixed_count: int = 0
+    # Unified diff when run with --diff; the new text is written only with --fix.
+    diff: str | None = None

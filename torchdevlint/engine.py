@@ -1,0 +1,324 @@
+"""Parse once, analyse and run every selected rule in one pass, produce diagnostics.
+
+The engine knows nothing about individual rules: it dispatches `visit_<Node>` and
+`leave_<Node>` methods by name, after its own analysis (imports, scopes, value kinds) has
+seen the node, so rules always ask questions about a file read up to that point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from torchdevlint.analysis.names import ImportTable
+from torchdevlint.analysis.value_kinds import (
+    UNKNOWN,
+    ClassInfo,
+    KindInference,
+    Scope,
+    ScopeKind,
+)
+from torchdevlint.diagnostics import Diagnostic, Edit, Fix, Location
+from torchdevlint.rule import EditMode, PendingFix, Report, Rule
+from torchdevlint.suppression import is_suppressed
+
+# Files that never mention this cannot hold a finding; they are not even parsed.
+RELEVANCE_MARKER = "torch"
+
+
+class FileContext:
+    """What rules may ask about the file while the pass is under way."""
+
+    def __init__(self, module: cst.Module, path: str) -> None:
+        self.module = module
+        self.path = path
+        self.imports = ImportTable()
+        self.kinds = KindInference(self.imports)
+        # The node being visited and all its ancestors, outermost first.
+        self.stack: list[cst.CSTNode] = []
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The parent of a node on the current path (the node being visited or an ancestor)."""
+        for index in range(len(self.stack) - 1, 0, -1):
+            if self.stack[index] is node:
+                return self.stack[index - 1]
+        return None
+
+    def ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """Ancestors of a node on the current path, nearest first."""
+        for index in range(len(self.stack) - 1, -1, -1):
+            if self.stack[index] is node:
+                return list(reversed(self.stack[:index]))
+        return []
+
+    def code_for_node(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def enclosing_function(self) -> cst.FunctionDef | None:
+        for node in reversed(self.stack):
+            if isinstance(node, cst.FunctionDef):
+                return node
+        return None
+
+    def enclosing_method_class(self) -> tuple[cst.FunctionDef, ClassInfo] | None:
+        """The method (outermost function directly in a class body) we are in, and its class."""
+        scope = self.kinds.enclosing_method()
+        if scope is None or scope.owner is None or not isinstance(scope.node, cst.FunctionDef):
+            return None
+        return scope.node, scope.owner
+
+
+class _Analysis:
+    """The engine's own visitor: scopes, imports and bindings, in source order."""
+
+    def __init__(self, context: FileContext) -> None:
+        self.context = context
+        self.kinds = context.kinds
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.kinds.push(Scope(ScopeKind.MODULE, node))
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.context.imports.record_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.context.imports.record_import_from(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        info = ClassInfo(node.name.value, self.kinds.class_info_for_bases(node))
+        for statement in node.body.body:
+            if isinstance(statement, cst.FunctionDef):
+                info.method_names.add(statement.name.value)
+        enclosing = self.kinds.current
+        enclosing.bindings.pop(node.name.value, None)
+        enclosing.classes[node.name.value] = info
+        self.kinds.push(Scope(ScopeKind.CLASS, node, class_info=info))
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self.kinds.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        enclosing = self.kinds.current
+        enclosing.bindings[node.name.value] = UNKNOWN
+        owner: ClassInfo | None = None
+        self_name: str | None = None
+        if enclosing.kind is ScopeKind.CLASS and enclosing.class_info is not None:
+            decorators = {
+                d.decorator.value for d in node.decorators if isinstance(d.decorator, cst.Name)
+            }
+            if "staticmethod" not in decorators and "classmethod" not in decorators:
+                owner = enclosing.class_info
+                if node.params.params:
+                    self_name = node.params.params[0].name.value
+        scope = Scope(ScopeKind.FUNCTION, node, owner=owner, self_name=self_name)
+        self.kinds.push(scope)
+        params = [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]
+        for index, param in enumerate(params):
+            if owner is not None and index == 0:
+                continue
+            scope.bindings[param.name.value] = self.kinds.annotation_kind(param.annotation)
+        for star in (node.params.star_arg, node.params.star_kwarg):
+            if isinstance(star, cst.Param):
+                scope.bindings[star.name.value] = UNKNOWN
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.kinds.pop()
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        scope = Scope(ScopeKind.FUNCTION, node)
+        self.kinds.push(scope)
+        for param in [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]:
+            scope.bindings[param.name.value] = UNKNOWN
+
+    def leave_Lambda(self, node: cst.Lambda) -> None:
+        self.kinds.pop()
+
+    def _enter_comprehension(self, node: cst.CSTNode) -> None:
+        self.kinds.push(Scope(ScopeKind.FUNCTION, node))
+
+    def _leave_comprehension(self, node: cst.CSTNode) -> None:
+        self.kinds.pop()
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _enter_comprehension
+    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _leave_comprehension
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.kinds.bind_loop_target(node.target, node.iter)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.kinds.bind_loop_target(node.target, node.iter)
+        self.kinds.enter_conditional()
+
+    def leave_For(self, node: cst.For) -> None:
+        self.kinds.leave_conditional()
+
+    def _enter_conditional(self, node: cst.CSTNode) -> None:
+        self.kinds.enter_conditional()
+
+    def _leave_conditional(self, node: cst.CSTNode) -> None:
+        self.kinds.leave_conditional()
+
+    visit_If = visit_While = visit_Try = visit_TryStar = visit_Match = _enter_conditional
+    leave_If = leave_While = leave_Try = leave_TryStar = leave_Match = _leave_conditional
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        self.kinds.bind_assignment([t.target for t in node.targets], node.value)
+
+    def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            info = self.kinds.annotation_kind(node.annotation)
+            if not info.is_known:
+                info = self.kinds.kind_of(node.value)
+            self.kinds.bind_target(node.target, info)
+
+    def leave_AugAssign(self, node: cst.AugAssign) -> None:
+        before = self.kinds.kind_of(node.target)
+        if not (before.is_tensor and self.kinds.kind_of(node.value).is_known):
+            self.kinds.bind_target(node.target, UNKNOWN)
+
+    def leave_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.kinds.bind_target(node.target, self.kinds.kind_of(node.value))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.kinds.bind_target(node.asname.name, UNKNOWN)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self.kinds.bind_target(node.name.name, UNKNOWN)
+
+
+Handler = Callable[[cst.CSTNode], object]
+
+
+class _Dispatcher(cst.CSTVisitor):
+    """One traversal; each node goes to the analysis, then to every rule that asked for it."""
+
+    def __init__(self, context: FileContext, analysis: _Analysis, rules: Sequence[Rule]) -> None:
+        super().__init__()
+        self._context = context
+        self._participants: tuple[object, ...] = (analysis, *rules)
+        self._visit_handlers: dict[type, tuple[Handler, ...]] = {}
+        self._leave_handlers: dict[type, tuple[Handler, ...]] = {}
+
+    def _handlers(self, node_type: type, prefix: str, cache: dict[type, tuple[Handler, ...]]) -> tuple[Handler, ...]:
+        handlers = cache.get(node_type)
+        if handlers is None:
+            name = prefix + node_type.__name__
+            participants = self._participants if prefix == "visit_" else tuple(reversed(self._participants))
+            handlers = tuple(
+                getattr(participant, name) for participant in participants if hasattr(participant, name)
+            )
+            cache[node_type] = handlers
+        return handlers
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self._context.stack.append(node)
+        for handler in self._handlers(type(node), "visit_", self._visit_handlers):
+            handler(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        for handler in self._handlers(type(original_node), "leave_", self._leave_handlers):
+            handler(original_node)
+        self._context.stack.pop()
+
+
+@dataclass(frozen=True)
+class LintOutput:
+    diagnostics: list[Diagnostic]
+    module: cst.Module | None
+
+
+class _OffsetTable:
+    """Turns LibCST (line, column) positions into offsets into the source string."""
+
+    def __init__(self, source: str) -> None:
+        starts = [0]
+        for index, char in enumerate(source):
+            if char == "\n":
+                starts.append(index + 1)
+        self._starts = starts
+
+    def offset(self, line: int, column: int) -> int:
+        return self._starts[line - 1] + column
+
+
+def _to_fix(pending: PendingFix, positions: Mapping[cst.CSTNode, object], offsets: _OffsetTable,
+            module: cst.Module) -> Fix:
+    edits: list[Edit] = []
+    for node_edit in pending.edits:
+        code_range = positions[node_edit.node]
+        start = offsets.offset(code_range.start.line, code_range.start.column)  # type: ignore[attr-defined]
+        end = offsets.offset(code_range.end.line, code_range.end.column)  # type: ignore[attr-defined]
+        replacement = node_edit.replacement
+        content = replacement if isinstance(replacement, str) else module.code_for_node(replacement)
+        if node_edit.mode is EditMode.INSERT_BEFORE:
+            edits.append(Edit(start, start, content))
+        elif node_edit.mode is EditMode.INSERT_AFTER:
+            edits.append(Edit(end, end, content))
+        else:
+            edits.append(Edit(start, end, content))
+    return Fix(pending.title, pending.applicability, tuple(sorted(edits, key=lambda e: (e.start, e.end))),
+               pending.required_imports)
+
+
+def lint_module(
+    module: cst.Module,
+    source: str,
+    path: str,
+    rule_classes: Sequence[type[Rule]],
+    options: Mapping[str, object] | None = None,
+) -> list[Diagnostic]:
+    """Run the rules over a parsed module; `source` must be the text it was parsed from."""
+    options = options or {}
+    context = FileContext(module, path)
+    rules = [rule_class(context, options.get(rule_class.code)) for rule_class in rule_classes]
+    module.visit(_Dispatcher(context, _Analysis(context), rules))
+    reports: list[Report] = [report for rule in rules for report in rule.reports]
+    if not reports:
+        return []
+    # Positions cost a whole extra walk: only files with findings pay for them.
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    offsets = _OffsetTable(source)
+    lines = source.splitlines()
+    diagnostics: list[Diagnostic] = []
+    seen: set[tuple[str, int, int]] = set()
+    for report in reports:
+        code_range = positions[report.node]
+        start = Location(code_range.start.line, code_range.start.column + 1)
+        end = Location(code_range.end.line, code_range.end.column + 1)
+        key = (report.rule.code, start.line, start.column)
+        if key in seen:
+            continue
+        seen.add(key)
+        line_text = lines[start.line - 1] if start.line - 1 < len(lines) else ""
+        if is_suppressed(line_text, report.rule.code):
+            continue
+        fix = _to_fix(report.fix, positions, offsets, module) if report.fix is not None else None
+        diagnostics.append(
+            Diagnostic(report.rule.code, report.rule.slug, report.message, path, start, end, fix)
+        )
+    diagnostics.sort(key=lambda d: (d.start.line, d.start.column, d.code))
+    return diagnostics
+
+
+def mentions_torch(source: str) -> bool:
+    return RELEVANCE_MARKER in source
+
+
+def lint_source(
+    source: str,
+    path: str,
+    rule_classes: Sequence[type[Rule]],
+    options: Mapping[str, object] | None = None,
+) -> list[Diagnostic]:
+    """Parse and lint; raises libcst.ParserSyntaxError for code that does not parse."""
+    if not mentions_torch(source):
+        return []
+    module = cst.parse_module(source)
+    return lint_module(module, source, path, rule_classes, options)

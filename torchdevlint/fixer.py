@@ -1,0 +1,134 @@
+"""Apply chosen fixes, re-lint to a fixpoint, add the imports fixes need.
+
+Fixes are text edits; each round applies every non-overlapping applicable fix, checks the
+result still parses, and lints again, until nothing applicable is left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+
+from torchdevlint.diagnostics import Diagnostic, Edit, Fix
+from torchdevlint.engine import lint_source
+from torchdevlint.rule import Rule
+
+MAX_ROUNDS = 10
+
+
+@dataclass
+class FixOutcome:
+    text: str
+    # What is still reported after fixing (unfixable, unsafe-but-not-allowed, withheld).
+    remaining: list[Diagnostic] = field(default_factory=list)
+    fixed_count: int = 0
+
+    def changed(self, original: str) -> bool:
+        return self.text != original
+
+
+def is_applicable(fix: Fix | None, unsafe: bool) -> bool:
+    return fix is not None and (fix.is_safe or unsafe)
+
+
+def _overlaps(edit: Edit, taken: Sequence[Edit]) -> bool:
+    for other in taken:
+        if edit.start < other.end and other.start < edit.end:
+            return True
+        # Two edits at the same point, or one touching the other's span, would race.
+        if edit.start == other.start or edit.end == other.end:
+            return True
+        if edit.start == edit.end and other.start <= edit.start <= other.end:
+            return True
+        if other.start == other.end and edit.start <= other.start <= edit.end:
+            return True
+    return False
+
+
+def apply_fixes(source: str, fixes: Sequence[Fix]) -> tuple[str, list[Fix]]:
+    """Apply the fixes whose edits do not overlap an earlier one; return text and applied."""
+    taken: list[Edit] = []
+    applied: list[Fix] = []
+    for fix in sorted(fixes, key=lambda f: (f.edits[0].start, f.edits[0].end) if f.edits else (0, 0)):
+        if any(_overlaps(edit, taken) for edit in fix.edits):
+            continue
+        taken.extend(fix.edits)
+        applied.append(fix)
+    text = source
+    for edit in sorted(taken, key=lambda e: (e.start, e.end), reverse=True):
+        text = text[: edit.start] + edit.content + text[edit.end :]
+    imports = [imp for fix in applied for imp in fix.required_imports]
+    if imports:
+        text = add_imports(text, imports)
+    return text, applied
+
+
+def add_imports(text: str, imports: Sequence[tuple[str, str | None]]) -> str:
+    module = cst.parse_module(text)
+    context = CodemodContext()
+    for module_name, obj in imports:
+        AddImportsVisitor.add_needed_import(context, module_name, obj)
+    return module.visit(AddImportsVisitor(context)).code
+
+
+def _parses(text: str) -> bool:
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError:
+        return False
+    try:
+        compile(text, "<fixed>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def fix_source(
+    source: str,
+    path: str,
+    rule_classes: Sequence[type[Rule]],
+    options: Mapping[str, object] | None = None,
+    *,
+    unsafe: bool = False,
+) -> FixOutcome:
+    """Fix until no applicable fix remains; a fix whose output would not parse is withheld."""
+    text = source
+    fixed_count = 0
+    withheld: set[tuple[str, int, int]] = set()
+    diagnostics = lint_source(text, path, rule_classes, options)
+    for _ in range(MAX_ROUNDS):
+        candidates = [
+            d for d in diagnostics
+            if is_applicable(d.fix, unsafe) and (d.code, d.start.line, d.start.column) not in withheld
+        ]
+        if not candidates:
+            break
+        new_text, applied = apply_fixes(text, [d.fix for d in candidates if d.fix is not None])
+        if not _parses(new_text):
+            # Find the culprits one by one, keep the rest.
+            new_text = text
+            applied = []
+            for diagnostic in candidates:
+                assert diagnostic.fix is not None
+                attempt, one = apply_fixes(new_text, [diagnostic.fix])
+                if one and _parses(attempt):
+                    new_text = attempt
+                    applied.extend(one)
+                    break
+                withheld.add((diagnostic.code, diagnostic.start.line, diagnostic.start.column))
+        if not applied:
+            if not withheld:
+                break
+            continue
+        fixed_count += len(applied)
+        text = new_text
+        diagnostics = lint_source(text, path, rule_classes, options)
+    remaining = [
+        replace(d, fix_withheld=True) if (d.code, d.start.line, d.start.column) in withheld else d
+        for d in diagnostics
+    ]
+    return FixOutcome(text, remaining, fixed_count)

@@ -1,0 +1,1 @@
+"""One module per rule, named tdlNNN_<slug>.py; the registry finds them."""

@@ -1,0 +1,182 @@
+"""TDL003 load-without-map-location."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.value_kinds import keyword_argument
+from torchdevlint.diagnostics import Applicability
+from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    # What the fix passes when no device variable is in scope.
+    map_location: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.map_location, str) or not self.map_location:
+            raise ValueError("map-location must be a non-empty string such as \"cpu\"")
+
+
+class LoadWithoutMapLocation(Rule):
+    """
+    ## What it does
+    Finds `torch.load(...)` calls, under any alias (`import torch as T`,
+    `from torch import load`), with no effective `map_location`: none given,
+    `map_location=None`, or only `weights_only=True`. A second positional argument counts as
+    `map_location`. `torch.jit.load`, `torch.hub.load` and other libraries' `load` functions
+    are not reported.
+
+    ## Why is this bad?
+    `torch.load` restores each tensor on the device it was saved from. A checkpoint written
+    on a GPU machine then fails to load on a machine without one: "Attempting to deserialize
+    object on a CUDA device but torch.cuda.is_available() is False". On a machine with
+    several GPUs everything lands on the saving process's GPU.
+
+    ## Example
+    ```python
+    model.load_state_dict(torch.load("model.pt"))
+    ```
+
+    ## Use instead
+    ```python
+    model.load_state_dict(torch.load("model.pt", map_location="cpu"))
+    ```
+
+    ## Fix safety
+    The fix adds `map_location=` with the device variable in scope (a name containing
+    "device" bound to a `torch.device` or a device string), or else with the configured
+    location (`"cpu"`). It is safe when the loaded object flows straight into
+    `load_state_dict(...)`, which copies the values onto the model's own device anyway. It is
+    unsafe otherwise: code after the load may rely on tensors (an optimizer state, say)
+    being restored on the GPU.
+
+    ## Options
+    - `map-location` (default `"cpu"`): the location the fix uses when no device variable is
+      in scope.
+    """
+
+    code = "TDL003"
+    slug = "load-without-map-location"
+    message = "torch.load without map_location fails where the saving device is absent"
+    fix_title = "Pass map_location"
+    Options = LoadOptions
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            state = torch.load("model.pt", map_location="cpu")
+            other = torch.load("model.pt", "cpu")
+            scripted = torch.jit.load("model.pt")
+            hub = torch.hub.load("pytorch/vision", "resnet18")
+            """,
+            name="map-location-given",
+        ),
+        Valid(
+            """
+            import pickle
+            import torch
+            def load(path):
+                return pickle.load(open(path, "rb"))
+            data = load("x.pkl")
+            """,
+            name="other-load-functions",
+        ),
+        Valid(
+            """
+            import torch
+            def restore(path, **kwargs):
+                return torch.load(path, **kwargs)
+            """,
+            name="keyword-splat",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            model = torch.nn.Linear(2, 2)
+            model.load_state_dict(torch.load("model.pt"))
+            """,
+            fixed="""
+            import torch
+            model = torch.nn.Linear(2, 2)
+            model.load_state_dict(torch.load("model.pt", map_location="cpu"))
+            """,
+            applicability=Applicability.SAFE,
+            name="straight-into-load-state-dict",
+        ),
+        Invalid(
+            """
+            import torch as T
+            device = T.device("cuda" if T.cuda.is_available() else "cpu")
+            checkpoint = T.load("ckpt.pt", weights_only=True)
+            """,
+            fixed="""
+            import torch as T
+            device = T.device("cuda" if T.cuda.is_available() else "cpu")
+            checkpoint = T.load("ckpt.pt", weights_only=True, map_location=device)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="alias-device-variable-weights-only",
+        ),
+        Invalid(
+            """
+            from torch import load
+            state = load("ckpt.pt", map_location=None)
+            """,
+            fixed="""
+            from torch import load
+            state = load("ckpt.pt", map_location="cpu")
+            """,
+            applicability=Applicability.UNSAFE,
+            name="from-import-map-location-none",
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.context.imports.qualified_name(node.func) not in torch_api.TORCH_LOAD:
+            return
+        if any(arg.star == "**" for arg in node.args):
+            return
+        keyword = keyword_argument(node, "map_location")
+        if keyword is not None and not (isinstance(keyword.value, cst.Name) and keyword.value.value == "None"):
+            return
+        positional = [arg for arg in node.args if arg.keyword is None and not arg.star]
+        if len(positional) >= 2 or not node.args or any(arg.star == "*" for arg in node.args):
+            if keyword is None:
+                return
+        location = self._device_variable() or repr(self.options.map_location).replace("'", '"')
+        applicability = Applicability.SAFE if self._flows_into_load_state_dict(node) else Applicability.UNSAFE
+        if keyword is not None:
+            edit = NodeEdit(keyword.value, location)
+        else:
+            edit = NodeEdit.insert_after(node.args[-1].value, f", map_location={location}")
+        self.report(node, fix=self.make_fix(edit, applicability=applicability))
+
+    def _device_variable(self) -> str | None:
+        kinds = self.context.kinds
+        for scope in reversed(kinds.scopes):
+            for name, info in scope.bindings.items():
+                if "device" in name.lower() and info.is_device and kinds.lookup(name) is info:
+                    return name
+        return None
+
+    def _flows_into_load_state_dict(self, node: cst.Call) -> bool:
+        ancestors = self.context.ancestors(node)
+        index = 0
+        if ancestors and isinstance(ancestors[0], cst.Subscript):
+            index = 1
+        if len(ancestors) < index + 2 or not isinstance(ancestors[index], cst.Arg):
+            return False
+        call = ancestors[index + 1]
+        return (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "load_state_dict"
+        )

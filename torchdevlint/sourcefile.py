@@ -1,0 +1,68 @@
+"""Reading source files as text and writing them back without losing a byte.
+
+Bytes are decoded with the file's own encoding (PEP 263 cookie or BOM) and without newline
+translation, so CRLF, a BOM and the encoding all survive a fix.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SourceError(Exception):
+    """The file cannot be read as Python source; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class SourceText:
+    text: str
+    encoding: str
+
+    def encode(self, text: str) -> bytes:
+        return text.encode(self.encoding)
+
+
+def decode_source(data: bytes) -> SourceText:
+    if b"\x00" in data:
+        raise SourceError("file contains null bytes (binary file?)")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as error:
+        raise SourceError(f"cannot determine encoding: {error.msg if hasattr(error, 'msg') else error}") from None
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as error:
+        raise SourceError(f"cannot decode as {encoding}: {error.reason if hasattr(error, 'reason') else error}") from None
+    return SourceText(text, encoding)
+
+
+def read_source(path: Path) -> SourceText:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise SourceError(f"cannot read: {error.strerror or error}") from None
+    return decode_source(data)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write through a temporary file in the same folder, then rename: never a half file."""
+    mode = path.stat().st_mode
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tdl-tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode & 0o7777)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise
