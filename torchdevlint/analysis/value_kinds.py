@@ -140,6 +140,15 @@ def is_device_string(node: cst.BaseExpression) -> bool:
     return value is not None and value.split(":", 1)[0] in _DEVICE_STRING_PREFIXES
 
 
+def _is_pretrained_model_class(node: cst.BaseExpression) -> bool:
+    """`AutoModel`, `BertForSequenceClassification`: models, unlike tokenizers and configs."""
+    name = dotted_name(node)
+    if name is None:
+        return False
+    last = name.rsplit(".", 1)[-1]
+    return "Model" in last or "For" in last
+
+
 def keyword_argument(call: cst.Call, name: str) -> cst.Arg | None:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == name:
@@ -408,11 +417,13 @@ class KindInference:
                 return TENSOR
             if receiver.is_module_like and method_name in torch_api.MODULE_SELF_RETURNING_METHODS:
                 return receiver
-            if method_name == "from_pretrained":
+            if method_name == "from_pretrained" and _is_pretrained_model_class(callee.value):
                 return MODULE
         return UNKNOWN
 
     def _qualified_call_kind(self, qualified: str, node: cst.Call) -> ValueInfo:
+        if qualified.endswith(".from_pretrained") and isinstance(node.func, cst.Attribute):
+            return MODULE if _is_pretrained_model_class(node.func.value) else UNKNOWN
         if qualified in torch_api.WRAPPERS:
             return ValueInfo.of(Kind.WRAPPED_MODULE)
         if qualified in torch_api.DATALOADERS:

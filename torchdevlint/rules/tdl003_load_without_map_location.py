@@ -29,7 +29,8 @@ class LoadWithoutMapLocation(Rule):
     `from torch import load`), with no effective `map_location`: none given,
     `map_location=None`, or only `weights_only=True`. A second positional argument counts as
     `map_location`. `torch.jit.load`, `torch.hub.load` and other libraries' `load` functions
-    are not reported.
+    are not reported, nor loads from an in-memory `io.BytesIO` buffer (bytes passed between
+    processes of one machine, where the saving device exists).
 
     ## Why is this bad?
     `torch.load` restores each tensor on the device it was saved from. A checkpoint written
@@ -76,6 +77,16 @@ class LoadWithoutMapLocation(Rule):
             hub = torch.hub.load("pytorch/vision", "resnet18")
             """,
             name="map-location-given",
+        ),
+        Valid(
+            """
+            import io
+            import torch
+            def broadcast(obj):
+                buffer = io.BytesIO(obj.cpu().numpy())
+                return torch.load(buffer), torch.load(io.BytesIO(b""))
+            """,
+            name="in-memory-buffer-on-the-same-machine",
         ),
         Valid(
             """
@@ -139,10 +150,34 @@ class LoadWithoutMapLocation(Rule):
         ),
     ]
 
+    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(context, options)
+        # (scope node id, name) of variables holding an in-memory buffer.
+        self._buffers: set[tuple[int, str]] = set()
+
+    def _is_buffer(self, node: cst.BaseExpression) -> bool:
+        """`io.BytesIO(...)`: bytes handed between processes of one machine, not a file."""
+        if isinstance(node, cst.Call):
+            return self.context.imports.qualified_name(node.func) == "io.BytesIO"
+        if isinstance(node, cst.Name):
+            return any((id(scope.node), node.value) in self._buffers for scope in self.context.kinds.scopes)
+        return False
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                key = (id(self.context.kinds.current.node), target.target.value)
+                if self._is_buffer(node.value):
+                    self._buffers.add(key)
+                else:
+                    self._buffers.discard(key)
+
     def visit_Call(self, node: cst.Call) -> None:
         if self.context.imports.qualified_name(node.func) not in torch_api.TORCH_LOAD:
             return
         if any(arg.star == "**" for arg in node.args):
+            return
+        if node.args and node.args[0].keyword is None and self._is_buffer(node.args[0].value):
             return
         keyword = keyword_argument(node, "map_location")
         if keyword is not None and not (isinstance(keyword.value, cst.Name) and keyword.value.value == "None"):
