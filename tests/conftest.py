@@ -25,3 +25,24 @@ def run_cli(*args: str, cwd: Path | None = None, stdin: str | None = None) -> su
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def cuda_available() -> bool:
+    """A real CUDA GPU here? Asked of torch in a child, and only where GPU device nodes exist."""
+    from torchdevlint.verify.runner import VerifyError, gpu_device_nodes_present, probe_cuda, torch_installed
+
+    if not torch_installed() or not gpu_device_nodes_present():
+        return False
+    try:
+        return bool(probe_cuda().get("cuda_available"))
+    except VerifyError:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `cuda` need a real GPU: skipped, with the reason, where there is none."""
+    needing_cuda = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if needing_cuda and not cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+        for item in needing_cuda:
+            item.add_marker(skip)

@@ -92,3 +92,9 @@ def test_readme_rule_table_is_current() -> None:
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert render_readme(readme) == readme, "run `python -m torchdevlint.ruledocs`"
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
+def test_required_text_prefilter_never_hides_an_example(rule: type[Rule]) -> None:
+    for example in rule.INVALID:
+        assert not rule.requires_any_text or any(text in example.source for text in rule.requires_any_text)

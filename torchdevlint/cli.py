@@ -1,4 +1,5 @@
-"""Command line: `torchdevlint check PATH...`, `torchdevlint rule CODE`.
+"""Command line: `torchdevlint check PATH...`, `torchdevlint rule CODE` (and `torchdevlint
+verify PATH...`, in torchdevlint.verify.command, with its own exit codes).
 
 Exit codes: 0 nothing found, 1 findings remain, 2 a file could not be read or parsed, or
 the command line or configuration is wrong.
@@ -8,22 +9,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from torchdevlint import __version__
+from torchdevlint.cache import CACHE_DIR_NAME
 from torchdevlint.config import Config, ConfigError, find_pyproject, load_config
 from torchdevlint.diagnostics import Diagnostic, FileError
 from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, select_rules
-from torchdevlint.reporting import write_json, write_text
+from torchdevlint.reporting import CheckReport, OutputFormat, write_report
+from torchdevlint.ruledocs import rule_page
 from torchdevlint.runner import RunSettings, default_jobs, run
+from torchdevlint.sourcefile import SourceTexts
+from torchdevlint.verify.command import add_verify_parser, run_verify
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 
-SUBCOMMANDS = ("check", "rule")
+SUBCOMMANDS = ("check", "rule", "verify")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,14 +56,28 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--select", type=_csv, action="extend", default=None, help="codes or prefixes to run")
     check.add_argument("--extend-select", type=_csv, action="extend", default=[], help="add codes or prefixes")
     check.add_argument("--ignore", type=_csv, action="extend", default=[], help="codes or prefixes to skip")
-    check.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    check.add_argument(
+        "--format", choices=[f.value for f in OutputFormat], default=OutputFormat.TEXT.value,
+        help="text (default: full on a terminal, concise when piped), full, concise, json, "
+             "github (workflow annotations) or sarif (code scanning)",
+    )
+    check.add_argument("--statistics", action="store_true", help="print the number of findings per rule")
+    check.add_argument("--show-fixes", action="store_true",
+                       help="list what --fix would change (with --fix: what it changed)")
+    check.add_argument("--force-exclude", action="store_true",
+                       help="apply `exclude` to files named on the command line too (for pre-commit)")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     check.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
     check.add_argument("--config", type=Path, default=None, help="pyproject.toml to read (default: nearest)")
+    check.add_argument("--no-cache", action="store_true", help="neither read nor write the findings cache")
+    check.add_argument("--cache-dir", type=Path, default=None,
+                       help=f"findings cache folder (default: {CACHE_DIR_NAME} beside pyproject.toml)")
 
     rule = commands.add_parser("rule", help="print a rule's documentation")
     rule.add_argument("code", nargs="?", help="rule code or slug, e.g. TDL001")
     rule.add_argument("--all", action="store_true", help="list every rule")
+
+    add_verify_parser(commands)
     return parser
 
 
@@ -71,11 +91,14 @@ def _normalize_argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def iter_python_files(paths: Sequence[str], config: Config, root: Path, errors: list[FileError]) -> Iterator[str]:
+def iter_python_files(paths: Sequence[str], config: Config, root: Path, errors: list[FileError],
+                      *, force_exclude: bool = False) -> Iterator[str]:
     seen: set[str] = set()
     for raw in paths:
         path = Path(raw)
         if path.is_file():
+            if force_exclude and config.excludes_file(path, root):
+                continue
             key = os.path.normpath(raw)
             if key not in seen:
                 seen.add(key)
@@ -115,30 +138,41 @@ def _run_check(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         sys.stderr.write("torchdevlint: error: --jobs must be at least 1\n")
         return EXIT_ERROR
+    output_format = OutputFormat(args.format).resolve(sys.stdout.isatty())
+    if args.statistics and not (output_format.is_text or output_format is OutputFormat.JSON):
+        sys.stderr.write("torchdevlint: error: --statistics works with the text and json formats\n")
+        return EXIT_ERROR
+    if args.show_fixes and not output_format.is_text:
+        sys.stderr.write("torchdevlint: error: --show-fixes works with the text formats\n")
+        return EXIT_ERROR
     root = pyproject.parent if pyproject is not None else Path.cwd()
     errors: list[FileError] = []
-    files = list(iter_python_files(args.paths or ["."], config, root, errors))
+    files = list(iter_python_files(args.paths or ["."], config, root, errors, force_exclude=args.force_exclude))
     settings = RunSettings(
         rule_codes=tuple(rule.code for rule in rules),
         rule_options=tuple(sorted(config.rule_options.items(), key=lambda item: item[0])),
         fix=args.fix,
         unsafe_fixes=args.unsafe_fixes,
         diff=args.diff,
+        cache_dir=None if args.no_cache else str(args.cache_dir or root / CACHE_DIR_NAME),
     )
     diagnostics: list[Diagnostic] = []
     fixed = 0
+    fixed_codes: dict[str, list[str]] = {}
+    sources = SourceTexts()
     for result in run(files, settings, args.jobs or default_jobs()):
         diagnostics.extend(result.diagnostics)
         fixed += result.fixed_count
+        fixed_codes[result.path] = result.fixed_codes
+        sources.add(result.path, result.source)
         if result.error is not None:
             errors.append(result.error)
         if result.diff:
             sys.stdout.write(result.diff)
-    if args.format == "json":
-        write_json(sys.stdout, diagnostics, errors)
-    else:
-        write_text(sys.stdout, diagnostics, errors, fixed, unsafe_fixes=args.unsafe_fixes,
-                   fixing=args.fix or args.diff, dry_run=args.diff and not args.fix)
+    report = CheckReport(diagnostics, errors, fixed, fixed_codes, unsafe_fixes=args.unsafe_fixes,
+                         fixing=args.fix or args.diff, dry_run=args.diff and not args.fix)
+    write_report(sys.stdout, report, output_format, sources=sources, statistics=args.statistics,
+                 show_fixes=args.show_fixes)
     if errors:
         return EXIT_ERROR
     if diagnostics and not args.exit_zero:
@@ -157,15 +191,24 @@ def _run_rule(args: argparse.Namespace) -> int:
     if rule is None:
         sys.stderr.write(f"torchdevlint: error: unknown rule {args.code!r}\n")
         return EXIT_ERROR
-    sys.stdout.write(f"# {rule.code} {rule.slug}\n\n{rule.message}\n\n{rule.documentation()}\n")
+    sys.stdout.write(rule_page(rule))
     return EXIT_CLEAN
+
+
+def _terminate_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_normalize_argv(sys.argv[1:] if argv is None else argv))
+    # SIGTERM (a CI job cancelled, a hook killed) stops like Ctrl-C: between files, never
+    # halfway through writing one.
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         if args.command == "rule":
             return _run_rule(args)
+        if args.command == "verify":
+            return run_verify(args)
         return _run_check(args)
     except KeyboardInterrupt:
         sys.stderr.write("torchdevlint: interrupted\n")

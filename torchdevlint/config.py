@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,10 +54,7 @@ class Config:
         """Whether a path met while walking a folder is excluded (explicit paths never are)."""
         patterns = (*DEFAULT_EXCLUDES, *self.exclude)
         name = path.name
-        try:
-            relative = path.resolve().relative_to(root.resolve()).as_posix()
-        except ValueError:
-            relative = path.as_posix()
+        relative = _relative(path, root)
         for pattern in patterns:
             bare = pattern.rstrip("/")
             if fnmatch.fnmatch(name, bare) or fnmatch.fnmatch(relative, bare):
@@ -65,10 +63,33 @@ class Config:
                 return True
         return False
 
+    def excludes_file(self, path: Path, root: Path) -> bool:
+        """Whether a file named explicitly (by flake8, pre-commit, `--force-exclude`) is excluded.
+
+        Walking prunes excluded folders; a named file must check its folders itself.
+        """
+        relative_text = _relative(path, root)
+        if relative_text.startswith("../") or os.path.isabs(relative_text):
+            return self.is_excluded(path, root)
+        current = Path(os.path.abspath(root))
+        for part in Path(relative_text).parts:
+            current = current / part
+            if self.is_excluded(current, root):
+                return True
+        return False
+
     def fingerprint(self) -> str:
         """A stable description of everything that affects findings (for the cache)."""
         return repr((self.select, self.extend_select, self.ignore, sorted(
             (code, repr(options)) for code, options in self.rule_options.items())))
+
+
+def _relative(path: Path, root: Path) -> str:
+    """The path relative to the root, lexically: symlinks (even looping ones) are not followed."""
+    try:
+        return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(root))).as_posix()
+    except ValueError:  # another drive on Windows
+        return path.as_posix()
 
 
 def find_pyproject(start: Path) -> Path | None:

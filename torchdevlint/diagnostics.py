@@ -93,3 +93,8 @@ class FileResult:
     fixed_count: int = 0
     # Unified diff when run with --diff; the new text is written only with --fix.
     diff: str | None = None
+    # Codes of the findings that were fixed, one entry per fix applied (for --show-fixes).
+    fixed_codes: list[str] = field(default_factory=list)
+    # The text the diagnostics' positions refer to (the fixed text after --fix or --diff);
+    # set only when there are diagnostics, for reporters that show source lines or fixes.
+    source: str | None = None

@@ -7,7 +7,9 @@ seen the node, so rules always ask questions about a file read up to that point.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -301,8 +303,32 @@ class _OffsetTable:
         return self._starts[line - 1] + column
 
 
+def _line_after(source: str, start: int, end: int, content: str) -> Edit:
+    """A new line after the one where a statement ends, with the statement's indentation."""
+    line_start = source.rfind("\n", 0, start) + 1
+    indentation = source[line_start:start]
+    if indentation.strip():
+        # The statement does not begin its line (`a = 1; b = 2`): chain with a semicolon.
+        return Edit(end, end, f"; {content}")
+    newline_at = source.find("\n", end)
+    if newline_at == -1:
+        return Edit(len(source), len(source), f"\n{indentation}{content}")
+    newline = "\r\n" if newline_at > 0 and source[newline_at - 1] == "\r" else "\n"
+    return Edit(newline_at + 1, newline_at + 1, f"{indentation}{content}{newline}")
+
+
+def _line_before(source: str, start: int, content: str) -> Edit:
+    """A new line before the one where a statement starts, with the statement's indentation."""
+    line_start = source.rfind("\n", 0, start) + 1
+    indentation = source[line_start:start]
+    if indentation.strip():
+        return Edit(start, start, f"{content}; ")
+    newline = "\r\n" if "\r\n" in source[start: source.find("\n", start) + 1] else "\n"
+    return Edit(line_start, line_start, f"{indentation}{content}{newline}")
+
+
 def _to_fix(pending: PendingFix, positions: Mapping[cst.CSTNode, object], offsets: _OffsetTable,
-            module: cst.Module) -> Fix:
+            module: cst.Module, source: str) -> Fix:
     edits: list[Edit] = []
     for node_edit in pending.edits:
         code_range = positions[node_edit.node]
@@ -314,6 +340,14 @@ def _to_fix(pending: PendingFix, positions: Mapping[cst.CSTNode, object], offset
             edits.append(Edit(start, start, content))
         elif node_edit.mode is EditMode.INSERT_AFTER:
             edits.append(Edit(end, end, content))
+        elif node_edit.mode is EditMode.INSERT_LINE_AFTER:
+            edits.append(_line_after(source, start, end, content))
+        elif node_edit.mode is EditMode.INSERT_LINE_BEFORE:
+            edits.append(_line_before(source, start, content))
+        elif node_edit.mode is EditMode.REPLACE_UNTIL:
+            assert node_edit.until is not None
+            until = positions[node_edit.until].start  # type: ignore[attr-defined]
+            edits.append(Edit(start, offsets.offset(until.line, until.column), content))
         else:
             edits.append(Edit(start, end, content))
     return Fix(pending.title, pending.applicability, tuple(sorted(edits, key=lambda e: (e.start, e.end))),
@@ -359,7 +393,7 @@ def lint_module(
         line_text = lines[start.line - 1] if start.line - 1 < len(lines) else ""
         if honor_noqa and is_suppressed(line_text, report.rule.code):
             continue
-        fix = _to_fix(report.fix, positions, offsets, module) if report.fix is not None else None
+        fix = _to_fix(report.fix, positions, offsets, module, source) if report.fix is not None else None
         diagnostics.append(
             Diagnostic(report.rule.code, report.rule.slug, report.message, path, start, end, fix)
         )
@@ -379,8 +413,55 @@ def lint_source(
     *,
     honor_noqa: bool = True,
 ) -> list[Diagnostic]:
-    """Parse and lint; raises libcst.ParserSyntaxError for code that does not parse."""
+    """Parse and lint; raises InvalidSource for code this Python cannot parse."""
     if not mentions_torch(source):
+        return []
+    rule_classes = rules_that_can_fire(source, rule_classes)
+    check_syntax(source, path)
+    if not rule_classes:
         return []
     module = cst.parse_module(source)
     return lint_module(module, source, path, rule_classes, options, honor_noqa=honor_noqa)
+
+
+class InvalidSource(Exception):
+    """Source the running Python cannot parse: a syntax error, or syntax newer than it knows."""
+
+    def __init__(self, message: str, line: int | None, column: int | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+def check_syntax(source: str, path: str) -> None:
+    """The stdlib parser is the judge of what this Python accepts (at a tenth of LibCST's cost).
+
+    LibCST parses syntax newer than the running Python (PEP 695 on 3.11, say); rather than
+    guess what such code means, say so.
+    """
+    try:
+        compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        message = error.msg
+        try:
+            cst.parse_module(source)
+        except cst.ParserSyntaxError:
+            raise InvalidSource(f"syntax error: {message}", error.lineno, error.offset) from None
+        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        raise InvalidSource(
+            f"syntax newer than the running Python {version} can parse ({message}); "
+            f"run torchdevlint with a newer Python",
+            error.lineno,
+            error.offset,
+        ) from None
+    except ValueError as error:  # null bytes and the like
+        raise InvalidSource(f"cannot parse: {error}", None, None) from None
+
+
+def rules_that_can_fire(source: str, rule_classes: Sequence[type[Rule]]) -> list[type[Rule]]:
+    return [
+        rule
+        for rule in rule_classes
+        if not rule.requires_any_text or any(text in source for text in rule.requires_any_text)
+    ]

@@ -10,8 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
 from torchdevlint.diagnostics import Diagnostic, Edit, Fix
 from torchdevlint.engine import lint_source
@@ -26,6 +24,8 @@ class FixOutcome:
     # What is still reported after fixing (unfixable, unsafe-but-not-allowed, withheld).
     remaining: list[Diagnostic] = field(default_factory=list)
     fixed_count: int = 0
+    # One code per applied fix, in the order applied.
+    fixed_codes: list[str] = field(default_factory=list)
 
     def changed(self, original: str) -> bool:
         return self.text != original
@@ -68,6 +68,10 @@ def apply_fixes(source: str, fixes: Sequence[Fix]) -> tuple[str, list[Fix]]:
 
 
 def add_imports(text: str, imports: Sequence[tuple[str, str | None]]) -> str:
+    # libcst.codemod pulls in libcst.matchers (~0.2 s): import it only when a fix needs it.
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
     module = cst.parse_module(text)
     context = CodemodContext()
     for module_name, obj in imports:
@@ -97,7 +101,7 @@ def fix_source(
 ) -> FixOutcome:
     """Fix until no applicable fix remains; a fix whose output would not parse is withheld."""
     text = source
-    fixed_count = 0
+    fixed_codes: list[str] = []
     withheld: set[tuple[str, int, int]] = set()
     diagnostics = lint_source(text, path, rule_classes, options)
     for _ in range(MAX_ROUNDS):
@@ -124,11 +128,12 @@ def fix_source(
             if not withheld:
                 break
             continue
-        fixed_count += len(applied)
+        code_of_fix = {id(d.fix): d.code for d in candidates}
+        fixed_codes.extend(code_of_fix[id(fix)] for fix in applied)
         text = new_text
         diagnostics = lint_source(text, path, rule_classes, options)
     remaining = [
         replace(d, fix_withheld=True) if (d.code, d.start.line, d.start.column) in withheld else d
         for d in diagnostics
     ]
-    return FixOutcome(text, remaining, fixed_count)
+    return FixOutcome(text, remaining, len(fixed_codes), fixed_codes)

@@ -1,13 +1,66 @@
-"""Output formats: text and JSON (more formats come with the CI-output work)."""
+"""Output formats: text (full on a terminal, concise when piped), JSON, GitHub, SARIF.
+
+Every reporter takes the findings of a whole run; those that show source lines or fixes ask a
+`SourceLookup` for the text a file had when its findings were made.
+"""
 
 from __future__ import annotations
 
+import bisect
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
 from typing import TextIO
+from urllib.parse import quote
 
-from torchdevlint.diagnostics import Diagnostic, FileError
+from torchdevlint import __version__
+from torchdevlint.diagnostics import Diagnostic, Fix, FileError
+from torchdevlint.registry import all_rules
+from torchdevlint.rule import Rule
+from torchdevlint.ruledocs import doc_sections, rule_page
+
+# The text a file had when it was linted, or None where it is not available.
+SourceLookup = Callable[[str], "str | None"]
+
+SARIF_SCHEMA_URI = "https://raw.githubusercontent.com/oasis-tcs/sarif-spec/master/Schemata/sarif-schema-2.1.0.json"
+# Lines of a multi-line finding shown under it, at most.
+MAX_SNIPPET_LINES = 4
+
+
+class OutputFormat(Enum):
+    TEXT = "text"  # FULL on a terminal, CONCISE when piped
+    FULL = "full"
+    CONCISE = "concise"
+    JSON = "json"
+    GITHUB = "github"
+    SARIF = "sarif"
+
+    def resolve(self, is_terminal: bool) -> OutputFormat:
+        if self is OutputFormat.TEXT:
+            return OutputFormat.FULL if is_terminal else OutputFormat.CONCISE
+        return self
+
+    @property
+    def is_text(self) -> bool:
+        return self in (OutputFormat.TEXT, OutputFormat.FULL, OutputFormat.CONCISE)
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Everything a `check` run found and did, as the reporters need it."""
+
+    diagnostics: Sequence[Diagnostic]
+    errors: Sequence[FileError] = ()
+    fixed: int = 0
+    # Path -> codes of the fixes applied there (one entry per fix).
+    fixed_codes: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    unsafe_fixes: bool = False
+    # --fix or --diff: fixes were applied (or, with --diff, would be).
+    fixing: bool = False
+    dry_run: bool = False
 
 
 @dataclass
@@ -30,11 +83,22 @@ def summarize(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError], fi
     return summary
 
 
+def _offers_fix(diagnostic: Diagnostic, unsafe_fixes: bool) -> bool:
+    fix = diagnostic.fix
+    return fix is not None and not diagnostic.fix_withheld and (fix.is_safe or unsafe_fixes)
+
+
+def _plural(count: int, word: str) -> str:
+    if count == 1:
+        return f"{count} {word}"
+    return f"{count} {word}es" if word.endswith(("x", "s")) else f"{count} {word}s"
+
+
+# --- concise and full text ---------------------------------------------------------------
+
 def format_text_line(diagnostic: Diagnostic, unsafe_fixes: bool = False) -> str:
-    marker = ""
-    if diagnostic.fix is not None and not diagnostic.fix_withheld:
-        if diagnostic.fix.is_safe or unsafe_fixes:
-            marker = " [*]"
+    """`path:line:col: CODE message [*]`: the concise format, and the head of the full one."""
+    marker = " [*]" if _offers_fix(diagnostic, unsafe_fixes) else ""
     note = " (fix withheld: its output did not parse)" if diagnostic.fix_withheld else ""
     return (
         f"{diagnostic.path}:{diagnostic.start.line}:{diagnostic.start.column}: "
@@ -51,22 +115,69 @@ def format_error_line(error: FileError) -> str:
     return f"{where}: error: {error.message}"
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
+def _first_code_column(line: str) -> int:
+    return len(line) - len(line.lstrip()) + 1
 
 
-def write_text(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[FileError],
-               fixed: int, *, unsafe_fixes: bool, fixing: bool, dry_run: bool = False) -> None:
-    for error in errors:
-        out.write(format_error_line(error) + "\n")
+def format_snippet(diagnostic: Diagnostic, text: str) -> list[str]:
+    """The offending lines with `^^^` under the span, like ruff and rustc."""
+    lines = text.splitlines()
+    first, last = diagnostic.start.line, diagnostic.end.line
+    if first > len(lines):
+        return []
+    shown_last = min(last, first + MAX_SNIPPET_LINES - 1, len(lines))
+    width = len(str(shown_last))
+    gutter = " " * width + " |"
+    out = [gutter]
+    for number in range(first, shown_last + 1):
+        line = lines[number - 1]
+        start = diagnostic.start.column if number == first else _first_code_column(line)
+        end = diagnostic.end.column if number == last else len(line) + 1
+        # Tabs stay tabs under the line so the marker lines up however the terminal shows them.
+        indent = "".join("\t" if char == "\t" else " " for char in line[: start - 1])
+        marker = "^" * max(1, end - start)
+        if number == shown_last:
+            marker += f" {diagnostic.code}"
+        out.append(f"{number:>{width}} | {line}".rstrip())
+        out.append(f"{gutter} {indent}{marker}")
+    if shown_last < last:
+        out.append(f"{gutter} ...")
+    out.append(gutter)
+    return out
+
+
+def _help_line(diagnostic: Diagnostic, unsafe_fixes: bool, width: int) -> str | None:
+    fix = diagnostic.fix
+    if fix is None or diagnostic.fix_withheld or not fix.title:
+        return None
+    hint = "" if fix.is_safe or unsafe_fixes else " (unsafe fix: enable with `--unsafe-fixes`)"
+    return f"{' ' * width} = help: {fix.title}{hint}"
+
+
+def write_findings(out: TextIO, diagnostics: Sequence[Diagnostic], *, unsafe_fixes: bool,
+                   full: bool = False, sources: SourceLookup | None = None) -> None:
     for diagnostic in diagnostics:
         out.write(format_text_line(diagnostic, unsafe_fixes) + "\n")
-    summary = summarize(diagnostics, errors, fixed)
+        if not full:
+            continue
+        text = sources(diagnostic.path) if sources is not None else None
+        snippet = format_snippet(diagnostic, text) if text is not None else []
+        for line in snippet:
+            out.write(line + "\n")
+        help_line = _help_line(diagnostic, unsafe_fixes, len(snippet[0]) - 2 if snippet else 0)
+        if help_line is not None:
+            out.write(help_line + "\n")
+        out.write("\n")
+
+
+def write_summary(out: TextIO, report: CheckReport) -> None:
+    summary = summarize(report.diagnostics, report.errors, report.fixed)
+    unsafe_fixes = report.unsafe_fixes
     if summary.findings == 0 and summary.fixed == 0:
         if summary.errors == 0:
             out.write("All checks passed!\n")
         return
-    if summary.fixed and dry_run:
+    if summary.fixed and report.dry_run:
         out.write(
             f"Would fix {_plural(summary.fixed, 'error')} ({summary.findings} would remain).\n"
         )
@@ -77,7 +188,7 @@ def write_text(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[
         )
     else:
         out.write(f"Found {_plural(summary.findings, 'error')}.\n")
-    if not fixing:
+    if not report.fixing:
         fixable = summary.safe_fixable + (summary.unsafe_fixable if unsafe_fixes else 0)
         hidden = 0 if unsafe_fixes else summary.unsafe_fixable
         if fixable:
@@ -92,6 +203,141 @@ def write_text(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[
             f"{_plural(summary.unsafe_fixable, 'unsafe fix')} not applied; add `--unsafe-fixes` to apply them.\n"
         )
 
+
+def write_text(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[FileError],
+               fixed: int, *, unsafe_fixes: bool, fixing: bool, dry_run: bool = False) -> None:
+    """The concise text report: errors, one line per finding, the summary."""
+    report = CheckReport(diagnostics, errors, fixed, unsafe_fixes=unsafe_fixes, fixing=fixing, dry_run=dry_run)
+    write_report(out, report, OutputFormat.CONCISE)
+
+
+# --- statistics and fixes ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RuleCount:
+    code: str
+    slug: str
+    count: int
+    fixable: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"code": self.code, "name": self.slug, "count": self.count, "fixable": self.fixable}
+
+
+def rule_counts(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool) -> list[RuleCount]:
+    """Findings per rule, most frequent first."""
+    counts: Counter[tuple[str, str]] = Counter((d.code, d.slug) for d in diagnostics)
+    fixable: Counter[str] = Counter(d.code for d in diagnostics if _offers_fix(d, unsafe_fixes))
+    rows = [RuleCount(code, slug, count, fixable[code]) for (code, slug), count in counts.items()]
+    return sorted(rows, key=lambda row: (-row.count, row.code))
+
+
+def write_statistics(out: TextIO, diagnostics: Sequence[Diagnostic], unsafe_fixes: bool) -> None:
+    rows = rule_counts(diagnostics, unsafe_fixes)
+    width = max((len(str(row.count)) for row in rows), default=1)
+    for row in rows:
+        marker = "[*]" if row.fixable else "   "
+        out.write(f"{row.count:>{width}}\t{row.code}\t{marker} {row.slug}\n")
+
+
+def write_statistics_json(out: TextIO, diagnostics: Sequence[Diagnostic], unsafe_fixes: bool) -> None:
+    json.dump([row.to_json() for row in rule_counts(diagnostics, unsafe_fixes)], out, indent=2)
+    out.write("\n")
+
+
+def _changed_span(old: str, new: str) -> tuple[int, int, str]:
+    """The one replacement (start, end in `old`, content) that turns `old` into `new`."""
+    limit = min(len(old), len(new))
+    prefix = 0
+    while prefix < limit and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and old[len(old) - 1 - suffix] == new[len(new) - 1 - suffix]:
+        suffix += 1
+    return prefix, len(old) - suffix, new[prefix : len(new) - suffix]
+
+
+def fix_replacements(text: str, fix: Fix) -> list[tuple[int, int, str]]:
+    """A fix as (start, end, content) replacements into `text`, imports it adds included."""
+    if fix.required_imports:
+        from torchdevlint.fixer import apply_fixes
+
+        try:
+            fixed, applied = apply_fixes(text, [fix])
+        except Exception:  # noqa: BLE001 - a broken import edit only costs the import in the listing
+            applied = []
+        if applied:
+            return [_changed_span(text, fixed)]
+    return [(edit.start, edit.end, edit.content) for edit in fix.edits]
+
+
+def _apply(text: str, replacements: Sequence[tuple[int, int, str]]) -> str:
+    for start, end, content in sorted(replacements, reverse=True):
+        text = text[:start] + content + text[end:]
+    return text
+
+
+def _changed_lines(old: str, new: str) -> tuple[list[str], list[str]]:
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    prefix = 0
+    while prefix < min(len(old_lines), len(new_lines)) and old_lines[prefix] == new_lines[prefix]:
+        prefix += 1
+    suffix = 0
+    while (suffix < min(len(old_lines), len(new_lines)) - prefix
+           and old_lines[-1 - suffix] == new_lines[-1 - suffix]):
+        suffix += 1
+    return old_lines[prefix : len(old_lines) - suffix], new_lines[prefix : len(new_lines) - suffix]
+
+
+def write_fix_preview(out: TextIO, diagnostics: Sequence[Diagnostic], *, unsafe_fixes: bool,
+                      sources: SourceLookup) -> None:
+    """What `--fix` (with `--unsafe-fixes` if given) would change, finding by finding."""
+    applicable = [d for d in diagnostics if _offers_fix(d, unsafe_fixes)]
+    hidden = sum(1 for d in diagnostics if _offers_fix(d, True) and not _offers_fix(d, unsafe_fixes))
+    if not applicable:
+        out.write("No fixes to apply with `--fix`.\n" if not hidden else "")
+    else:
+        option = "`--fix --unsafe-fixes`" if unsafe_fixes else "`--fix`"
+        out.write(f"{option} would apply {_plural(len(applicable), 'fix')}:\n")
+    for diagnostic in applicable:
+        fix = diagnostic.fix
+        assert fix is not None
+        kind = "" if fix.is_safe else " (unsafe)"
+        out.write(
+            f"  {diagnostic.path}:{diagnostic.start.line}:{diagnostic.start.column}: "
+            f"{diagnostic.code} {fix.title}{kind}\n"
+        )
+        text = sources(diagnostic.path)
+        if text is None:
+            continue
+        removed, added = _changed_lines(text, _apply(text, fix_replacements(text, fix)))
+        for line in removed:
+            out.write(f"    - {line}".rstrip() + "\n")
+        for line in added:
+            out.write(f"    + {line}".rstrip() + "\n")
+    if hidden:
+        out.write(
+            f"{_plural(hidden, 'unsafe fix')} not listed; add `--unsafe-fixes` to list and apply "
+            f"{'it' if hidden == 1 else 'them'}.\n"
+        )
+
+
+def write_fixed_listing(out: TextIO, fixed_codes: Mapping[str, Sequence[str]], *, dry_run: bool) -> None:
+    """After `--fix` (or `--diff`): per file, how many findings of each rule were fixed."""
+    total = sum(len(codes) for codes in fixed_codes.values())
+    if not total:
+        return
+    slugs = {rule.code: rule.slug for rule in all_rules()}
+    out.write(f"{'Would fix' if dry_run else 'Fixed'} {_plural(total, 'error')}:\n")
+    for path, codes in fixed_codes.items():
+        if not codes:
+            continue
+        out.write(f"- {path}:\n")
+        for code, count in sorted(Counter(codes).items()):
+            out.write(f"    {count} × {code} ({slugs.get(code, '?')})\n")
+
+
+# --- machine formats -----------------------------------------------------------------------
 
 def write_json(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[FileError]) -> None:
     items: list[dict[str, object]] = []
@@ -112,3 +358,188 @@ def write_json(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[
     items.extend(diagnostic.to_json() for diagnostic in diagnostics)
     json.dump(items, out, indent=2)
     out.write("\n")
+
+
+def _github_data(value: str) -> str:
+    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _github_property(value: str) -> str:
+    return _github_data(value).replace(":", "%3A").replace(",", "%2C")
+
+
+def write_github(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[FileError]) -> None:
+    """GitHub Actions workflow commands: each finding becomes an annotation on the pull request."""
+    for error in errors:
+        where = f"file={_github_property(Path(error.path).as_posix())}"
+        if error.line is not None:
+            where += f",line={error.line}"
+            if error.column is not None:
+                where += f",col={error.column}"
+        out.write(f"::error {where},title=torchdevlint::{_github_data(error.message)}\n")
+    for d in diagnostics:
+        out.write(
+            f"::error file={_github_property(Path(d.path).as_posix())},line={d.start.line},"
+            f"col={d.start.column},title={d.code}::{_github_data(d.message)}\n"
+        )
+
+
+class _Positions:
+    """Offsets into a text -> 1-based (line, column), columns in code points."""
+
+    def __init__(self, text: str) -> None:
+        self._starts = [0] + [index + 1 for index, char in enumerate(text) if char == "\n"]
+
+    def region(self, start: int, end: int) -> dict[str, int]:
+        start_line, start_column = self._location(start)
+        end_line, end_column = self._location(end)
+        return {"startLine": start_line, "startColumn": start_column, "endLine": end_line, "endColumn": end_column}
+
+    def _location(self, offset: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self._starts, offset)
+        return line, offset - self._starts[line - 1] + 1
+
+
+def _artifact_location(path: str, root: Path) -> dict[str, str]:
+    """Relative to %SRCROOT% (the folder the run started in) where possible, as code scanning wants."""
+    file = Path(path)
+    if file.is_absolute():
+        try:
+            file = file.relative_to(root)
+        except ValueError:
+            return {"uri": file.as_uri()}
+    return {"uri": quote(file.as_posix()), "uriBaseId": "%SRCROOT%"}
+
+
+def _sarif_rule(rule: type[Rule]) -> dict[str, object]:
+    what = doc_sections(rule).get("What it does", rule.message)
+    return {
+        "id": rule.code,
+        "name": rule.slug,
+        "shortDescription": {"text": rule.message},
+        "fullDescription": {"text": " ".join(what.split())},
+        "help": {"text": rule.documentation(), "markdown": rule_page(rule)},
+        "defaultConfiguration": {"enabled": rule.default_enabled, "level": "error"},
+        "properties": {"fixable": rule.is_fixable()},
+    }
+
+
+def _sarif_fix(diagnostic: Diagnostic, text: str, root: Path) -> dict[str, object]:
+    assert diagnostic.fix is not None
+    positions = _Positions(text)
+    replacements = [
+        {"deletedRegion": positions.region(start, end), "insertedContent": {"text": content}}
+        for start, end, content in fix_replacements(text, diagnostic.fix)
+    ]
+    return {
+        "description": {"text": diagnostic.fix.title},
+        "artifactChanges": [{"artifactLocation": _artifact_location(diagnostic.path, root), "replacements": replacements}],
+        "properties": {"applicability": diagnostic.fix.applicability.value},
+    }
+
+
+def _sarif_result(diagnostic: Diagnostic, rule_index: Mapping[str, int], sources: SourceLookup | None,
+                  root: Path) -> dict[str, object]:
+    result: dict[str, object] = {
+        "ruleId": diagnostic.code,
+        "level": "error",
+        "message": {"text": diagnostic.message},
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": _artifact_location(diagnostic.path, root),
+                    "region": {
+                        "startLine": diagnostic.start.line,
+                        "startColumn": diagnostic.start.column,
+                        "endLine": diagnostic.end.line,
+                        "endColumn": diagnostic.end.column,
+                    },
+                }
+            }
+        ],
+    }
+    if diagnostic.code in rule_index:
+        result["ruleIndex"] = rule_index[diagnostic.code]
+    if diagnostic.fix is not None and not diagnostic.fix_withheld:
+        text = sources(diagnostic.path) if sources is not None else None
+        if text is not None:
+            result["fixes"] = [_sarif_fix(diagnostic, text, root)]
+    return result
+
+
+def _sarif_notification(error: FileError, root: Path) -> dict[str, object]:
+    location: dict[str, object] = {"artifactLocation": _artifact_location(error.path, root)}
+    if error.line is not None:
+        region = {"startLine": error.line}
+        if error.column is not None:
+            region["startColumn"] = error.column
+        location["region"] = region
+    return {"level": "error", "message": {"text": error.message}, "locations": [{"physicalLocation": location}]}
+
+
+def sarif_log(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError],
+              sources: SourceLookup | None = None, *, root: Path | None = None) -> dict[str, object]:
+    """A SARIF 2.1.0 log: one run, every rule in the driver, fixes as replacements."""
+    rules = all_rules()
+    rule_index = {rule.code: index for index, rule in enumerate(rules)}
+    root = (root or Path.cwd()).resolve()
+    run: dict[str, object] = {
+        "tool": {
+            "driver": {
+                "name": "torchdevlint",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "rules": [_sarif_rule(rule) for rule in rules],
+            }
+        },
+        # Our columns count code points, not the UTF-16 units SARIF assumes otherwise.
+        "columnKind": "unicodeCodePoints",
+        "originalUriBaseIds": {"%SRCROOT%": {"uri": root.as_uri().rstrip("/") + "/"}},
+        "invocations": [
+            {
+                "executionSuccessful": not errors,
+                "toolExecutionNotifications": [_sarif_notification(error, root) for error in errors],
+            }
+        ],
+        "results": [_sarif_result(d, rule_index, sources, root) for d in diagnostics],
+    }
+    return {"$schema": SARIF_SCHEMA_URI, "version": "2.1.0", "runs": [run]}
+
+
+def write_sarif(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[FileError],
+                sources: SourceLookup | None = None) -> None:
+    json.dump(sarif_log(diagnostics, errors, sources), out, indent=2, ensure_ascii=False)
+    out.write("\n")
+
+
+# --- one entry point for the command line --------------------------------------------------
+
+def write_report(out: TextIO, report: CheckReport, output_format: OutputFormat, *,
+                 sources: SourceLookup | None = None, statistics: bool = False,
+                 show_fixes: bool = False) -> None:
+    """Write a run's report; `output_format` must already be resolved (not TEXT)."""
+    if output_format is OutputFormat.JSON:
+        if statistics:
+            write_statistics_json(out, report.diagnostics, report.unsafe_fixes)
+        else:
+            write_json(out, report.diagnostics, report.errors)
+        return
+    if output_format is OutputFormat.GITHUB:
+        write_github(out, report.diagnostics, report.errors)
+        return
+    if output_format is OutputFormat.SARIF:
+        write_sarif(out, report.diagnostics, report.errors, sources)
+        return
+    for error in report.errors:
+        out.write(format_error_line(error) + "\n")
+    if statistics:
+        write_statistics(out, report.diagnostics, report.unsafe_fixes)
+    else:
+        write_findings(out, report.diagnostics, unsafe_fixes=report.unsafe_fixes,
+                       full=output_format is OutputFormat.FULL, sources=sources)
+    if show_fixes:
+        if report.fixing:
+            write_fixed_listing(out, report.fixed_codes, dry_run=report.dry_run)
+        elif sources is not None:
+            write_fix_preview(out, report.diagnostics, unsafe_fixes=report.unsafe_fixes, sources=sources)
+    write_summary(out, report)

@@ -56,6 +56,12 @@ class EditMode(Enum):
     REPLACE = "replace"
     INSERT_BEFORE = "insert before"
     INSERT_AFTER = "insert after"
+    # A new statement on its own line after the node's last line, indented like the node.
+    INSERT_LINE_AFTER = "insert line after"
+    # A new statement on its own line before the node's first line, indented like the node.
+    INSERT_LINE_BEFORE = "insert line before"
+    # Replace from the node's start up to the start of `until` (keeps `until` itself).
+    REPLACE_UNTIL = "replace until"
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class NodeEdit:
     node: cst.CSTNode
     replacement: Union[str, cst.CSTNode]
     mode: EditMode = EditMode.REPLACE
+    until: cst.CSTNode | None = None
 
     @staticmethod
     def insert_before(node: cst.CSTNode, text: str) -> "NodeEdit":
@@ -76,6 +83,19 @@ class NodeEdit:
     @staticmethod
     def insert_after(node: cst.CSTNode, text: str) -> "NodeEdit":
         return NodeEdit(node, text, EditMode.INSERT_AFTER)
+
+    @staticmethod
+    def insert_line_after(statement: cst.CSTNode, text: str) -> "NodeEdit":
+        return NodeEdit(statement, text, EditMode.INSERT_LINE_AFTER)
+
+    @staticmethod
+    def replace_until(node: cst.CSTNode, until: cst.CSTNode, text: str) -> "NodeEdit":
+        """`self.x = value` -> `f(value`: rewrite what precedes a node without re-rendering it."""
+        return NodeEdit(node, text, EditMode.REPLACE_UNTIL, until)
+
+    @staticmethod
+    def insert_line_before(statement: cst.CSTNode, text: str) -> "NodeEdit":
+        return NodeEdit(statement, text, EditMode.INSERT_LINE_BEFORE)
 
 
 @dataclass(frozen=True)
@@ -108,6 +128,9 @@ class Rule:
     message: ClassVar[str]
     fix_title: ClassVar[str | None] = None
     default_enabled: ClassVar[bool] = True
+    # The rule cannot fire on a file containing none of these strings, so the engine does not
+    # run it there (and parses nothing when no selected rule can fire). Empty: always run.
+    requires_any_text: ClassVar[tuple[str, ...]] = ()
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
     Options: ClassVar[type] = NoOptions

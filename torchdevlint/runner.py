@@ -5,20 +5,21 @@ from __future__ import annotations
 import ast
 import difflib
 import os
+import signal
 import sys
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
 
+from torchdevlint.cache import FindingsCache, content_digest, settings_digest
 from torchdevlint.diagnostics import FileError, FileResult
-from torchdevlint.engine import lint_source
-from torchdevlint.fixer import fix_source
+from torchdevlint.engine import RELEVANCE_MARKER, InvalidSource, lint_source
+from torchdevlint.fixer import fix_source, is_applicable
 from torchdevlint.registry import rule_by_code
 from torchdevlint.rule import Rule
-from torchdevlint.sourcefile import SourceError, read_source, write_atomically
+from torchdevlint.sourcefile import SourceError, decode_source, read_bytes, write_atomically
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,17 @@ class RunSettings:
         found = [rule_by_code(code) for code in self.rule_codes]
         return [rule for rule in found if rule is not None]
 
+    # Folder of the findings cache; None disables it.
+    cache_dir: str | None = None
+
     @property
     def rewrites(self) -> bool:
         return self.fix or self.diff
+
+    def cache(self) -> FindingsCache | None:
+        if self.cache_dir is None:
+            return None
+        return FindingsCache(Path(self.cache_dir), settings_digest(self.rule_codes, self.rule_options))
 
 
 def _syntax_error(path: str, source: str, error: cst.ParserSyntaxError) -> FileError:
@@ -65,7 +74,24 @@ def process_file(path: str, settings: RunSettings) -> FileResult:
     """Lint one file, fixing it if asked. Every failure becomes a FileError, never a raise."""
     result = FileResult(path)
     try:
-        source = read_source(Path(path))
+        data = read_bytes(Path(path))
+    except SourceError as error:
+        result.error = FileError(path, str(error))
+        return result
+    if not mentions_torch_bytes(data):
+        return result
+    cache = settings.cache()
+    digest = content_digest(data) if cache is not None else ""
+    if cache is not None:
+        cached = cache.load(digest, path)
+        # With --fix, a cached result is good enough when nothing in it would be applied.
+        if cached is not None and not (
+            settings.rewrites and any(is_applicable(d.fix, settings.unsafe_fixes) for d in cached)
+        ):
+            result.diagnostics = cached
+            return result
+    try:
+        source = decode_source(data)
     except SourceError as error:
         result.error = FileError(path, str(error))
         return result
@@ -76,7 +102,11 @@ def process_file(path: str, settings: RunSettings) -> FileResult:
             outcome = fix_source(source.text, path, rules, options, unsafe=settings.unsafe_fixes)
             result.diagnostics = outcome.remaining
             result.fixed_count = outcome.fixed_count
+            result.fixed_codes = outcome.fixed_codes
+            if outcome.remaining:
+                result.source = outcome.text
             if outcome.changed(source.text):
+                new_data = source.encode(outcome.text)
                 if settings.diff:
                     result.diff = "".join(
                         difflib.unified_diff(
@@ -87,10 +117,21 @@ def process_file(path: str, settings: RunSettings) -> FileResult:
                         )
                     )
                 else:
-                    write_atomically(Path(path), source.encode(outcome.text))
+                    write_atomically(Path(path), new_data)
+                    if cache is not None and not any(d.fix_withheld for d in outcome.remaining):
+                        cache.store(content_digest(new_data), outcome.remaining)
+            elif cache is not None and not any(d.fix_withheld for d in outcome.remaining):
+                cache.store(digest, outcome.remaining)
         else:
             result.diagnostics = lint_source(source.text, path, rules, options)
+            if result.diagnostics:
+                result.source = source.text
+            if cache is not None:
+                cache.store(digest, result.diagnostics)
+    except InvalidSource as error:
+        result.error = FileError(path, error.message, error.line, error.column)
     except cst.ParserSyntaxError as error:
+        # LibCST rejected what Python accepted: rare, but never a traceback.
         result.error = _syntax_error(path, source.text, error)
     except RecursionError:
         result.error = FileError(path, "too deeply nested to analyse")
@@ -101,8 +142,13 @@ def process_file(path: str, settings: RunSettings) -> FileResult:
     return result
 
 
-def _process_star(args: tuple[str, RunSettings]) -> FileResult:
-    return process_file(*args)
+def mentions_torch_bytes(data: bytes) -> bool:
+    """Files that never mention torch cannot hold a finding: not decoded, hashed or parsed.
+
+    Checked on the raw bytes; an exotic encoding (UTF-16) would hide the word, so bytes that
+    are not ASCII-compatible are always read in full.
+    """
+    return RELEVANCE_MARKER.encode() in data or data[:2] in (b"\xff\xfe", b"\xfe\xff")
 
 
 def default_jobs() -> int:
@@ -112,13 +158,29 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _worker_ignores_interrupts() -> None:
+    # The parent decides what an interrupt means; a worker finishes the file it is on, and
+    # every write is atomic, so each file ends up untouched or completely fixed.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run(paths: Iterable[str], settings: RunSettings, jobs: int) -> Iterator[FileResult]:
-    """Results in the order of `paths`, streamed as they complete in order."""
+    """Results in the order of `paths`, streamed as they complete in order.
+
+    On KeyboardInterrupt (the CLI turns SIGTERM into one too) no new file is started, the
+    files being processed are finished, and the interrupt propagates.
+    """
     paths = list(paths)
     if jobs <= 1 or len(paths) < 2:
         for path in paths:
             yield process_file(path, settings)
         return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
-        chunk = max(1, min(32, len(paths) // (jobs * 4) or 1))
-        yield from pool.map(_process_star, ((path, settings) for path in paths), chunksize=chunk)
+    from concurrent.futures import ProcessPoolExecutor  # only parallel runs pay for the import
+
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(paths)), initializer=_worker_ignores_interrupts)
+    try:
+        futures = [pool.submit(process_file, path, settings) for path in paths]
+        for future in futures:
+            yield future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

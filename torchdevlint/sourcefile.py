@@ -41,12 +41,15 @@ def decode_source(data: bytes) -> SourceText:
     return SourceText(text, encoding)
 
 
-def read_source(path: Path) -> SourceText:
+def read_bytes(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as error:
         raise SourceError(f"cannot read: {error.strerror or error}") from None
-    return decode_source(data)
+
+
+def read_source(path: Path) -> SourceText:
+    return decode_source(read_bytes(path))
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -66,3 +69,26 @@ def write_atomically(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+class SourceTexts:
+    """The text each reported file had when it was linted, for reporters that show it.
+
+    Workers hand back the text with their findings; a result without it (from the cache) is
+    read again from disk. None for a file that can no longer be read.
+    """
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str | None] = {}
+
+    def add(self, path: str, text: str | None) -> None:
+        if text is not None:
+            self._texts[path] = text
+
+    def __call__(self, path: str) -> str | None:
+        if path not in self._texts:
+            try:
+                self._texts[path] = read_source(Path(path)).text
+            except SourceError:
+                self._texts[path] = None
+        return self._texts[path]

@@ -64,6 +64,13 @@ class ImportTable:
     def mentions_module(self, top_level: str) -> bool:
         return any(q == top_level or q.startswith(top_level + ".") for q in self._aliases.values())
 
+    def local_name_for(self, module: str) -> str | None:
+        """The name this file binds to a module (`T` for `import torch as T`), if any."""
+        for local, qualified in self._aliases.items():
+            if qualified == module:
+                return local
+        return None
+
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         """`T.nn.Linear` -> `torch.nn.Linear` when `import torch as T`; None if not imported."""
         dotted = dotted_name(node)

@@ -241,6 +241,20 @@ class KindInference:
                 return OTHER
         return None
 
+    def binding_scope(self, name: str) -> Scope | None:
+        """The scope whose binding of `name` is visible here (what `lookup` reads), if any.
+
+        Rules that track facts of their own about names key them by this scope, so that a
+        local of the same name in another function never inherits them.
+        """
+        innermost = self.scopes[-1] if self.scopes else None
+        for scope in reversed(self.scopes):
+            if scope.kind is ScopeKind.CLASS and scope is not innermost:
+                continue
+            if name in scope.bindings:
+                return scope
+        return None
+
     def bind_name(self, name: str, info: ValueInfo) -> None:
         scope = self.current
         previous = scope.bindings.get(name)

@@ -76,6 +76,7 @@ class TensorMoveDiscarded(Rule):
     slug = "tensor-move-discarded"
     message = "Tensor move result is discarded; tensor moves are not in place"
     fix_title = "Assign the moved tensor back"
+    requires_any_text = tuple(f".{method}" for method in sorted(torch_api.MOVE_METHODS))
 
     VALID = [
         Valid(

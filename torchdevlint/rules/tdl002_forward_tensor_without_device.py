@@ -84,6 +84,7 @@ class ForwardTensorWithoutDevice(Rule):
     slug = "forward-tensor-without-device"
     message = "Tensor created in forward without device=; it stays on the CPU when the model moves"
     fix_title = "Create the tensor on the input's device"
+    requires_any_text = ("forward",)
 
     VALID = [
         Valid(

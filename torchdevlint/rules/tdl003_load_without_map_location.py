@@ -65,6 +65,7 @@ class LoadWithoutMapLocation(Rule):
     slug = "load-without-map-location"
     message = "torch.load without map_location fails where the saving device is absent"
     fix_title = "Pass map_location"
+    requires_any_text = ("load",)
     Options = LoadOptions
 
     VALID = [

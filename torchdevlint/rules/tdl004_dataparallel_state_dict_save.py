@@ -4,26 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.state_dict_flow import SavedStateDict, WrappedStateDictSaves
 from torchdevlint.analysis.value_kinds import Wrapping
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
-
-# Nodes a state dict may pass through on its way into a saved object.
-_CONTAINERS = (cst.Dict, cst.DictElement, cst.List, cst.Tuple, cst.Element, cst.Arg)
-
-_Found = tuple[cst.Call, "PendingFix | None"]
-
-
-def _helper_name(call: cst.Call) -> str | None:
-    """`save_checkpoint(...)` or `self.save_checkpoint(...)`: a candidate saver helper."""
-    func = call.func
-    if isinstance(func, cst.Name):
-        return func.value
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-        return func.attr.value
-    return None
 
 
 class DataParallelStateDictSave(Rule):
@@ -68,6 +53,7 @@ class DataParallelStateDictSave(Rule):
     slug = "dataparallel-state-dict-save"
     message = "state_dict() of a DataParallel/DDP-wrapped model is saved with 'module.'-prefixed keys"
     fix_title = "Save the unwrapped model's state_dict()"
+    requires_any_text = ("state_dict",)
 
     VALID = [
         Valid(
@@ -209,104 +195,19 @@ class DataParallelStateDictSave(Rule):
 
     def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
         super().__init__(context, options)
-        # (scope node id, variable name) -> state_dict() calls stored in that variable.
-        self._pending: dict[tuple[int, str], list[_Found]] = {}
-        # (helper name, argument index) -> state_dict() calls passed to that helper.
-        self._passed_to_helper: dict[tuple[str, int], list[_Found]] = {}
-        # Helpers defined in this file that hand one parameter straight to torch.save.
-        self._savers: set[tuple[str, int]] = set()
+        self._saves = WrappedStateDictSaves(context, self._on_saved)
+
+    def _on_saved(self, saved: SavedStateDict) -> None:
+        self.report(saved.call, fix=self._fix(saved.receiver, saved.wrapping))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.context.imports.qualified_name(node.func) in torch_api.TORCH_SAVE:
-            self._check_save(node)
-            return
-        self._check_helper_call(node)
-        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict" and not node.args):
-            return
-        receiver = node.func.value
-        wrapping = self.context.kinds.kind_of(receiver).wrapping
-        if wrapping is Wrapping.NO:
-            return
-        found = (node, self._fix(receiver, wrapping))
-        destination = self._destination(node)
-        if isinstance(destination, cst.Call):
-            self.report(node, fix=found[1])
-        elif isinstance(destination, str):
-            self._pending.setdefault(self._key(destination), []).append(found)
-        elif isinstance(destination, tuple):
-            self._passed_to_helper.setdefault(destination, []).append(found)
-
-    def _destination(self, node: cst.Call) -> cst.Call | str | tuple[str, int] | None:
-        """Where the value goes: the torch.save call saving it, the variable it is stored in,
-        or (helper name, argument index) for a call of a function defined in this file."""
-        child: cst.CSTNode = node
-        for ancestor in self.context.ancestors(node):
-            if isinstance(ancestor, _CONTAINERS):
-                child = ancestor
-                continue
-            if isinstance(ancestor, cst.Call):
-                if self.context.imports.qualified_name(ancestor.func) in torch_api.TORCH_SAVE:
-                    return ancestor if ancestor.args and child is ancestor.args[0] else None
-                helper = _helper_name(ancestor)
-                if helper is not None and isinstance(child, cst.Arg) and child.keyword is None and child in ancestor.args:
-                    return helper, ancestor.args.index(child)
-                return None
-            if isinstance(ancestor, cst.Assign) and len(ancestor.targets) == 1:
-                target = ancestor.targets[0].target
-                if isinstance(target, cst.Subscript):
-                    target = target.value
-                return target.value if isinstance(target, cst.Name) else None
-            return None
-        return None
-
-    def _key(self, name: str) -> tuple[int, str]:
-        return id(self.context.kinds.current.node), name
-
-    def _check_save(self, node: cst.Call) -> None:
-        if not node.args or not isinstance(node.args[0].value, cst.Name):
-            return
-        name = node.args[0].value.value
-        for found in self._pending.pop(self._key(name), []):
-            self.report(found[0], fix=found[1])
-        self._record_saver(name)
-
-    def _record_saver(self, name: str) -> None:
-        """`def save_checkpoint(state, path): torch.save(state, path)` makes a saver helper."""
-        function = self.context.enclosing_function()
-        if function is None or self.context.kinds.current.node is not function:
-            return
-        params = [*function.params.posonly_params, *function.params.params]
-        method = self.context.enclosing_method_class()
-        offset = 1 if method is not None and method[0] is function else 0
-        for index, param in enumerate(params[offset:]):
-            if param.name.value == name:
-                self._savers.add((function.name.value, index))
-
-    def _check_helper_call(self, node: cst.Call) -> None:
-        helper = _helper_name(node)
-        if helper is None:
-            return
-        for index, arg in enumerate(node.args):
-            if arg.keyword is None and not arg.star and isinstance(arg.value, cst.Name):
-                for found in self._pending.get(self._key(arg.value.value), []):
-                    self._passed_to_helper.setdefault((helper, index), []).append(found)
-
-    def leave_Module(self, node: cst.Module) -> None:
-        # Helpers may be defined after their callers: decide once the whole file is read.
-        for helper, found_list in self._passed_to_helper.items():
-            if helper in self._savers:
-                for call, fix in found_list:
-                    self.report(call, fix=fix)
+        self._saves.visit_Call(node)
 
     def leave_Assign(self, node: cst.Assign) -> None:
-        # A plain rebinding forgets what the variable held (unless it holds a state dict again).
-        for target in node.targets:
-            if isinstance(target.target, cst.Name) and not self._holds_state_dict(node.value):
-                self._pending.pop(self._key(target.target.value), None)
+        self._saves.leave_Assign(node)
 
-    @staticmethod
-    def _holds_state_dict(value: cst.BaseExpression) -> bool:
-        return "state_dict" in cst.Module([]).code_for_node(value)
+    def leave_Module(self, node: cst.Module) -> None:
+        self._saves.leave_Module(node)
 
     def _fix(self, receiver: cst.BaseExpression, wrapping: Wrapping) -> PendingFix | None:
         code = self.context.code_for_node(receiver)

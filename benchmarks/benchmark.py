@@ -1,0 +1,133 @@
+"""Times torchdevlint against bare LibCST parsing and its peers, as whole processes.
+
+    python benchmarks/benchmark.py                       # synthetic corpus (generated)
+    python benchmarks/benchmark.py --corpus PATH         # any folder of Python files
+    python benchmarks/benchmark.py --files 600 --lines 230 --runs 5
+
+Prints a table of medians, each with its ratio to a bare LibCST parse of the same files, and
+the peak memory of the measured process. TorchFix and flake8 are timed when installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic_corpus import build  # noqa: E402
+
+_PARSE_ALL = """
+import sys, pathlib, libcst
+for path in sorted(pathlib.Path(sys.argv[1]).rglob("*.py")):
+    try:
+        libcst.parse_module(path.read_bytes())
+    except Exception:
+        pass
+"""
+_AST_ALL = _PARSE_ALL.replace("import sys, pathlib, libcst", "import sys, pathlib, ast").replace(
+    "libcst.parse_module(path.read_bytes())", "ast.parse(path.read_bytes())"
+)
+
+
+@dataclass
+class Measurement:
+    name: str
+    seconds: list[float]
+    peak_mib: float
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def run_once(command: list[str], cwd: Path) -> tuple[float, float]:
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, _, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - start
+    return elapsed, usage.ru_maxrss / 1024
+
+
+def measure(name: str, command: list[str], cwd: Path, runs: int, before_each=None) -> Measurement:  # type: ignore[no-untyped-def]
+    seconds: list[float] = []
+    peak = 0.0
+    for _ in range(runs):
+        if before_each is not None:
+            before_each()
+        elapsed, rss = run_once(command, cwd)
+        seconds.append(elapsed)
+        peak = max(peak, rss)
+    return Measurement(name, seconds, peak)
+
+
+def corpus_size(folder: Path) -> tuple[int, int]:
+    files = sorted(folder.rglob("*.py"))
+    lines = sum(path.read_bytes().count(b"\n") for path in files)
+    return len(files), lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, help="folder to lint (default: a generated synthetic corpus)")
+    parser.add_argument("--files", type=int, default=600, help="synthetic corpus: number of files")
+    parser.add_argument("--lines", type=int, default=230, help="synthetic corpus: mean lines per file")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="tdl-bench-"))
+    try:
+        corpus = args.corpus.resolve() if args.corpus else build(workdir / "corpus", args.files, args.lines, args.seed)
+        files, lines = corpus_size(corpus)
+        cache = workdir / "cache"
+        python = sys.executable
+        tdl = [python, "-m", "torchdevlint", "check", "--exit-zero", "--format", "json"]
+        small = workdir / "small.py"
+        small.write_text("import torch\nx = torch.zeros(3)\nx = x.cuda()\n")
+
+        results = [
+            measure("ast.parse (stdlib), 1 process", [python, "-c", _AST_ALL, str(corpus)], workdir, args.runs),
+            measure("LibCST parse_module, 1 process", [python, "-c", _PARSE_ALL, str(corpus)], workdir, args.runs),
+            measure("torchdevlint cold, --jobs 1", [*tdl, "--no-cache", "--jobs", "1", str(corpus)], workdir, args.runs),
+            measure(f"torchdevlint cold, --jobs {os.cpu_count()}", [*tdl, "--no-cache", str(corpus)], workdir, args.runs),
+        ]
+        subprocess.run([*tdl, "--cache-dir", str(cache), str(corpus)], stdout=subprocess.DEVNULL, check=False)
+        results.append(
+            measure("torchdevlint warm (cache)", [*tdl, "--cache-dir", str(cache), str(corpus)], workdir, args.runs)
+        )
+        results.append(measure("torchdevlint, one small file", [*tdl, "--no-cache", str(small)], workdir, args.runs))
+        torchfix = shutil.which("torchfix")
+        if torchfix:
+            results.append(measure("TorchFix, all rules", [torchfix, "--select", "ALL", str(corpus)], workdir, args.runs))
+        flake8 = shutil.which("flake8")
+        if flake8:
+            results.append(
+                measure("flake8 --select TDL (torchdevlint plugin)", [flake8, "--select", "TDL", str(corpus)], workdir, args.runs)
+            )
+
+        base = results[1].median
+        print(f"corpus: {corpus if args.corpus else 'synthetic'}: {files} files, {lines} lines; "
+              f"{os.cpu_count()} cores; median of {args.runs} runs; Python {sys.version.split()[0]}")
+        print()
+        print("| work | median s | × LibCST parse | peak MiB |")
+        print("|---|---:|---:|---:|")
+        for result in results:
+            print(f"| {result.name} | {result.median:.2f} | {result.median / base:.2f} | {result.peak_mib:.0f} |")
+        one, many = results[2].median, results[3].median
+        print()
+        print(f"parallel speed-up: {one / many:.2f}×")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

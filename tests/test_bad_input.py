@@ -1,0 +1,155 @@
+"""Every kind of file a commit hook meets: a clear one-line message, the right exit code, never
+a traceback, and the other files are still linted."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\n"
+
+
+def check(tmp_path: Path, *paths: str, extra: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+    (tmp_path / "good.py").write_text(BUGGY)
+    result = run_cli("check", "--no-cache", *extra, "good.py", *paths, cwd=tmp_path)
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output, output
+    # The healthy file is always linted.
+    assert "good.py:3:1: TDL001" in result.stdout, output
+    return result
+
+
+def error_lines(result, name: str) -> list[str]:  # type: ignore[no-untyped-def]
+    return [line for line in result.stdout.splitlines() if line.startswith(name) and ": error:" in line]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("syntax.py", b"import torch\ndef f(:\n", "syntax error"),
+        ("nul.py", b"import torch\x00\n", "null bytes"),
+        ("binary.py", bytes(range(256)) + b"torch", "null bytes"),
+        ("latin1_no_cookie.py", "import torch\nname = 'caf\xe9'\n".encode("latin-1"), "cannot decode"),
+        ("bad_cookie.py", b"# -*- coding: klingon -*-\nimport torch\n", "encoding"),
+        ("python2.py", b"import torch\nprint 'hello'\n", "syntax error"),
+    ],
+    ids=lambda value: value if isinstance(value, str) and value.endswith(".py") else "",
+)
+def test_unreadable_or_unparsable_files(tmp_path: Path, name: str, data: bytes, message: str) -> None:
+    (tmp_path / name).write_bytes(data)
+    result = check(tmp_path, name)
+    assert result.returncode == 2
+    lines = error_lines(result, name)
+    assert len(lines) == 1 and message in lines[0], result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("empty.py", b""),
+        ("bom.py", b"\xef\xbb\xbfimport torch\nx = torch.zeros(1)\nx = x.cuda()\n"),
+        ("latin1_cookie.py", "# -*- coding: latin-1 -*-\nimport torch\ns = 'caf\xe9'\n".encode("latin-1")),
+        ("crlf.py", b"import torch\r\nx = torch.zeros(1)\r\nx = x.cuda()\r\n"),
+        ("mixed_endings.py", b"import torch\r\nx = torch.zeros(1)\nx = x.cuda()\r\n"),
+        ("tabs.py", b"import torch\nif True:\n\tx = torch.zeros(1)\n\tx = x.cuda()\n"),
+        ("long_line.py", b"import torch\nx = [" + b"1, " * 200_000 + b"]\n"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_odd_but_valid_files_are_linted_cleanly(tmp_path: Path, name: str, data: bytes) -> None:
+    (tmp_path / name).write_bytes(data)
+    result = check(tmp_path, name)
+    assert result.returncode == 1  # only good.py's finding
+    assert not error_lines(result, name)
+
+
+def test_huge_file(tmp_path: Path) -> None:
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(25_000))
+    (tmp_path / "huge.py").write_text("import torch\n" + body + "y = torch.zeros(2)\ny.cuda()\n")
+    result = check(tmp_path, "huge.py")
+    assert f"huge.py:{2 + 50_000 + 1}:1: TDL001" in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = tmp_path / "secret.py"
+    path.write_text(BUGGY)
+    path.chmod(0)
+    result = check(tmp_path, "secret.py")
+    assert result.returncode == 2
+    assert "secret.py: error: cannot read" in result.stdout
+
+
+def test_symlink_problems_in_walked_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    (folder / "real.py").write_text(BUGGY)
+    (folder / "broken.py").symlink_to(tmp_path / "missing.py")
+    (folder / "loop").symlink_to(folder)
+    (folder / "self_a.py").symlink_to(folder / "self_b.py")
+    (folder / "self_b.py").symlink_to(folder / "self_a.py")
+    result = check(tmp_path, "pkg")
+    assert "pkg/real.py:3:1: TDL001" in result.stdout
+
+
+def test_path_that_does_not_exist(tmp_path: Path) -> None:
+    result = check(tmp_path, "nowhere/model.py")
+    assert result.returncode == 2
+    assert error_lines(result, "nowhere/model.py")
+
+
+def test_thousands_of_files(tmp_path: Path) -> None:
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for index in range(2000):
+        (folder / f"m{index}.py").write_text("import os\n" if index % 2 else "import torch\nx = 1\n")
+    (folder / "bug.py").write_text(BUGGY)
+    result = check(tmp_path, "many")
+    assert "many/bug.py:3:1: TDL001" in result.stdout
+    assert result.returncode == 1
+
+
+def test_newer_syntax_than_python_is_named(tmp_path: Path) -> None:
+    # PEP 695 generics parse in LibCST but are newer than Python 3.11.
+    (tmp_path / "new.py").write_bytes(b"import torch\ntype Shape = tuple[int, ...]\ndef f[T](x: T) -> T:\n    return x\n")
+    result = check(tmp_path, "new.py")
+    if sys.version_info >= (3, 12):
+        assert not error_lines(result, "new.py")
+    else:
+        lines = error_lines(result, "new.py")
+        assert len(lines) == 1 and "newer" in lines[0], result.stdout
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ('[tool.torchdevlint\nselect = ["TDL001"]\n', "pyproject.toml"),
+        ('[tool.torchdevlint]\nselect = "TDL001"\n', "select"),
+        ('[tool.torchdevlint]\nselect = ["TDL998"]\n', "TDL998"),
+        ('[tool.torchdevlint]\nfrobnicate = true\n', "frobnicate"),
+        ('[tool.torchdevlint.load-without-map-location]\nmap_loc = "cpu"\n', "map_loc"),
+    ],
+)
+def test_broken_configuration_names_the_key(tmp_path: Path, config: str, key: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(config)
+    (tmp_path / "good.py").write_text(BUGGY)
+    result = run_cli("check", "good.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert key in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_json_output_carries_file_errors(tmp_path: Path) -> None:
+    (tmp_path / "syntax.py").write_bytes(b"import torch\ndef f(:\n")
+    (tmp_path / "good.py").write_text(BUGGY)
+    result = run_cli("check", "--no-cache", "--format", "json", "good.py", "syntax.py", cwd=tmp_path)
+    assert result.returncode == 2
+    items = json.loads(result.stdout)
+    assert any(item["code"] == "TDL001" for item in items)
+    assert any(item["path"] == "syntax.py" and item["code"] is None for item in items)

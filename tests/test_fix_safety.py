@@ -1,0 +1,77 @@
+"""Fixing at scale and under interruption, and the linter never executing what it reads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import FIXTURES, ROOT, run_cli
+from roundtrip import run as round_trip
+
+BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\n"
+FIXED = "import torch\nx = torch.zeros(3)\nx = x.cuda()\n"
+
+
+def test_round_trip_over_the_shipped_code(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    for path in FIXTURES.glob("*.py"):
+        (source / path.name).write_bytes(path.read_bytes())
+    result = round_trip(source, tmp_path / "work")
+    assert result.violations == []
+    assert result.files_changed > 0 and result.findings_fixable > 0
+    assert result.still_compile == result.compiled_before
+    assert result.second_run_changes == 0
+
+
+def test_interrupted_fix_leaves_each_file_untouched_or_fully_fixed(tmp_path: Path) -> None:
+    folder = tmp_path / "many"
+    folder.mkdir()
+    body = BUGGY + "".join(f"def f{i}(a):\n    return a + {i}\n" for i in range(400))
+    fixed_body = FIXED + body[len(BUGGY):]
+    for index in range(300):
+        (folder / f"m{index:03d}.py").write_text(body)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        for path in folder.iterdir():
+            path.write_text(body)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "torchdevlint", "check", "--fix", "--no-cache", "--jobs", "2", str(folder)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        time.sleep(1.5)
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=120)
+        assert "Traceback" not in stderr
+        states = {path.read_text() for path in folder.iterdir() if path.suffix == ".py"}
+        assert states <= {body, fixed_body}
+        leftovers = [p.name for p in folder.iterdir() if p.suffix != ".py"]
+        assert leftovers == []
+
+
+def test_linting_never_executes_the_code_it_reads(tmp_path: Path) -> None:
+    marker = tmp_path / "executed"
+    (tmp_path / "evil.py").write_text(
+        "import torch\n"
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "x = torch.zeros(3)\n"
+        "x.cuda()\n"
+        "state = torch.load('m.pt')\n"
+    )
+    (tmp_path / "evil_helper.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n")
+    for args in (("check",), ("check", "--fix", "--unsafe-fixes"), ("check", "--format", "json")):
+        run_cli(*args, "--no-cache", "evil.py", cwd=tmp_path)
+    assert not marker.exists()
+
+
+def test_the_linter_has_no_eval_exec_or_dynamic_user_imports() -> None:
+    package = ROOT / "torchdevlint"
+    for path in package.rglob("*.py"):
+        if "verify" in path.parts:
+            continue  # verify runs programs, each in its own subprocess, by design
+        text = path.read_text()
+        for forbidden in ("eval(", "exec(", "__import__(", "runpy", "importlib.util.spec_from_file_location"):
+            assert forbidden not in text, f"{path.relative_to(ROOT)} uses {forbidden}"

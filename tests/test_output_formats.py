@@ -1,0 +1,233 @@
+"""Output formats as CI and people read them: github, sarif, full/concise text, statistics, fixes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT, run_cli
+
+SARIF_SCHEMA = ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json"
+BUGGY = (
+    "import torch\n"
+    "x = torch.zeros(3)\n"
+    "if x.sum() > 0:\n"
+    "\tx.cuda()\n"
+    "state = torch.load(\n"
+    "    'a.pt',\n"
+    ")\n"
+)
+
+
+def write(tmp_path: Path, text: str = BUGGY, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_concise_is_one_line_per_finding(tmp_path: Path) -> None:
+    write(tmp_path)
+    for args in (("--format", "concise"), ()):  # piped, the default is concise too
+        lines = run_cli("check", "--no-cache", *args, "train.py", cwd=tmp_path).stdout.splitlines()
+        assert lines[:2] == [
+            "train.py:4:2: TDL001 Tensor move result is discarded; tensor moves are not in place [*]",
+            "train.py:5:9: TDL003 torch.load without map_location fails where the saving device is absent",
+        ]
+        assert lines[2] == "Found 2 errors."
+
+
+def test_full_shows_the_line_and_marks_the_span(tmp_path: Path) -> None:
+    write(tmp_path)
+    out = run_cli("check", "--no-cache", "--format", "full", "train.py", cwd=tmp_path).stdout
+    assert (
+        "train.py:4:2: TDL001 Tensor move result is discarded; tensor moves are not in place [*]\n"
+        "  |\n"
+        "4 | \tx.cuda()\n"
+        "  | \t^^^^^^^^ TDL001\n"
+        "  |\n"
+        "  = help: Assign the moved tensor back\n"
+    ) in out
+    # A span over several lines is marked on each; the code goes on the last.
+    assert "5 | state = torch.load(\n  |         ^^^^^^^^^^^\n6 |     'a.pt',\n  |     ^^^^^^^\n7 | )\n  | ^ TDL003\n" in out
+    assert "= help: Pass map_location (unsafe fix: enable with `--unsafe-fixes`)" in out
+    assert out.rstrip().endswith("(1 hidden fix can be enabled with the `--unsafe-fixes` option).")
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal (POSIX)")
+def test_default_text_on_a_terminal_is_full(tmp_path: Path) -> None:
+    import pty
+
+    write(tmp_path)
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "torchdevlint", "check", "--no-cache", "train.py"],
+        cwd=tmp_path, stdout=follower, stderr=subprocess.PIPE,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO once the child closes the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    process.wait(timeout=60)
+    os.close(leader)
+    out = b"".join(chunks).decode().replace("\r\n", "\n")
+    assert "4 | \tx.cuda()\n  | \t^^^^^^^^ TDL001\n" in out
+
+
+def test_github_workflow_commands(tmp_path: Path) -> None:
+    write(tmp_path)
+    result = run_cli("check", "--no-cache", "--format", "github", "train.py", "missing.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == [
+        "::error file=missing.py,title=torchdevlint::no such file or directory",
+        "::error file=train.py,line=4,col=2,title=TDL001::Tensor move result is discarded; tensor moves are not in place",
+        "::error file=train.py,line=5,col=9,title=TDL003::torch.load without map_location fails where the saving device is absent",
+    ]
+
+
+def test_github_escapes_properties() -> None:
+    from torchdevlint.diagnostics import Diagnostic, Location
+    from torchdevlint.reporting import write_github
+    import io
+
+    out = io.StringIO()
+    write_github(out, [Diagnostic("TDL001", "s", "50% done\nnext", "a,b:c.py", Location(1, 1), Location(1, 2))], [])
+    assert out.getvalue() == "::error file=a%2Cb%3Ac.py,line=1,col=1,title=TDL001::50%25 done%0Anext\n"
+
+
+def _sarif(*args: str, cwd: Path) -> dict:
+    result = run_cli("check", "--no-cache", "--format", "sarif", *args, cwd=cwd)
+    return json.loads(result.stdout)
+
+
+def _validate(log: dict) -> None:
+    if not SARIF_SCHEMA.is_file():
+        pytest.skip(f"the SARIF 2.1.0 schema is not at {SARIF_SCHEMA} (it comes with ../shared/data)")
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install -e '.[test]')")
+    schema = json.loads(SARIF_SCHEMA.read_text())
+    validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
+    errors = sorted(validator.iter_errors(log), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors[:10])
+
+
+def test_sarif_on_the_fixtures_is_valid_and_complete() -> None:
+    from torchdevlint.registry import all_rules
+
+    log = _sarif(str(FIXTURES), cwd=ROOT)
+    _validate(log)
+    assert log["version"] == "2.1.0" and len(log["runs"]) == 1
+    run = log["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    assert [rule["id"] for rule in rules] == [rule.code for rule in all_rules()]
+    for rule in rules:
+        assert rule["name"] and rule["shortDescription"]["text"] and rule["fullDescription"]["text"]
+        assert "## Why is this bad?" in rule["help"]["text"]
+    cli = json.loads(run_cli("check", "--no-cache", "--format", "json", str(FIXTURES), cwd=ROOT).stdout)
+    found = [
+        (
+            result["ruleId"],
+            result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+            result["locations"][0]["physicalLocation"]["region"]["startLine"],
+            result["locations"][0]["physicalLocation"]["region"]["startColumn"],
+        )
+        for result in run["results"]
+    ]
+    assert found == [(i["code"], Path(i["path"]).relative_to(ROOT).as_posix(), i["line"], i["column"]) for i in cli]
+    assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in run["results"])
+    with_fix = [r for r, i in zip(run["results"], cli) if i["fix"] is not None]
+    assert with_fix and all("fixes" in r for r in with_fix)
+
+
+def _apply_sarif_fix(text: str, fix: dict) -> str:
+    """Apply SARIF replacements (1-based line/column regions) to a text."""
+    starts = [0] + [i + 1 for i, char in enumerate(text) if char == "\n"]
+    replacements = []
+    for change in fix["artifactChanges"]:
+        for replacement in change["replacements"]:
+            region = replacement["deletedRegion"]
+            start = starts[region["startLine"] - 1] + region["startColumn"] - 1
+            end = starts[region["endLine"] - 1] + region["endColumn"] - 1
+            replacements.append((start, end, replacement["insertedContent"]["text"]))
+    for start, end, content in sorted(replacements, reverse=True):
+        text = text[:start] + content + text[end:]
+    return text
+
+
+def test_sarif_fixes_make_the_same_change_as_the_fixer(tmp_path: Path) -> None:
+    from torchdevlint.engine import lint_source
+    from torchdevlint.fixer import apply_fixes
+    from torchdevlint.registry import select_rules
+
+    text = BUGGY.replace("\n", "\r\n").replace("'a.pt'", "'café.pt'")
+    (tmp_path / "train.py").write_bytes(text.encode())
+    log = _sarif("train.py", cwd=tmp_path)
+    _validate(log)
+    results = log["runs"][0]["results"]
+    diagnostics = lint_source(text, "train.py", select_rules())
+    assert [r["ruleId"] for r in results] == [d.code for d in diagnostics]
+    for result, diagnostic in zip(results, diagnostics):
+        assert diagnostic.fix is not None
+        (fix,) = result["fixes"]
+        assert fix["description"]["text"] == diagnostic.fix.title
+        assert _apply_sarif_fix(text, fix) == apply_fixes(text, [diagnostic.fix])[0]
+
+
+def test_sarif_reports_unreadable_files_as_notifications(tmp_path: Path) -> None:
+    write(tmp_path, "import torch\ndef f(:\n", name="broken.py")
+    log = _sarif("broken.py", cwd=tmp_path)
+    _validate(log)
+    invocation = log["runs"][0]["invocations"][0]
+    assert invocation["executionSuccessful"] is False
+    (note,) = invocation["toolExecutionNotifications"]
+    assert "syntax error" in note["message"]["text"]
+    assert note["locations"][0]["physicalLocation"]["region"]["startLine"] == 2
+
+
+def test_statistics_count_per_rule(tmp_path: Path) -> None:
+    write(tmp_path, BUGGY + "x.cpu()\n")
+    result = run_cli("check", "--no-cache", "--statistics", "train.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[:3] == [
+        "2\tTDL001\t[*] tensor-move-discarded",
+        "1\tTDL003\t    load-without-map-location",
+        "Found 3 errors.",
+    ]
+    as_json = json.loads(run_cli("check", "--no-cache", "--statistics", "--format", "json", "train.py", cwd=tmp_path).stdout)
+    assert as_json == [
+        {"code": "TDL001", "name": "tensor-move-discarded", "count": 2, "fixable": 2},
+        {"code": "TDL003", "name": "load-without-map-location", "count": 1, "fixable": 0},
+    ]
+    refused = run_cli("check", "--statistics", "--format", "sarif", "train.py", cwd=tmp_path)
+    assert refused.returncode == 2 and "--statistics" in refused.stderr
+
+
+def test_show_fixes_lists_what_fix_would_change_without_writing(tmp_path: Path) -> None:
+    path = write(tmp_path)
+    result = run_cli("check", "--no-cache", "--show-fixes", "train.py", cwd=tmp_path)
+    assert path.read_text() == BUGGY
+    assert (
+        "`--fix` would apply 1 fix:\n"
+        "  train.py:4:2: TDL001 Assign the moved tensor back\n"
+        "    - \tx.cuda()\n"
+        "    + \tx = x.cuda()\n"
+        "1 unsafe fix not listed; add `--unsafe-fixes` to list and apply it.\n"
+    ) in result.stdout
+    unsafe = run_cli("check", "--no-cache", "--show-fixes", "--unsafe-fixes", "train.py", cwd=tmp_path).stdout
+    assert "  train.py:5:9: TDL003 Pass map_location (unsafe)\n    -     'a.pt',\n    +     'a.pt', map_location=\"cpu\",\n" in unsafe
+
+
+def test_show_fixes_with_fix_lists_what_changed(tmp_path: Path) -> None:
+    write(tmp_path, BUGGY + "x.cpu()\n")
+    result = run_cli("check", "--no-cache", "--fix", "--show-fixes", "train.py", cwd=tmp_path)
+    assert "Fixed 2 errors:\n- train.py:\n    2 × TDL001 (tensor-move-discarded)\n" in result.stdout
+    assert "Found 3 errors (2 fixed, 1 remaining)." in result.stdout

@@ -1,0 +1,144 @@
+"""The pre-commit hooks, run by the real `pre-commit` in a throw-away repository.
+
+The user's `.pre-commit-config.yaml` is the README's snippet, pointed at a snapshot of this
+working tree (committed into its own repository, since pre-commit installs hooks from a
+git revision, and this checkout's changes may not be committed yet).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+BUGGY = "import torch\n\nx = torch.zeros(3)\nx.cuda()\n"
+FIXED = "import torch\n\nx = torch.zeros(3)\nx = x.cuda()\n"
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "torchdevlint tests",
+    "GIT_AUTHOR_EMAIL": "tests@example.invalid",
+    "GIT_COMMITTER_NAME": "torchdevlint tests",
+    "GIT_COMMITTER_EMAIL": "tests@example.invalid",
+}
+
+
+def test_hooks_file_declares_check_and_fix_hooks() -> None:
+    yaml = pytest.importorskip("yaml", reason="PyYAML (a pre-commit dependency) is not installed")
+    hooks = {hook["id"]: hook for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    assert set(hooks) == {"torchdevlint", "torchdevlint-fix"}
+    for hook in hooks.values():
+        assert hook["language"] == "python" and hook["types"] == ["python"]
+        assert hook["entry"].split()[:2] == ["torchdevlint", "check"]
+        assert hook.get("pass_filenames", True)
+    assert "--fix" in hooks["torchdevlint-fix"]["entry"].split()
+    assert "--fix" not in hooks["torchdevlint"]["entry"].split()
+
+
+def test_force_exclude_applies_exclude_to_named_files(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.torchdevlint]\nexclude = ["legacy/"]\n')
+    (tmp_path / "legacy" / "deep").mkdir(parents=True)
+    (tmp_path / "legacy" / "deep" / "old.py").write_text(BUGGY)
+    (tmp_path / "train.py").write_text(BUGGY)
+    named = ["legacy/deep/old.py", "train.py"]
+    assert run_cli("check", "--no-cache", *named, cwd=tmp_path).stdout.count("TDL001") == 2
+    result = run_cli("check", "--no-cache", "--force-exclude", *named, cwd=tmp_path)
+    assert result.stdout.count("TDL001") == 1 and "train.py:4:1" in result.stdout
+
+
+def readme_snippet() -> str:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, flags=re.DOTALL)
+    snippets = [block for block in blocks if "repos:" in block and "id: torchdevlint" in block]
+    assert len(snippets) == 1, "README must show one .pre-commit-config.yaml snippet"
+    return snippets[0]
+
+
+def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd, capture_output=True, text=True, check=check, env={**os.environ, **GIT_IDENTITY},
+    )
+
+
+def snapshot_of_this_checkout(destination: Path) -> str:
+    """Commit the working tree as it is (tracked and new files git does not ignore)."""
+    listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT).stdout
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    git("init", "-q", cwd=destination)
+    git("add", "-A", cwd=destination)
+    git("commit", "-q", "-m", "snapshot", cwd=destination)
+    return git("rev-parse", "HEAD", cwd=destination).stdout.strip()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("pre_commit") is None,
+    reason="pre-commit is not installed (pip install -e '.[test]')",
+)
+def test_readme_snippet_blocks_a_buggy_commit_and_the_fix_hook_fixes_it(tmp_path: Path) -> None:
+    hooks_repo = tmp_path / "torchdevlint"
+    hooks_repo.mkdir()
+    revision = snapshot_of_this_checkout(hooks_repo)
+
+    project = tmp_path / "project"
+    project.mkdir()
+    git("init", "-q", cwd=project)
+    config = readme_snippet()
+    config = re.sub(r"repo: \S+", f"repo: {hooks_repo.as_posix()}", config, count=1)
+    config = re.sub(r"rev: \S+", f"rev: {revision}", config, count=1)
+    (project / ".pre-commit-config.yaml").write_text(config)
+    (project / "train.py").write_text(BUGGY)
+    git("add", "-A", cwd=project)
+
+    env = {**os.environ, **GIT_IDENTITY, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "NO_COLOR": "1"}
+    env.pop("PRE_COMMIT_ALLOW_NO_CONFIG", None)
+
+    def pre_commit(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pre_commit", *args],
+            cwd=project, capture_output=True, text=True, env=env, timeout=600,
+        )
+
+    def commit() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", "-c", "commit.gpgsign=false", "commit", "-m", "train"],
+            cwd=project, capture_output=True, text=True, env=env, timeout=600,
+        )
+
+    installed = pre_commit("install")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+
+    # The check hook blocks the commit and names the finding.
+    blocked = commit()
+    output = blocked.stdout + blocked.stderr
+    assert blocked.returncode != 0, output
+    assert "train.py:4:1: TDL001 Tensor move result is discarded" in output
+    assert git("rev-parse", "--verify", "HEAD", cwd=project, check=False).returncode != 0, "nothing was committed"
+    assert (project / "train.py").read_text() == BUGGY
+
+    # The README's alternative: the fix hook rewrites the file (and so stops this run) ...
+    (project / ".pre-commit-config.yaml").write_text(config.replace("id: torchdevlint\n", "id: torchdevlint-fix\n"))
+    fixing = pre_commit("run", "--files", "train.py")
+    assert fixing.returncode != 0, fixing.stdout + fixing.stderr
+    assert "files were modified by this hook" in fixing.stdout
+    assert (project / "train.py").read_text() == FIXED
+
+    # ... and the next run, and the commit, pass.
+    again = pre_commit("run", "--files", "train.py")
+    assert again.returncode == 0, again.stdout + again.stderr
+    git("add", "-A", cwd=project)
+    committed = commit()
+    assert committed.returncode == 0, committed.stdout + committed.stderr

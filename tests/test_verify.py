@@ -1,0 +1,649 @@
+"""Tier 4: runtime verification. Each program runs before and after its fixes, in child processes.
+
+The command-line tests run `torchdevlint verify` in a subprocess on the emulated GPU, as CI
+does; `cuda`-marked tests run on a real GPU and are skipped without one. The emulation's own
+tests run in this process and import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from conftest import FIXTURES, ROOT, cuda_available, run_cli
+from torchdevlint.verify.directive import DirectiveError, ProgramHost, VerifySpec, read_directive
+from torchdevlint.verify.protocol import ErrorInfo, RunHost, RunStatus, last_result
+from torchdevlint.verify.runner import (
+    Comparison,
+    ComparisonStatus,
+    RunOutcome,
+    Verdict,
+    compare_results,
+    judge,
+    results_agree,
+)
+
+# A program a user might write: a GRU tagger over packed sequences, with the TDL002 bug (the
+# position mask built in forward() on the CPU), logging `loss.item()`, pinned host memory,
+# CPU lengths for packing, and boolean-mask indexing: what the emulation must let through.
+FRESH_TAGGER = '''\
+"""Tag tokens of synthetic sentences with a small GRU tagger."""
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Tagger(nn.Module):
+    def __init__(self, vocab_size, dim, num_tags):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
+        self.rnn = nn.GRU(dim, dim, batch_first=True)
+        self.out = nn.Linear(dim, num_tags)
+
+    def forward(self, tokens, lengths):
+        packed = pack_padded_sequence(self.embed(tokens), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        hidden, _ = self.rnn(packed)
+        hidden, _ = pad_packed_sequence(hidden, batch_first=True, total_length=tokens.size(1))
+        positions = torch.arange(tokens.size(1))
+        mask = positions[None, :] < lengths[:, None]
+        return self.out(hidden), mask
+
+
+def make_data(n, max_len, vocab_size, num_tags):
+    lengths = torch.randint(2, max_len + 1, (n,))
+    tokens = torch.randint(1, vocab_size, (n, max_len))
+    for i, length in enumerate(lengths.tolist()):
+        tokens[i, length:] = 0
+    return tokens, lengths, tokens % num_tags
+
+
+def main():
+    torch.manual_seed(1)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokens, lengths, tags = make_data(64, 9, 30, 4)
+    loader = DataLoader(TensorDataset(tokens, lengths, tags), batch_size=16, shuffle=True,
+                        pin_memory=torch.cuda.is_available())
+    model = Tagger(30, 16, 4).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    batches = 0
+    for epoch in range(2):
+        total = 0.0
+        for batch_tokens, batch_lengths, batch_tags in loader:
+            batch_tokens = batch_tokens.to(device, non_blocking=True)
+            batch_lengths = batch_lengths.to(device)
+            batch_tags = batch_tags.to(device)
+            logits, mask = model(batch_tokens, batch_lengths)
+            loss = nn.functional.cross_entropy(logits[mask], batch_tags[mask])
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            total += loss.item()
+            batches += 1
+        print(f"epoch {epoch}: loss {total / batches:.3f}")
+    with torch.no_grad():
+        logits, mask = model(tokens[:8].to(device), lengths[:8].to(device))
+    print(f"RESULT batches={batches} logits_shape={tuple(logits.shape)}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+# Where `meta` alone is more lenient than CUDA, a discarded `x.to(device)` (TDL001) must still
+# fail on the emulated GPU. (setup, the tensor left on the CPU, its use, who catches it)
+HOLE_PROGRAM = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    {setup}
+    x = {make}
+    x.to(device)
+    out = {use}
+    print(f"RESULT shape={{tuple(out.shape)}}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+EMULATION, PYTORCH = "emulation", "pytorch"
+HOLE_PROGRAMS = {
+    "embedding_module": ("emb = nn.Embedding(10, 4).to(device)", "torch.randint(0, 10, (2, 3))", "emb(x)", EMULATION),
+    "conv2d_images": ("conv = nn.Conv2d(1, 2, 3).to(device)", "torch.randn(1, 1, 8, 8)", "conv(x)", EMULATION),
+    "matmul": ("w = torch.randn(4, 2, device=device)", "torch.randn(3, 4)", "x @ w", EMULATION),
+    "gpu_indices_into_cpu_tensor": (
+        "index = torch.tensor([1, 2], device=device)", "torch.randn(10, 4)", "x[index]", EMULATION,
+    ),
+    "where": ("ones = torch.ones(3, device=device)", "torch.randn(3)", "torch.where(x > 0, ones, -ones)", PYTORCH),
+}
+
+
+class Corpus(NamedTuple):
+    result: subprocess.CompletedProcess[str]
+    # Reports by file name.
+    reports: dict[str, dict[str, Any]]
+    # When the run began: a fixture written since (by a concurrent edit) was not part of it.
+    started: float
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    """One `verify` run over the fixtures, the hole programs and the fresh program."""
+    folder = tmp_path_factory.mktemp("programs")
+    holes = folder / "holes"
+    holes.mkdir()
+    for name, (setup, make, use, _) in HOLE_PROGRAMS.items():
+        (holes / f"{name}.py").write_text(HOLE_PROGRAM.format(setup=setup, make=make, use=use))
+    (folder / "tagger.py").write_text(FRESH_TAGGER)
+    started = time.time()
+    result = run_cli("verify", "--device", "emulated", "--format", "json", "--jobs", "2",
+                     "fixtures/", str(holes), str(folder / "tagger.py"), cwd=ROOT)
+    assert result.stdout.strip(), result.stderr
+    reports = {Path(item["path"]).name: item for item in json.loads(result.stdout)}
+    return Corpus(result, reports, started)
+
+
+# -- the fixtures --------------------------------------------------------------------------------
+
+CUDA_CHECKPOINT_ERROR = "Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False"
+# Fixture -> what PyTorch itself raises for its bug (not the emulation's own check).
+FIXTURE_ERRORS = {
+    "tdl001_chained_move_in_eval.py": "Tensor on device meta is not on the expected device cpu!",
+    "tdl001_discarded_move_train_loop.py": "Tensor on device meta is not on the expected device cpu!",
+    "tdl002_positional_arange_mask.py": "Tensor on device meta is not on the expected device cpu!",
+    "tdl002_rnn_hidden_state.py": "Input and hidden tensors are not at the same device, found input tensor at meta",
+    "tdl003_gpu_checkpoint_on_cpu_host.py": CUDA_CHECKPOINT_ERROR,
+    "tdl003_resume_training_checkpoint.py": CUDA_CHECKPOINT_ERROR,
+    "tdl004_dataparallel_save_load.py": 'Unexpected key(s) in state_dict: "module.features.0.weight"',
+    "tdl004_maybe_wrapped_checkpoint_dict.py": 'Unexpected key(s) in state_dict: "module.encoder.0.weight"',
+}
+
+
+def proven_findings_in(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if f["code"].startswith("TDL0")]
+
+
+def test_every_fixture_with_findings_is_fix_verified_and_the_exit_code_is_0(corpus: Corpus) -> None:
+    result, reports = corpus.result, corpus.reports
+    assert result.returncode == 0, result.stdout + result.stderr
+    fixtures = [report for report in reports.values() if report["path"].startswith("fixtures/")]
+    shipped = {path.name for path in FIXTURES.glob("*.py") if path.stat().st_mtime < corpus.started}
+    assert shipped <= {Path(report["path"]).name for report in fixtures}
+    for report in fixtures:
+        assert report["device"] == "emulated"
+        # Only correctness findings fail at run time; slow or dated code is not run.
+        expected = "fix verified" if proven_findings_in(report) else "no finding"
+        assert report["verdict"] == expected, report
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_ERRORS))
+def test_fixture_original_fails_with_pytorchs_own_error(corpus: Corpus, name: str) -> None:
+    report = corpus.reports[name]
+    assert report["verdict"] == "fix verified"
+    assert report["original"]["status"] == "error"
+    assert report["original"]["error"]["type"] == "RuntimeError"
+    assert FIXTURE_ERRORS[name] in report["original"]["error"]["message"]
+    assert "torchdevlint's emulation" not in report["original"]["error"]["message"]
+    assert report["fixed"]["status"] == "ok" and report["fixed"]["error"] is None
+
+
+def test_future_rule_fixture_is_no_finding_until_its_rule_exists(corpus: Corpus) -> None:
+    from torchdevlint.registry import rule_by_code
+
+    report = corpus.reports["tdl009_regression_targets_not_moved.py"]
+    if rule_by_code("TDL009") is None:
+        assert report["verdict"] == "no finding" and report["original"] is None
+    else:
+        assert report["verdict"] == "fix verified"
+
+
+def test_results_are_compared_with_the_original_on_the_cpu(corpus: Corpus) -> None:
+    reports = corpus.reports
+    rnn = reports["tdl002_rnn_hidden_state.py"]
+    assert rnn["comparison"]["status"] == "match"
+    assert rnn["fixed"]["result"] == rnn["reference"]["result"] == "steps=16 logits_shape=(5, 3)"
+    # The DataParallel program fails on the CPU too: nothing to compare with, and the report says so.
+    dataparallel = reports["tdl004_dataparallel_save_load.py"]
+    assert dataparallel["comparison"]["status"] == "skipped"
+    assert "fails on the CPU too" in dataparallel["comparison"]["reason"]
+
+
+def test_directives_choose_the_host(corpus: Corpus) -> None:
+    reports = corpus.reports
+    checkpoint = reports["tdl003_gpu_checkpoint_on_cpu_host.py"]
+    assert checkpoint["host"] == "cpu-loads-gpu-checkpoint"
+    assert checkpoint["original"]["host"] == "cpu-loads-gpu-checkpoint"
+    # Two emulated GPUs take the program's DataParallel branch, which one GPU would not.
+    wrapped = reports["tdl004_maybe_wrapped_checkpoint_dict.py"]
+    assert (wrapped["host"], wrapped["gpus"]) == ("gpu", 2)
+    assert wrapped["verdict"] == "fix verified"
+
+
+def test_json_report_shape(corpus: Corpus) -> None:
+    report = corpus.reports["tdl001_discarded_move_train_loop.py"]
+    assert set(report) >= {"path", "device", "findings", "original", "fixed", "verdict"}
+    assert report["path"] == "fixtures/tdl001_discarded_move_train_loop.py"
+    assert {("TDL001", 35), ("TDL001", 64)} <= {(f["code"], f["line"]) for f in report["findings"]}
+    assert set(report["findings"][0]) >= {"code", "slug", "path", "line", "column", "message", "fix"}
+    for run in ("original", "fixed"):
+        assert report[run]["status"] in {"ok", "error", "timeout"}
+    assert set(report["original"]["error"]) >= {"type", "message"}
+    assert report["verdict"] in {v.value for v in Verdict}
+
+
+# -- a program nobody wrote for the fixtures ---------------------------------------------------
+
+
+def test_fresh_program_with_a_device_bug_is_verified(corpus: Corpus, tmp_path: Path) -> None:
+    report = corpus.reports["tagger.py"]
+    assert [f["code"] for f in proven_findings_in(report)] == ["TDL002"]
+    assert report["verdict"] == "fix verified", report
+    assert "not on the expected device" in report["original"]["error"]["message"]
+    assert report["original"]["error"]["line"] == 20
+    # The fixed run logs `loss.item()` and reads lengths back to the CPU: placeholders, named.
+    assert "Tensor.item()" in report["fixed"]["placeholder_reads"]
+    assert report["comparison"]["status"] == "match"
+    assert report["fixed"]["result"] == "batches=8 logits_shape=(8, 9, 4)"
+
+
+@pytest.mark.parametrize("name", sorted(HOLE_PROGRAMS))
+def test_discarded_move_into_an_op_meta_does_not_check_still_fails(corpus: Corpus, name: str) -> None:
+    report = corpus.reports[f"{name}.py"]
+    assert report["verdict"] == "fix verified", report
+    message = report["original"]["error"]["message"]
+    caught_by_emulation = "torchdevlint's emulation" in message
+    assert caught_by_emulation == (HOLE_PROGRAMS[name][3] == EMULATION), message
+
+
+# -- verdicts, text output, and torch staying out of the parent --------------------------------
+
+VERDICT_PROGRAMS = {
+    # The discarded move never meets a GPU tensor: nothing fails, on any device.
+    "not_reproduced.py": """\
+        import torch
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        x = torch.zeros(3)
+        x.to(device)
+        print(f"RESULT shape={tuple(x.shape)}")
+        """,
+    # The fix is right, but a second device bug that no rule sees is left in the program.
+    "fix_failed.py": """\
+        import torch
+        import torch.nn as nn
+
+
+        def make_offset(size):
+            return torch.ones(size)
+
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = nn.Linear(4, 3).to(device)
+        inputs = torch.randn(2, 4)
+        inputs.to(device)
+        print(model(inputs) + make_offset(3))
+        """,
+    "clean.py": """\
+        import torch
+
+        x = torch.zeros(3)
+        print(f"RESULT {x.shape}")
+        """,
+    "sleeps.py": """\
+        import time
+
+        import torch
+
+        time.sleep(60)
+        x = torch.zeros(3)
+        x.cuda()
+        """,
+    "verified.py": HOLE_PROGRAM.format(setup=HOLE_PROGRAMS["embedding_module"][0],
+                                       make=HOLE_PROGRAMS["embedding_module"][1], use="emb(x)"),
+}
+
+
+def test_verdicts_text_output_and_no_torch_in_the_parent(tmp_path: Path) -> None:
+    for name, text in VERDICT_PROGRAMS.items():
+        (tmp_path / name).write_text(textwrap.dedent(text) if name != "verified.py" else text)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    # The real command line's entry point, in a child that checks torch never entered it.
+    code = (
+        "import sys\n"
+        "from torchdevlint.cli import main\n"
+        "status = main(['verify', '--device', 'emulated', '--timeout', '2', '--jobs', '2', '.'])\n"
+        "sys.stdout.flush()\n"
+        "assert 'torch' not in sys.modules, 'the verify parent imported torch'\n"
+        "sys.exit(status)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert "Verifying on the emulated GPU (--device emulated); in its errors `meta` is the emulated GPU" in out
+    assert "clean.py: no finding" in out
+    assert "fix_failed.py: fix failed" in out
+    assert "not_reproduced.py: bug not reproduced" in out
+    assert "sleeps.py: bug not reproduced" in out and "timed out: Timeout: still running after 2 s" in out
+    assert "verified.py: fix verified" in out
+    assert "failed at line 11: RuntimeError: Expected all tensors to be on the same device" in out
+    assert "1 fix verified, 2 bug not reproduced, 1 fix failed, 1 no finding (5 programs)" in out
+    # verify never writes: not the fixes, not bytecode, not the programs' own files.
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+
+
+def test_check_never_imports_torch(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import torch\nx = torch.zeros(3)\nx.cuda()\n")
+    code = (
+        "import sys\n"
+        "from torchdevlint.cli import main\n"
+        "status = main(['check', 'train.py'])\n"
+        "assert 'torch' not in sys.modules, 'check imported torch'\n"
+        "sys.exit(status)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+
+
+def test_bad_directive_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("# verify: host=tpu\nimport torch\nx = torch.zeros(3)\nx.cuda()\n")
+    result = run_cli("verify", "--device", "emulated", "train.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "train.py: error: bad `# verify:` directive: line 1: unknown host 'tpu'" in result.stdout
+
+
+@pytest.mark.skipif(cuda_available(), reason="this machine has a CUDA GPU")
+def test_device_cuda_without_a_gpu_fails_clearly() -> None:
+    result = run_cli("verify", "--device", "cuda", "fixtures/tdl001_discarded_move_train_loop.py", cwd=ROOT)
+    assert result.returncode == 2
+    assert "--device cuda: no CUDA GPU is available" in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.cuda
+def test_fixtures_are_verified_on_a_real_gpu() -> None:
+    result = run_cli("verify", "--device", "cuda", "--format", "json", "fixtures/", cwd=ROOT)
+    reports = json.loads(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for report in reports:
+        if proven_findings_in(report):
+            assert report["verdict"] == "fix verified", report
+        if report["host"] == "gpu" and report["gpus"] == 1:
+            assert report["device"] == "cuda"
+
+
+# -- the `# verify:` directive ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "spec"),
+    [
+        ("import torch\n", VerifySpec()),
+        ("# verify: the original fails on the GPU\nimport torch\n", VerifySpec()),
+        ("#!/usr/bin/env python\n# verify: host=gpu gpus=2\nimport torch\n", VerifySpec(ProgramHost.GPU, 2, 2)),
+        ("# verify: host=cpu-loads-gpu-checkpoint\n", VerifySpec(ProgramHost.CPU_LOADS_GPU_CHECKPOINT, 1, 1)),
+        ("# A program\n\n# verify: host=cpu\n", VerifySpec(ProgramHost.CPU, 1, 3)),
+        # Only the leading comment block counts.
+        ("import torch\n# verify: host=gpu gpus=2\n", VerifySpec()),
+    ],
+)
+def test_read_directive(header: str, spec: VerifySpec) -> None:
+    assert read_directive(header) == spec
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        ("# verify: host=tpu\n", "unknown host 'tpu'"),
+        ("# verify: gpus=0\n", "gpus=0 is not a number from 1 to 16"),
+        ("# verify: cores=2\n", "unknown setting `cores`"),
+        ("# verify: host=cpu-loads-gpu-checkpoint gpus=2\n", "gpus= does not apply"),
+        ("# verify: gpus=2\n# verify: gpus=2\n", "a second `# verify:` directive"),
+        ("# verify: host=gpu  # two GPUs\n", "holds only key=value settings"),
+    ],
+)
+def test_bad_directives(header: str, message: str) -> None:
+    with pytest.raises(DirectiveError, match=re.escape(message)):
+        read_directive(header)
+
+
+# -- results and verdicts -------------------------------------------------------------------------
+
+
+def outcome(status: RunStatus = RunStatus.OK, result: str | None = None, error: str | None = None,
+            host: RunHost = RunHost.EMULATED, reads: tuple[str, ...] = ()) -> RunOutcome:
+    info = ErrorInfo("RuntimeError", error) if error else None
+    return RunOutcome(host, status, info, result, reads, 0.1, "", "")
+
+
+DEVICE_ERROR = "Tensor on device meta is not on the expected device cpu!"
+
+
+def test_result_line_is_the_last_one() -> None:
+    assert last_result("RESULT 1\nnoise\r\nRESULT  a=2 b=(3, 4)  \r\n") == "a=2 b=(3, 4)"
+    assert last_result("no result\n") is None
+
+
+def test_results_agree_up_to_rounding() -> None:
+    assert results_agree("loss=0.123456 steps=3", "loss=0.123457 steps=3")
+    assert not results_agree("loss=0.12 steps=3", "loss=0.15 steps=3")
+    assert not results_agree("steps=3", "steps=4 extra")
+
+
+def test_fix_verified_and_results_differ() -> None:
+    original = outcome(RunStatus.ERROR, error=DEVICE_ERROR)
+    reference = outcome(result="steps=3", host=RunHost.CPU)
+    same = compare_results(original, outcome(result="steps=3"), reference)
+    assert same.status is ComparisonStatus.MATCH
+    assert judge(["TDL001"], original, outcome(result="steps=3"), same)[0] is Verdict.FIX_VERIFIED
+    other = compare_results(original, outcome(result="steps=4"), reference)
+    assert other.status is ComparisonStatus.DIFFER
+    assert judge(["TDL001"], original, outcome(result="steps=4"), other)[0] is Verdict.RESULTS_DIFFER
+
+
+def test_values_from_the_emulated_gpu_are_not_compared() -> None:
+    original = outcome(RunStatus.ERROR, error=DEVICE_ERROR)
+    reference = outcome(result="loss=0.731", host=RunHost.CPU)
+    fixed = outcome(result="loss=1.000", reads=("Tensor.item()",))
+    comparison = compare_results(original, fixed, reference)
+    assert comparison.status is ComparisonStatus.SKIPPED
+    assert "which the emulated GPU (meta) does not have" in comparison.reason
+    assert judge(["TDL001"], original, fixed, comparison)[0] is Verdict.FIX_VERIFIED
+
+
+@pytest.mark.parametrize(
+    ("original", "fixed", "verdict"),
+    [
+        (outcome(RunStatus.ERROR, error=DEVICE_ERROR), outcome(RunStatus.ERROR, error=DEVICE_ERROR),
+         Verdict.FIX_FAILED),
+        (outcome(result="1"), outcome(RunStatus.ERROR, error="boom"), Verdict.FIX_FAILED),
+        (outcome(result="1"), outcome(result="1"), Verdict.BUG_NOT_REPRODUCED),
+        # A failure the finding does not predict is not the bug.
+        (outcome(RunStatus.ERROR, error="No such file or directory: 'data.csv'"), outcome(result="1"),
+         Verdict.BUG_NOT_REPRODUCED),
+        (outcome(RunStatus.TIMEOUT), outcome(RunStatus.TIMEOUT), Verdict.BUG_NOT_REPRODUCED),
+    ],
+)
+def test_verdicts(original: RunOutcome, fixed: RunOutcome, verdict: Verdict) -> None:
+    comparison: Comparison = compare_results(original, fixed, None)
+    assert judge(["TDL001"], original, fixed, comparison)[0] is verdict
+
+
+def test_each_rule_predicts_its_own_error() -> None:
+    checkpoint = outcome(RunStatus.ERROR, error="Attempting to deserialize object on a CUDA device but ...")
+
+    def verdict(codes: list[str], original: RunOutcome) -> Verdict:
+        return judge(codes, original, outcome(), compare_results(original, outcome(), None))[0]
+
+    assert verdict(["TDL003"], checkpoint) is Verdict.FIX_VERIFIED
+    assert verdict(["TDL004"], checkpoint) is Verdict.BUG_NOT_REPRODUCED
+    no_gpu = outcome(RunStatus.ERROR, error="Torch not compiled with CUDA enabled", host=RunHost.CPU)
+    assert verdict(["TDL007"], no_gpu) is Verdict.FIX_VERIFIED
+
+
+# -- the emulated GPU itself (torch in this process) ----------------------------------------------
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+# Each op takes a CPU operand next to a GPU one. CUDA rejects every one of them; `meta` alone
+# lets each pass, so the emulation must check them itself.
+HOLES: dict[str, Callable[[Any], Any]] = {
+    "nn.Embedding with CPU indices": lambda gpu: torch.nn.Embedding(10, 4).to(gpu)(torch.tensor([[1, 2]])),
+    "F.embedding with CPU indices": lambda gpu: F.embedding(torch.tensor([1, 2]), torch.randn(10, 4, device=gpu)),
+    "F.embedding with a 0-dim CPU index": lambda gpu: F.embedding(torch.tensor(1), torch.randn(10, 4, device=gpu)),
+    "F.embedding_bag": lambda gpu: F.embedding_bag(torch.tensor([[1, 2]]), torch.randn(10, 4, device=gpu)),
+    "index_select": lambda gpu: torch.randn(5, 3, device=gpu).index_select(0, torch.tensor([0, 2])),
+    "gather": lambda gpu: torch.randn(3, 3, device=gpu).gather(1, torch.zeros(3, 1, dtype=torch.long)),
+    "scatter": lambda gpu: torch.zeros(3, 3, device=gpu).scatter(1, torch.zeros(3, 1, dtype=torch.long), 1.0),
+    "scatter_add with a CPU source": lambda gpu: torch.zeros(3, 3, device=gpu).scatter_add(
+        1, torch.zeros(3, 1, dtype=torch.long, device=gpu), torch.ones(3, 1)),
+    "take": lambda gpu: torch.randn(3, 3, device=gpu).take(torch.tensor([0, 4])),
+    "put_": lambda gpu: torch.zeros(5, device=gpu).put_(torch.tensor([0, 2]), torch.ones(2, device=gpu)),
+    "CPU tensor indexed by GPU indices": lambda gpu: torch.randn(5, 3)[torch.tensor([0, 2], device=gpu)],
+    "matmul": lambda gpu: torch.randn(2, 3, device=gpu) @ torch.randn(3, 2),
+    "mm": lambda gpu: torch.mm(torch.randn(2, 3, device=gpu), torch.randn(3, 2)),
+    "bmm": lambda gpu: torch.bmm(torch.randn(1, 2, 3, device=gpu), torch.randn(1, 3, 2)),
+    "einsum": lambda gpu: torch.einsum("ij,jk->ik", torch.randn(2, 3, device=gpu), torch.randn(3, 2)),
+    "F.linear without bias": lambda gpu: F.linear(torch.randn(2, 3), torch.randn(4, 3, device=gpu)),
+    "conv2d with CPU images": lambda gpu: F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(2, 1, 3, 3, device=gpu)),
+    "conv1d": lambda gpu: F.conv1d(torch.randn(1, 1, 4), torch.randn(2, 1, 3, device=gpu)),
+    "in-place mul_ by a CPU tensor": lambda gpu: torch.ones(3, device=gpu).mul_(torch.randn(3)),
+    "attention with a CPU mask": lambda gpu: torch.nn.MultiheadAttention(4, 1).to(gpu)(
+        *(torch.randn(2, 1, 4, device=gpu),) * 3, attn_mask=torch.zeros(2, 2)),
+    "bucketize with CPU boundaries": lambda gpu: torch.bucketize(torch.rand(3, device=gpu), torch.tensor([0.5])),
+    "cdist": lambda gpu: torch.cdist(torch.randn(2, 3, device=gpu), torch.randn(2, 3)),
+}
+# Mixed devices that `meta`'s own checks already reject, as CUDA does: checked, not patched.
+MIXED_DEVICES_META_REJECTS: dict[str, Callable[[Any], Any]] = {
+    "torch.where with a CPU condition": lambda gpu: torch.where(
+        torch.ones(3, dtype=torch.bool), torch.ones(3, device=gpu), torch.zeros(3, device=gpu)),
+    "add": lambda gpu: torch.ones(3, device=gpu) + torch.ones(3),
+    "cross_entropy with CPU targets": lambda gpu: F.cross_entropy(
+        torch.randn(4, 3, device=gpu), torch.tensor([0, 1, 2, 0])),
+    "masked_fill with a CPU mask": lambda gpu: torch.randn(3, device=gpu).masked_fill(
+        torch.ones(3, dtype=torch.bool), 0),
+    "index_add with a CPU index": lambda gpu: torch.zeros(5, 3, device=gpu).index_add(
+        0, torch.tensor([0, 1]), torch.ones(2, 3, device=gpu)),
+    "cat": lambda gpu: torch.cat([torch.ones(2, device=gpu), torch.ones(2)]),
+}
+# Mixed devices that CUDA accepts: the emulation must accept them too.
+CUDA_ACCEPTS: dict[str, Callable[[Any], Any]] = {
+    "GPU tensor indexed by CPU indices": lambda gpu: torch.randn(5, 3, device=gpu)[torch.tensor([0, 2])],
+    "GPU tensor indexed by a CPU mask": lambda gpu: torch.randn(5, device=gpu)[
+        torch.tensor([True, False, True, False, True])],
+    "CPU values assigned into a GPU tensor": lambda gpu: torch.zeros(5, device=gpu).__setitem__(
+        slice(0, 2), torch.ones(2)),
+    "0-dim CPU tensor as a scalar": lambda gpu: torch.ones(3, device=gpu) * torch.tensor(2.0),
+    "copy_ from the CPU": lambda gpu: torch.zeros(3, device=gpu).copy_(torch.ones(3)),
+    "type_as a GPU tensor": lambda gpu: torch.ones(3).type_as(torch.ones(3, device=gpu)),
+    "packed sequence with CPU lengths": lambda gpu: torch.nn.GRU(3, 4).to(gpu)(
+        torch.nn.utils.rnn.pack_padded_sequence(torch.randn(5, 2, 3, device=gpu), torch.tensor([5, 3]))),
+    "load_state_dict from the CPU": lambda gpu: torch.nn.Linear(2, 2).to(gpu).load_state_dict(
+        torch.nn.Linear(2, 2).state_dict()),
+    "boolean mask from the GPU": lambda gpu: torch.randn(4, device=gpu)[torch.randn(4, device=gpu) > 0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOLES))
+def test_hole_is_real_on_meta_and_closed_by_the_emulation(name: str) -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    HOLES[name](torch.device("meta"))  # plain `meta` lets it pass ...
+    with emulated_gpu(), pytest.raises(RuntimeError, match="same device|same device as the indexed tensor"):
+        HOLES[name]("cuda")  # ... the emulated GPU fails as CUDA does
+
+
+@pytest.mark.parametrize("name", sorted(MIXED_DEVICES_META_REJECTS))
+def test_mixed_devices_fail_on_the_emulated_gpu(name: str) -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu(), pytest.raises(RuntimeError, match="device"):
+        MIXED_DEVICES_META_REJECTS[name]("cuda")
+
+
+@pytest.mark.filterwarnings("ignore:.*copying from a non-meta parameter")
+@pytest.mark.parametrize("name", sorted(CUDA_ACCEPTS))
+def test_what_cuda_accepts_runs_on_the_emulated_gpu(name: str) -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu():
+        CUDA_ACCEPTS[name]("cuda")
+
+
+def test_emulated_gpu_maps_cuda_to_meta_and_restores_torch() -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    available = torch.cuda.is_available()
+    with emulated_gpu(device_count=2):
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 2
+        assert torch.zeros(2, device="cuda:1").device.type == "meta"
+        assert torch.zeros(2).cuda().is_meta and torch.zeros(2).to(0).is_meta
+        model = torch.nn.Linear(2, 2).cuda()
+        assert all(p.is_meta for p in model.parameters())
+        with pytest.raises(RuntimeError, match="invalid device ordinal"):
+            torch.zeros(1, device="cuda:2")
+        # DataParallel keeps its own check that the module was moved to the (emulated) GPU.
+        with pytest.raises(RuntimeError, match="module must have its parameters and buffers on device meta"):
+            torch.nn.DataParallel(torch.nn.Linear(2, 2))(torch.randn(3, 2))
+        wrapped = torch.nn.DataParallel(torch.nn.Linear(2, 2).cuda())
+        assert wrapped(torch.randn(3, 2)).is_meta
+        assert list(wrapped.state_dict()) == ["module.weight", "module.bias"]
+    assert torch.cuda.is_available() == available
+    assert torch.nn.DataParallel.scatter.__module__ == "torch.nn.parallel.data_parallel"
+
+
+def test_emulated_gpus_are_told_apart() -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu(device_count=3) as mode:
+        first, second = torch.ones(3, device="cuda:0"), torch.ones(3).to("cuda:1")
+        with pytest.raises(RuntimeError, match="found at least two devices, cuda:0 and cuda:1"):
+            first + second
+        assert mode.gpu_of(second * 2) == 1
+        torch.cuda.set_device(2)
+        assert mode.gpu_of(torch.zeros(1).cuda()) == 2 and torch.cuda.current_device() == 2
+        # DataParallel's device check: the module on cuda:1, device_ids from cuda:0.
+        model = torch.nn.Linear(3, 2).to("cuda:1")
+        with pytest.raises(RuntimeError, match=r"cuda:0 \(device_ids\[0\]\) but found one of them on device: cuda:1"):
+            torch.nn.DataParallel(model)(torch.randn(4, 3))
+        output = torch.nn.DataParallel(model, device_ids=[1, 2])(torch.randn(4, 3))
+        assert mode.gpu_of(output) == 1
+
+
+def test_values_read_from_the_emulated_gpu_are_placeholders_and_recorded() -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu() as mode:
+        loss = torch.randn(4, device="cuda").sum()
+        assert loss.item() == 1.0 and f"{loss:.2f}" == "1.00" and bool(loss > 0)
+        assert torch.equal(torch.ones(2, device="cuda").cpu(), torch.ones(2))
+        with pytest.raises(TypeError, match="meta"):  # as on CUDA: numpy() wants a CPU tensor
+            torch.ones(2, device="cuda").numpy()
+    assert {"Tensor.item()", "Tensor.__format__", "Tensor.__bool__()", "Tensor.cpu()"} <= set(mode.placeholder_reads)
+
+
+def test_gpu_trained_checkpoint_fails_to_load_on_a_cpu_host(tmp_path: Path) -> None:
+    from torchdevlint.verify.host import gpu_trained_checkpoints
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: such a checkpoint loads")
+    weights = {"w": torch.arange(4.0)}
+    with gpu_trained_checkpoints():
+        torch.save(weights, tmp_path / "ckpt.pt")
+    with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA device"):
+        torch.load(tmp_path / "ckpt.pt")
+    assert torch.equal(torch.load(tmp_path / "ckpt.pt", map_location="cpu")["w"], weights["w"])

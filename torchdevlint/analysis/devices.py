@@ -1,0 +1,186 @@
+"""Devices written in the code: literals (`"cuda:1"`, `torch.device("cuda", 1)`), the calls that
+ask whether a GPU exists, and the calls that initialise CUDA.
+
+Shared by the rules about where tensors and models live (TDL006, TDL007, TDL008, TDL012).
+Literals only: a device held in a variable is the rule's own business, and a value the code
+does not spell out is unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from torchdevlint.analysis.names import ImportTable
+
+# Device types that are not the host: a tensor there cannot become a NumPy array, and code
+# that names one fails on a machine without it.
+ACCELERATOR_TYPES: frozenset[str] = frozenset({"cuda", "mps", "xpu", "hpu", "npu", "mtia"})
+_HOST_TYPES: frozenset[str] = frozenset({"cpu", "meta"})
+
+TORCH_DEVICE: frozenset[str] = frozenset({"torch.device"})
+
+# Calls that answer "is there a GPU?" (and how many): what a guard tests.
+AVAILABILITY_CHECKS: frozenset[str] = frozenset(
+    {
+        "torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized",
+        "torch.accelerator.is_available", "torch.accelerator.device_count",
+        "torch.backends.mps.is_available", "torch.backends.cudnn.is_available",
+        "torch.xpu.is_available", "torch.xpu.device_count",
+    }
+)
+
+# Functions that initialise CUDA in the process: the CUDA runtime reads CUDA_VISIBLE_DEVICES
+# then, once. `torch.cuda.device_count()` asks NVML first and `torch.cuda.manual_seed`,
+# `memory_allocated` and `empty_cache` are lazy, so they are not here.
+CUDA_INITIALISING_FUNCTIONS: frozenset[str] = frozenset(
+    f"torch.cuda.{name}"
+    for name in (
+        "is_available", "init", "current_device", "set_device", "get_device_name",
+        "get_device_properties", "get_device_capability", "synchronize", "mem_get_info",
+        "get_arch_list", "current_stream", "default_stream", "Stream", "Event",
+    )
+)
+
+# `torch.cuda.FloatTensor(...)` and friends: legacy constructors that allocate on the GPU.
+LEGACY_CUDA_TENSOR_TYPES: frozenset[str] = frozenset(
+    f"torch.cuda.{name}Tensor"
+    for name in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
+)
+
+# Contexts and decorators under which results do not require grad.
+GRAD_DISABLING: frozenset[str] = frozenset(
+    {
+        "torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled",
+        "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad",
+        "torch.autograd.inference_mode", "torch.autograd.grad_mode.inference_mode",
+    }
+)
+
+
+@dataclass(frozen=True)
+class DeviceLiteral:
+    """A device spelled out in the code: `"cuda:1"` is DeviceLiteral("cuda", 1)."""
+
+    type: str
+    index: int | None = None
+
+    @property
+    def is_accelerator(self) -> bool:
+        return self.type in ACCELERATOR_TYPES
+
+    @property
+    def is_host(self) -> bool:
+        return self.type in _HOST_TYPES
+
+
+def string_value(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        try:
+            value = node.evaluated_value
+        except Exception:  # noqa: BLE001 - odd literals are simply not device strings
+            return None
+        return value if isinstance(value, str) else None
+    return None
+
+
+def integer_value(node: cst.BaseExpression) -> int | None:
+    if isinstance(node, cst.Integer):
+        try:
+            return int(node.evaluated_value)
+        except ValueError:
+            return None
+    return None
+
+
+def parse_device_string(value: str) -> DeviceLiteral | None:
+    """`"cuda"`, `"cuda:1"`, `"cpu"`; None for anything torch.device would not accept as one."""
+    kind, colon, index = value.partition(":")
+    if kind not in ACCELERATOR_TYPES and kind not in _HOST_TYPES:
+        return None
+    if not colon:
+        return DeviceLiteral(kind)
+    if not index.isdigit():
+        return None
+    return DeviceLiteral(kind, int(index))
+
+
+def device_literal(node: cst.BaseExpression, imports: ImportTable) -> DeviceLiteral | None:
+    """A string device or `torch.device(...)` with literal arguments."""
+    value = string_value(node)
+    if value is not None:
+        return parse_device_string(value)
+    if not (isinstance(node, cst.Call) and imports.qualified_name(node.func) in TORCH_DEVICE):
+        return None
+    if any(arg.star for arg in node.args):
+        return None
+    positional = [arg.value for arg in node.args if arg.keyword is None]
+    keywords = {arg.keyword.value: arg.value for arg in node.args if arg.keyword is not None}
+    kind_node = positional[0] if positional else keywords.get("type")
+    index_node = positional[1] if len(positional) > 1 else keywords.get("index")
+    kind_value = string_value(kind_node) if kind_node is not None else None
+    if kind_value is None:
+        return None
+    parsed = parse_device_string(kind_value)
+    if parsed is None or index_node is None:
+        return parsed
+    index = integer_value(index_node)
+    if index is None or parsed.index is not None:
+        return None
+    return DeviceLiteral(parsed.type, index)
+
+
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """Every call inside an expression (expressions are small; a stack walk is cheap)."""
+    found: list[cst.Call] = []
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Call):
+            found.append(current)
+        if isinstance(current, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+            continue
+        stack.extend(current.children)
+    return found
+
+
+def mentions_any(node: cst.CSTNode, words: tuple[str, ...], *, strings: bool = False) -> bool:
+    """Does a name (or, with `strings`, a string literal) in the expression contain one of the
+    words? `use_cuda`, `args.gpu`, `x.is_cuda`, `device.type == "cpu"`: tests about devices."""
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        text: str | None = None
+        if isinstance(current, cst.Name):
+            text = current.value
+        elif strings and isinstance(current, cst.SimpleString):
+            text = string_value(current)
+        if text is not None and any(word in text.lower() for word in words):
+            return True
+        stack.extend(current.children)
+    return False
+
+
+def asks_for_gpu(node: cst.CSTNode, imports: ImportTable) -> bool:
+    """Does the expression call `torch.cuda.is_available()`, `device_count()` or the like?"""
+    return any(imports.qualified_name(call.func) in AVAILABILITY_CHECKS for call in calls_in(node))
+
+
+def is_grad_disabling(call: cst.BaseExpression, imports: ImportTable) -> bool:
+    """`torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)` (or the bare decorator)."""
+    target = call.func if isinstance(call, cst.Call) else call
+    qualified = imports.qualified_name(target)
+    if qualified not in GRAD_DISABLING:
+        return False
+    if qualified == "torch.set_grad_enabled":
+        return (
+            isinstance(call, cst.Call)
+            and len(call.args) == 1
+            and isinstance(call.args[0].value, cst.Name)
+            and call.args[0].value.value == "False"
+        )
+    if qualified.endswith("inference_mode") and isinstance(call, cst.Call) and call.args:
+        first = call.args[0].value
+        return not (isinstance(first, cst.Name) and first.value == "False")
+    return True

@@ -1,0 +1,97 @@
+"""A cache of findings keyed by file content, tool version and effective configuration.
+
+Like ruff's: an unchanged file is not parsed again. Entries are written atomically (temporary
+file, then rename), so concurrent runs never see half an entry; a damaged entry is a miss.
+The cache folder carries its own `.gitignore`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from torchdevlint import __version__
+from torchdevlint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
+
+CACHE_DIR_NAME = ".torchdevlint_cache"
+
+
+def settings_digest(rule_codes: tuple[str, ...], rule_options: tuple[tuple[str, object], ...]) -> str:
+    text = repr((__version__, rule_codes, [(code, repr(options)) for code, options in rule_options]))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def content_digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=20).hexdigest()
+
+
+def _encode(diagnostic: Diagnostic) -> dict[str, object]:
+    fix = None
+    if diagnostic.fix is not None:
+        fix = {
+            "title": diagnostic.fix.title,
+            "applicability": diagnostic.fix.applicability.value,
+            "edits": [[edit.start, edit.end, edit.content] for edit in diagnostic.fix.edits],
+            "imports": [list(item) for item in diagnostic.fix.required_imports],
+        }
+    return {
+        "code": diagnostic.code,
+        "slug": diagnostic.slug,
+        "message": diagnostic.message,
+        "start": [diagnostic.start.line, diagnostic.start.column],
+        "end": [diagnostic.end.line, diagnostic.end.column],
+        "fix": fix,
+    }
+
+
+def _decode(item: dict, path: str) -> Diagnostic:  # type: ignore[type-arg]
+    fix = None
+    raw_fix = item["fix"]
+    if raw_fix is not None:
+        fix = Fix(
+            raw_fix["title"],
+            Applicability(raw_fix["applicability"]),
+            tuple(Edit(int(start), int(end), str(content)) for start, end, content in raw_fix["edits"]),
+            tuple((str(module), name) for module, name in raw_fix["imports"]),
+        )
+    return Diagnostic(
+        item["code"], item["slug"], item["message"], path,
+        Location(*item["start"]), Location(*item["end"]), fix,
+    )
+
+
+class FindingsCache:
+    def __init__(self, root: Path, settings: str) -> None:
+        self.root = root
+        self.folder = root / __version__ / settings
+
+    def _entry(self, digest: str) -> Path:
+        return self.folder / digest[:2] / f"{digest}.json"
+
+    def load(self, digest: str, path: str) -> list[Diagnostic] | None:
+        try:
+            items = json.loads(self._entry(digest).read_text())
+            return [_decode(item, path) for item in items]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def store(self, digest: str, diagnostics: list[Diagnostic]) -> None:
+        entry = self._entry(digest)
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            self._ignore_in_git()
+            descriptor, temporary = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
+            with os.fdopen(descriptor, "w") as handle:
+                json.dump([_encode(d) for d in diagnostics], handle)
+            os.replace(temporary, entry)
+        except OSError:
+            # A read-only checkout or a full disk costs speed, never a result.
+            pass
+
+    def _ignore_in_git(self) -> None:
+        marker = self.root / ".gitignore"
+        if not marker.exists():
+            marker.write_text("# Created by torchdevlint.\n*\n")

@@ -1,0 +1,136 @@
+"""flake8 front end: `flake8 --select TDL` reports what `torchdevlint check` reports.
+
+A thin adapter over the engine. Three conventions of flake8 decide its shape:
+
+- flake8 treats the column an AST plugin yields as a 0-based offset and adds 1 when it
+  reports it; our columns are 1-based, so the plugin yields `column - 1` (torchfix yields
+  the 1-based column and its findings land one place to the right).
+- flake8 applies `# noqa` itself (and honours `--disable-noqa`), so the engine is asked to
+  keep findings on `# noqa` lines.
+- flake8 filters findings by its own `--select`/`--ignore`; which rules run at all comes from
+  `[tool.torchdevlint]`, as for the CLI. A rule that is off by default runs only when the
+  config or flake8's `--select`/`--extend-select` names its full code.
+
+The plugin never fixes and never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import libcst as cst
+
+from torchdevlint import __version__
+from torchdevlint.config import Config, ConfigError, find_pyproject, load_config
+from torchdevlint.engine import InvalidSource, lint_source
+from torchdevlint.registry import UnknownSelector, all_rules, select_rules
+from torchdevlint.rule import Rule
+
+LOG = logging.getLogger("torchdevlint")
+
+# flake8 passes file names as given; these mean standard input.
+_STDIN_NAMES = ("-", "stdin")
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """What the plugin runs: chosen once per flake8 process from the config and flake8's options."""
+
+    rules: tuple[type[Rule], ...]
+    options: Mapping[str, object] = field(default_factory=dict)
+    config: Config = field(default_factory=Config)
+    root: Path = field(default_factory=Path.cwd)
+
+
+def _codes(values: Iterable[str] | str | None) -> list[str]:
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = values.split(",")
+    return [value.strip().upper() for value in values if value.strip()]
+
+
+def plugin_settings(cwd: Path, flake8_selected: Iterable[str] = ()) -> PluginSettings:
+    """Rules and options as `torchdevlint check` would choose them in `cwd`.
+
+    Raises ConfigError for a broken `[tool.torchdevlint]` table.
+    """
+    pyproject = find_pyproject(cwd)
+    config = load_config(pyproject)
+    # flake8 knows nothing of rules that are off by default: only a full code turns one on.
+    off_by_default = {rule.code for rule in all_rules() if not rule.default_enabled}
+    named = [code for code in flake8_selected if code in off_by_default]
+    try:
+        rules = select_rules(
+            config.select,
+            ignore=config.ignore,
+            extend_select=[*config.extend_select, *named],
+        )
+    except UnknownSelector as error:  # pragma: no cover - load_config validates selectors
+        raise ConfigError(str(error)) from None
+    root = pyproject.parent if pyproject is not None else cwd
+    return PluginSettings(tuple(rules), dict(config.rule_options), config, root)
+
+
+class TorchDevLintChecker:
+    """flake8 AST plugin; flake8 requires the `tree` argument, the engine parses `lines` itself."""
+
+    name = "torchdevlint"
+    version = __version__
+
+    settings: ClassVar[PluginSettings | None] = None
+
+    def __init__(self, tree: ast.AST, filename: str, lines: Sequence[str]) -> None:
+        self.filename = filename
+        self.lines = lines
+
+    @classmethod
+    def parse_options(cls, options: argparse.Namespace) -> None:
+        from flake8.exceptions import ExecutionError
+
+        selected = [
+            *_codes(getattr(options, "select", None)),
+            *_codes(getattr(options, "extend_select", None)),
+        ]
+        try:
+            cls.settings = plugin_settings(Path.cwd(), selected)
+        except ConfigError as error:
+            raise ExecutionError(f"torchdevlint: {error}") from None
+
+    @classmethod
+    def _current_settings(cls) -> PluginSettings:
+        if cls.settings is None:
+            cls.settings = plugin_settings(Path.cwd())
+        return cls.settings
+
+    def run(self) -> Iterator[tuple[int, int, str, type]]:
+        settings = self._current_settings()
+        if self.filename not in _STDIN_NAMES and settings.config.excludes_file(Path(self.filename), settings.root):
+            return
+        source = "".join(self.lines)
+        try:
+            diagnostics = lint_source(source, self.filename, settings.rules, settings.options, honor_noqa=False)
+        except cst.ParserSyntaxError as error:
+            # Python parsed it (flake8 gave us a tree), LibCST did not: say so, report nothing.
+            LOG.warning("torchdevlint: %s:%s: LibCST cannot parse this file", self.filename, error.raw_line)
+            return
+        except InvalidSource as error:
+            # flake8 reports syntax errors itself (E999); nothing to add.
+            LOG.warning("torchdevlint: %s:%s: %s", self.filename, error.line, error.message)
+            return
+        except RecursionError:
+            LOG.warning("torchdevlint: %s: too deeply nested to analyse", self.filename)
+            return
+        for diagnostic in diagnostics:
+            yield (
+                diagnostic.start.line,
+                diagnostic.start.column - 1,
+                f"{diagnostic.code} {diagnostic.message}",
+                type(self),
+            )

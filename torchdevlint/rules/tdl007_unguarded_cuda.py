@@ -1,0 +1,432 @@
+"""TDL007 unguarded-cuda."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.devices import (
+    LEGACY_CUDA_TENSOR_TYPES,
+    asks_for_gpu,
+    calls_in,
+    device_literal,
+    mentions_any,
+)
+from torchdevlint.analysis.value_kinds import ScopeKind
+from torchdevlint.diagnostics import Applicability
+from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
+
+# Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
+_CPU_FALLBACK_CHECKS = frozenset(
+    {"torch.cuda.is_available", "torch.accelerator.is_available", "torch.backends.mps.is_available"}
+)
+# Words in a test, a flag, a decorator or a helper's name that make it about the device. A
+# distributed run (`if dist.is_initialized():`, `world_size > 1`) counts too: multi-process
+# training code is written for NCCL, which needs GPUs.
+_DEVICE_WORDS = ("cuda", "gpu", "device", "accel", "cpu", "avail", "mps", "xpu", "dist", "world_size", "rank")
+# Calls that take a device type but fall back (or only warn) without a GPU.
+_TOLERANT_CALLEES = ("torch.amp.", "torch.cuda.amp.", "torch.cpu.amp.", "torch.autocast", "torch.cuda.")
+# Statements that end a guard's body: what follows runs only when the test was false.
+_EXITS = frozenset({"exit", "quit", "sys.exit", "os._exit", "pytest.skip", "unittest.SkipTest"})
+
+
+@dataclass(frozen=True)
+class _Site:
+    node: cst.CSTNode
+    fix: PendingFix | None
+
+
+class UnguardedCuda(Rule):
+    """
+    ## What it does
+    In a program that checks for a GPU (it calls `torch.cuda.is_available()` somewhere, so it
+    is meant to run without one too), finds CUDA used with no guard: `.cuda()` calls,
+    `"cuda"`/`"cuda:N"` strings passed as a device (`.to("cuda")`, `device="cuda"`,
+    `torch.device("cuda")`, `map_location="cuda"`) and legacy `torch.cuda.FloatTensor(...)`
+    constructors.
+
+    A use is guarded inside a conditional or ternary on `torch.cuda.is_available()` or on a
+    flag or device about it (`if use_cuda:`, `if args.gpu is not None:`,
+    `if device.type == "cuda":`), after an `assert`, `raise` or `exit` on one, inside a `try`,
+    in a function decorated with a GPU condition (`@pytest.mark.skipif(not
+    torch.cuda.is_available(), ...)`), or in a helper named for the GPU (`def to_cuda(x)`).
+    Comparisons (`device.type == "cuda"`), `autocast` and `GradScaler` device types, default
+    values and docstrings are not uses. Programs that never check are GPU-only by design and
+    are not reported.
+
+    Also finds a guard that names `torch.cuda.is_available` without calling it: a function is
+    always true, so the GPU branch is always taken.
+
+    ## Why is this bad?
+    Without a GPU, `.cuda()` and a `"cuda"` device fail with "AssertionError: Torch not
+    compiled with CUDA enabled" or "RuntimeError: Found no NVIDIA driver on your system",
+    although the program was written to fall back to the CPU.
+
+    ## Example
+    ```python
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = Net().to(device)
+    for images, labels in loader:
+        images, labels = images.cuda(), labels.to("cuda")
+    ```
+
+    ## Use instead
+    ```python
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = Net().to(device)
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+    ```
+
+    ## Fix safety
+    Unsafe. Where a device variable with a CPU fallback is in scope, `.cuda()` becomes
+    `.to(device)`, the `"cuda"` string becomes that variable, and `torch.cuda.FloatTensor(...)`
+    becomes `torch.FloatTensor(...).to(device)`: on a machine without a GPU the program now
+    runs on the CPU instead of failing, which changes what it does there. `.cuda(n)` and
+    `"cuda:n"` name a particular GPU and get no fix. A missing `()` after
+    `torch.cuda.is_available` is added; the GPU branch is then skipped where there is no GPU.
+
+    ## Options
+    None.
+    """
+
+    code = "TDL007"
+    slug = "unguarded-cuda"
+    message = "CUDA is used unguarded in a program that falls back to the CPU; it fails without a GPU"
+    fix_title = "Use the device variable"
+    requires_any_text = ("cuda", "is_available")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            use_cuda = torch.cuda.is_available()
+            device = torch.device("cuda" if use_cuda else "cpu")
+            model = torch.nn.Linear(2, 2)
+            if use_cuda:
+                model.cuda()
+            x = torch.zeros(2).cuda() if torch.cuda.is_available() else torch.zeros(2)
+            if device.type == "cuda":
+                torch.backends.cudnn.benchmark = True
+            with torch.autocast("cuda"):
+                pass
+            """,
+            name="guarded-uses-comparisons-autocast",
+        ),
+        Valid(
+            """
+            import sys
+            import torch
+            print(torch.cuda.is_available())
+            if not torch.cuda.is_available():
+                sys.exit("this script needs a GPU")
+            model = torch.nn.Linear(2, 2).cuda()
+            """,
+            name="earlier-exit",
+        ),
+        Valid(
+            """
+            import torch
+            model = torch.nn.Linear(2, 2).cuda()
+            batch = torch.zeros(2, device="cuda")
+            """,
+            name="gpu-only-program-never-checks",
+        ),
+        Valid(
+            '''
+            import pytest
+            import torch
+            DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+            @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+            def test_on_gpu():
+                """Runs on "cuda"."""
+                assert torch.ones(1, device="cuda").is_cuda
+            def to_cuda(batch):
+                return [t.cuda() for t in batch]
+            def run(device="cuda"):
+                try:
+                    return torch.ones(1).to("cuda")
+                except RuntimeError:
+                    return None
+            ''',
+            name="decorated-helper-default-try",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 2).to(device)
+            inputs = torch.randn(8, 4).cuda()
+            targets = torch.zeros(8, dtype=torch.long).to("cuda")
+            mask = torch.ones(8, device="cuda", dtype=torch.bool)
+            weights = torch.cuda.FloatTensor([1.0, 2.0])
+            """,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 2).to(device)
+            inputs = torch.randn(8, 4).to(device)
+            targets = torch.zeros(8, dtype=torch.long).to(device)
+            mask = torch.ones(8, device=device, dtype=torch.bool)
+            weights = torch.FloatTensor([1.0, 2.0]).to(device)
+            """,
+            applicability=Applicability.UNSAFE,
+            count=4,
+            name="routed-through-device-variable",
+        ),
+        Invalid(
+            """
+            import torch
+            def train(model, loader):
+                for x, y in loader:
+                    x, y = x.cuda(non_blocking=True), y.cuda(0)
+            if torch.cuda.is_available():
+                print("training on", torch.cuda.get_device_name())
+            """,
+            count=2,
+            name="no-device-variable-no-fix",
+        ),
+        Invalid(
+            """
+            import torch
+            if torch.cuda.is_available:
+                model = torch.nn.Linear(2, 2).cuda()
+            """,
+            fixed="""
+            import torch
+            if torch.cuda.is_available():
+                model = torch.nn.Linear(2, 2).cuda()
+            """,
+            applicability=Applicability.UNSAFE,
+            name="is-available-not-called",
+        ),
+    ]
+
+    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(context, options)
+        self._sites: list[_Site] = []
+        self._expects_cpu = False
+        # Scopes (by id of their node) where an assert/raise/exit on the GPU came first.
+        self._guarded_scopes: set[int] = set()
+        # Flags assigned from an availability check: `ok = torch.cuda.is_available()`.
+        self._flags: set[str] = set()
+        # Device variables with a CPU fallback, per binding scope.
+        self._fallback_devices: dict[int, set[str]] = {}
+
+    # ---- guards -----------------------------------------------------------------------
+
+    def _is_guard_test(self, test: cst.CSTNode) -> bool:
+        if mentions_any(test, _DEVICE_WORDS, strings=True) or asks_for_gpu(test, self.context.imports):
+            return True
+        return bool(self._flags) and mentions_any(test, tuple(self._flags))
+
+    def _guarded(self, node: cst.CSTNode) -> bool:
+        if any(id(scope.node) in self._guarded_scopes for scope in self.context.kinds.scopes):
+            return True
+        child: cst.CSTNode = node
+        for ancestor in self.context.ancestors(node):
+            if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
+                if self._is_guard_test(ancestor.test):
+                    return True
+            elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+                if self._is_guard_test(ancestor.left):
+                    return True
+            elif isinstance(ancestor, (cst.Try, cst.TryStar)) and child is ancestor.body and ancestor.handlers:
+                return True
+            elif isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                if mentions_any(ancestor.name, _DEVICE_WORDS) or any(self._is_guard_test(d.decorator) for d in ancestor.decorators):
+                    return True
+            elif isinstance(ancestor, (cst.Decorator, cst.Param)):
+                return True  # parametrisations, markers and default values are not uses
+            child = ancestor
+        return False
+
+    @staticmethod
+    def _exits(body: cst.BaseSuite) -> bool:
+        statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
+        if not statements:
+            return False
+        last = statements[-1]
+        small = last.body if isinstance(last, cst.SimpleStatementLine) else (
+            last.body if isinstance(last, cst.SimpleStatementSuite) else []
+        )
+        for statement in small:
+            if isinstance(statement, (cst.Raise, cst.Return, cst.Continue, cst.Break)):
+                return True
+            if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+                func = statement.value.func
+                name = func.value if isinstance(func, cst.Name) else None
+                if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+                    name = f"{func.value.value}.{func.attr.value}"
+                if name in _EXITS:
+                    return True
+        return False
+
+    def _mark_guarded_scope(self) -> None:
+        self._guarded_scopes.add(id(self.context.kinds.current.node))
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        if self._is_guard_test(node.test):
+            self._mark_guarded_scope()
+
+    def visit_If(self, node: cst.If) -> None:
+        if self._is_guard_test(node.test) and self._exits(node.body):
+            self._mark_guarded_scope()
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        value = node.value
+        for target in node.targets:
+            name = target.target
+            if isinstance(name, (cst.Name, cst.Attribute)) and asks_for_gpu(value, self.context.imports):
+                self._flags.add((name.attr if isinstance(name, cst.Attribute) else name).value.lower())
+            if isinstance(name, cst.Name) and self._is_fallback_device(value):
+                self._fallback_devices.setdefault(id(self.context.kinds.current.node), set()).add(name.value)
+            elif isinstance(name, cst.Name):
+                self._fallback_devices.get(id(self.context.kinds.current.node), set()).discard(name.value)
+        # `pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...)` guards the module.
+        if any(isinstance(t.target, cst.Name) and t.target.value == "pytestmark" for t in node.targets):
+            if self._is_guard_test(value) and self.context.kinds.current.kind is ScopeKind.MODULE:
+                self._mark_guarded_scope()
+
+    def _is_fallback_device(self, value: cst.BaseExpression) -> bool:
+        """`torch.device("cuda" if torch.cuda.is_available() else "cpu")` and the like."""
+        if not isinstance(value, (cst.Call, cst.IfExp)):
+            return False
+        conditionals = [value] if isinstance(value, cst.IfExp) else [
+            arg.value for arg in value.args if isinstance(arg.value, cst.IfExp)
+        ]
+        if isinstance(value, cst.Call) and self.context.imports.qualified_name(value.func) != "torch.device":
+            return False
+        for conditional in conditionals:
+            branches = (conditional.body, conditional.orelse)
+            literals = [device_literal(b, self.context.imports) for b in branches]
+            if any(lit is not None and lit.is_host for lit in literals) and self._is_guard_test(conditional.test):
+                return True
+        return False
+
+    # ---- the device variable for fixes -------------------------------------------------------
+
+    def _device_variable(self) -> str | None:
+        """A device variable with a CPU fallback, bound here (the innermost binding of its name)."""
+        kinds = self.context.kinds
+        for name in sorted({name for names in self._fallback_devices.values() for name in names}):
+            scope = kinds.binding_scope(name)
+            if scope is not None and name in self._fallback_devices.get(id(scope.node), set()) and scope.bindings[name].is_device:
+                return name
+        return None
+
+    # ---- sites -------------------------------------------------------------------------------
+
+    def _add(self, node: cst.CSTNode, fix: PendingFix | None, visited: cst.CSTNode) -> None:
+        """Collect a use; `visited` is the node being visited (on the path), `node` is reported."""
+        if not self._guarded(visited):
+            self._sites.append(_Site(node, fix))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        imports = self.context.imports
+        qualified = imports.qualified_name(node.func)
+        if qualified in _CPU_FALLBACK_CHECKS and not self._requires_gpu(node):
+            self._expects_cpu = True
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+            if isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super":
+                return
+            self._add(node, self._cuda_call_fix(node), node)
+            return
+        if qualified in LEGACY_CUDA_TENSOR_TYPES:
+            self._add(node, self._legacy_fix(node), node)
+            return
+        if qualified is not None and qualified.startswith(_TOLERANT_CALLEES):
+            return
+        for index, arg in enumerate(node.args):
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            is_move = isinstance(func, cst.Attribute) and func.attr.value == "to"
+            if (
+                is_move and (keyword == "device" or keyword is None and index == 0)
+                or keyword == "device" and qualified is not None and qualified.startswith("torch.")
+                or keyword == "map_location" and qualified in torch_api.TORCH_LOAD
+            ):
+                self._check_device_argument(node, arg.value)
+
+    def _requires_gpu(self, call: cst.Call) -> bool:
+        """A check inside an `assert` or an `if ...: raise/exit` says the program needs a GPU."""
+        for ancestor in self.context.ancestors(call):
+            if isinstance(ancestor, cst.Assert):
+                return True
+            if isinstance(ancestor, cst.If) and self._exits(ancestor.body) and call in calls_in(ancestor.test):
+                return True
+            if isinstance(ancestor, (cst.BaseSuite, cst.FunctionDef)):
+                return False
+        return False
+
+    def _check_device_argument(self, call: cst.Call, value: cst.BaseExpression) -> None:
+        """`"cuda"` or `torch.device("cuda")` handed to a call that puts something there."""
+        literal = device_literal(value, self.context.imports)
+        if literal is None or literal.type != "cuda":
+            return
+        fix = None
+        device = self._device_variable()
+        if device is not None and literal.index is None and "\n" not in self.context.code_for_node(value):
+            fix = self.make_fix(NodeEdit(value, device), applicability=Applicability.UNSAFE)
+        self._add(value, fix, call)
+
+    def _cuda_call_fix(self, call: cst.Call) -> PendingFix | None:
+        device = self._device_variable()
+        if device is None or any(arg.keyword is None for arg in call.args):
+            return None
+        assert isinstance(call.func, cst.Attribute)
+        if call.args:
+            return self.make_fix(
+                NodeEdit(call.func.attr, "to"),
+                NodeEdit.insert_before(call.args[0], f"{device}, "),
+                applicability=Applicability.UNSAFE,
+            )
+        receiver = self.context.code_for_node(call.func.value)
+        if "\n" in receiver:
+            return None
+        return self.make_fix(NodeEdit(call, f"{receiver}.to({device})"), applicability=Applicability.UNSAFE)
+
+    def _legacy_fix(self, call: cst.Call) -> PendingFix | None:
+        device = self._device_variable()
+        func = call.func
+        if device is None or not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Attribute)):
+            return None
+        return self.make_fix(
+            NodeEdit(func.value, self.context.code_for_node(func.value.value)),
+            NodeEdit.insert_after(call, f".to({device})"),
+            applicability=Applicability.UNSAFE,
+        )
+
+    # ---- `torch.cuda.is_available` without a call ------------------------------------------
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if self.context.imports.qualified_name(node) not in _CPU_FALLBACK_CHECKS:
+            return
+        parent = self.context.parent(node)
+        if isinstance(parent, cst.Call) and parent.func is node:
+            return
+        if self._in_boolean_position(node, parent):
+            self.report(
+                node,
+                message=f"{self.context.code_for_node(node)} is not called; a function is always true",
+                fix=self.make_fix(
+                    NodeEdit.insert_after(node, "()"), applicability=Applicability.UNSAFE, title="Call it"
+                ),
+            )
+
+    def _in_boolean_position(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
+        if isinstance(parent, (cst.If, cst.IfExp, cst.While, cst.Assert)):
+            return parent.test is node
+        if isinstance(parent, cst.BooleanOperation):
+            return True
+        return isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if not self._expects_cpu:
+            return
+        for site in self._sites:
+            self.report(site.node, fix=site.fix)

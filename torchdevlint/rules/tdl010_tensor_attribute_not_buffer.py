@@ -1,0 +1,212 @@
+"""TDL010 tensor-attribute-not-buffer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from torchdevlint.analysis.value_kinds import keyword_argument
+from torchdevlint.diagnostics import Applicability
+from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
+
+_REGISTERED_TENSORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer"})
+
+
+@dataclass
+class _ModuleClass:
+    node: cst.ClassDef
+    # attribute -> the `self.<attr> = tensor` statement in __init__
+    tensor_attributes: dict[str, cst.Assign] = field(default_factory=dict)
+    registered: set[str] = field(default_factory=set)
+    used_in_forward: set[str] = field(default_factory=set)
+
+
+def _self_attribute(node: cst.BaseExpression, self_name: str | None) -> str | None:
+    if (
+        self_name is not None
+        and isinstance(node, cst.Attribute)
+        and isinstance(node.value, cst.Name)
+        and node.value.value == self_name
+    ):
+        return node.attr.value
+    return None
+
+
+class TensorAttributeNotBuffer(Rule):
+    """
+    ## What it does
+    Finds a plain tensor assigned to `self.<name>` in the `__init__` of an `nn.Module` and
+    read in its `forward`.
+
+    ## Why is this bad?
+    `model.to(device)` and `model.cuda()` move parameters and buffers, not plain tensor
+    attributes. After the move, `forward` combines GPU inputs with this CPU tensor and fails
+    with "Expected all tensors to be on the same device". A buffer follows the module.
+
+    Not reported: `nn.Parameter`s, names registered with `register_buffer`, tensors created
+    with an explicit `device=` or `requires_grad=` (a would-be parameter is another problem),
+    and tensors never read in `forward`.
+
+    ## Example
+    ```python
+    class Normalize(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
+
+        def forward(self, x):
+            return x - self.mean
+    ```
+
+    ## Use instead
+    ```python
+    class Normalize(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1), persistent=False)
+
+        def forward(self, x):
+            return x - self.mean
+    ```
+
+    ## Fix safety
+    Safe: `register_buffer(..., persistent=False)` makes the tensor follow the module's moves
+    and dtype casts without adding it to the state dict, so saved checkpoints and
+    `load_state_dict` behave as before.
+
+    ## Options
+    None.
+    """
+
+    code = "TDL010"
+    slug = "tensor-attribute-not-buffer"
+    message = "Tensor attribute does not follow model.to(device); register it as a buffer"
+    fix_title = "Register the tensor as a non-persistent buffer"
+    requires_any_text = ("forward",)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self, device):
+                    super().__init__()
+                    self.scale = nn.Parameter(torch.ones(3))
+                    self.register_buffer("mean", torch.zeros(3))
+                    self.mask = torch.ones(3, device=device)
+                    self.history = torch.zeros(10)
+                def forward(self, x):
+                    return (x - self.mean) * self.scale * self.mask
+            """,
+            name="parameters-buffers-explicit-device-unused",
+        ),
+        Valid(
+            """
+            import torch
+            class Plain:
+                def __init__(self):
+                    self.mean = torch.zeros(3)
+                def forward(self, x):
+                    return x - self.mean
+            """,
+            name="not-a-module",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            class Normalize(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.mean = torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1)  # ImageNet-ish
+                def forward(self, x):
+                    return x - self.mean
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Normalize(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("mean", torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1), persistent=False)  # ImageNet-ish
+                def forward(self, x):
+                    return x - self.mean
+            """,
+            applicability=Applicability.SAFE,
+            name="normalisation-constant",
+        ),
+    ]
+
+    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(context, options)
+        self._classes: list[_ModuleClass | None] = []
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        info = self.context.kinds.lookup_class(node.name.value)
+        self._classes.append(_ModuleClass(node) if info is not None and info.is_module else None)
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        current = self._classes.pop()
+        if current is None:
+            return
+        for name, assignment in current.tensor_attributes.items():
+            if name in current.used_in_forward and name not in current.registered:
+                self.report(assignment, fix=self._fix(name, assignment))
+
+    def _method(self) -> tuple[str, str | None] | None:
+        if not self._classes or self._classes[-1] is None:
+            return None
+        method = self.context.enclosing_method_class()
+        if method is None or method[1].name != self._classes[-1].node.name.value:
+            return None
+        scope = self.context.kinds.enclosing_method()
+        return method[0].name.value, scope.self_name if scope is not None else None
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        where = self._method()
+        if where is None or where[0] != "__init__" or len(node.targets) != 1:
+            return
+        current = self._classes[-1]
+        assert current is not None
+        name = _self_attribute(node.targets[0].target, where[1])
+        if name is None:
+            return
+        value = node.value
+        if isinstance(value, cst.Call) and (
+            self.context.imports.qualified_name(value.func) in _REGISTERED_TENSORS
+            or keyword_argument(value, "device") is not None
+            or keyword_argument(value, "requires_grad") is not None
+        ):
+            return
+        # The analysis has not bound this assignment yet: ask about the value itself.
+        if self.context.kinds.kind_of(value).is_tensor:
+            current.tensor_attributes.setdefault(name, node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        where = self._method()
+        if where is None or not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "register_buffer"):
+            return
+        if node.args and isinstance(node.args[0].value, cst.SimpleString):
+            value = node.args[0].value.evaluated_value
+            if isinstance(value, str):
+                self._classes[-1].registered.add(value)  # type: ignore[union-attr]
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        where = self._method()
+        if where is None or where[0] != "forward":
+            return
+        name = _self_attribute(node, where[1])
+        if name is not None:
+            self._classes[-1].used_in_forward.add(name)  # type: ignore[union-attr]
+
+    def _fix(self, name: str, assignment: cst.Assign):  # type: ignore[no-untyped-def]
+        self_name = assignment.targets[0].target.value.value  # type: ignore[attr-defined]
+        # Edit around the value rather than re-render it: a multi-line value keeps its layout.
+        return self.make_fix(
+            NodeEdit.replace_until(assignment, assignment.value, f'{self_name}.register_buffer("{name}", '),
+            NodeEdit.insert_after(assignment.value, ", persistent=False)"),
+        )

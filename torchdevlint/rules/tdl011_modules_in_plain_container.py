@@ -1,0 +1,164 @@
+"""TDL011 modules-in-plain-container."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchdevlint.diagnostics import Applicability
+from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
+
+
+class ModulesInPlainContainer(Rule):
+    """
+    ## What it does
+    Finds sub-modules created in an `nn.Module`'s `__init__` and kept in a plain `list` or
+    `dict` attribute: a list or dict literal of module constructors, or a comprehension
+    building them.
+
+    ## Why is this bad?
+    `nn.Module` registers sub-modules only when they are attributes themselves or live in an
+    `nn.ModuleList`/`nn.ModuleDict`. Modules in a plain container are invisible:
+    `model.to(device)` does not move them ("Expected all tensors to be on the same device"
+    on the first GPU run), `model.parameters()` does not list them (the optimizer never
+    trains them), and the state dict does not save them.
+
+    Lists of modules that are registered elsewhere (`[self.conv1, self.conv2]`) are fine.
+
+    ## Example
+    ```python
+    self.blocks = [nn.Linear(64, 64) for _ in range(4)]
+    ```
+
+    ## Use instead
+    ```python
+    self.blocks = nn.ModuleList([nn.Linear(64, 64) for _ in range(4)])
+    ```
+
+    ## Fix safety
+    Unsafe: the modules become registered, so the state dict gains their keys (old
+    checkpoints load only with `strict=False`) and the optimizer, if built from
+    `model.parameters()`, now trains them, which changes results.
+
+    ## Options
+    None.
+    """
+
+    code = "TDL011"
+    slug = "modules-in-plain-container"
+    message = "Sub-modules in a plain list/dict are not registered: not moved, saved or trained"
+    fix_title = "Use nn.ModuleList / nn.ModuleDict"
+    requires_any_text = ("__init__",)
+
+    VALID = [
+        Valid(
+            """
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv1 = nn.Conv2d(3, 8, 3)
+                    self.conv2 = nn.Conv2d(8, 8, 3)
+                    self.convs = [self.conv1, self.conv2]
+                    self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+                    self.sizes = [64, 128]
+            """,
+            name="registered-elsewhere-or-not-modules",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self, depth):
+                    super().__init__()
+                    self.blocks = [nn.Linear(64, 64) for _ in range(depth)]
+            """,
+            fixed="""
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self, depth):
+                    super().__init__()
+                    self.blocks = nn.ModuleList([nn.Linear(64, 64) for _ in range(depth)])
+            """,
+            applicability=Applicability.UNSAFE,
+            name="list-comprehension",
+        ),
+        Invalid(
+            """
+            import torch
+            class Heads(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.heads = {
+                        "age": torch.nn.Linear(8, 1),
+                        "gender": torch.nn.Linear(8, 2),
+                    }
+            """,
+            fixed="""
+            import torch
+            class Heads(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.heads = torch.nn.ModuleDict({
+                        "age": torch.nn.Linear(8, 1),
+                        "gender": torch.nn.Linear(8, 2),
+                    })
+            """,
+            applicability=Applicability.UNSAFE,
+            name="dict-of-heads",
+        ),
+    ]
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        method = self.context.enclosing_method_class()
+        if method is None or method[0].name.value != "__init__" or not method[1].is_module:
+            return
+        scope = self.context.kinds.enclosing_method()
+        if len(node.targets) != 1 or scope is None:
+            return
+        target = node.targets[0].target
+        if not (
+            isinstance(target, cst.Attribute)
+            and isinstance(target.value, cst.Name)
+            and target.value.value == scope.self_name
+        ):
+            return
+        value = node.value
+        container = self._container_of_new_modules(value)
+        if container is None:
+            return
+        nn = self._nn_name()
+        fix = None
+        if nn is not None:
+            # Wrap without re-rendering: a multi-line literal keeps its layout.
+            fix = self.make_fix(
+                NodeEdit.insert_before(value, f"{nn}.{container}("),
+                NodeEdit.insert_after(value, ")"),
+                applicability=Applicability.UNSAFE,
+            )
+        self.report(node, fix=fix)
+
+    def _is_new_module(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Call) and self.context.kinds.kind_of(node).is_module_like
+
+    def _container_of_new_modules(self, value: cst.BaseExpression) -> str | None:
+        if isinstance(value, cst.List) and value.elements:
+            if all(not isinstance(e, cst.StarredElement) and self._is_new_module(e.value) for e in value.elements):
+                return "ModuleList"
+        elif isinstance(value, cst.ListComp) and self._is_new_module(value.elt):
+            return "ModuleList"
+        elif isinstance(value, cst.Dict) and value.elements:
+            if all(isinstance(e, cst.DictElement) and self._is_new_module(e.value) for e in value.elements):
+                return "ModuleDict"
+        elif isinstance(value, cst.DictComp) and self._is_new_module(value.value):
+            return "ModuleDict"
+        return None
+
+    def _nn_name(self) -> str | None:
+        imports = self.context.imports
+        nn = imports.local_name_for("torch.nn")
+        if nn is not None:
+            return nn
+        torch = imports.local_name_for("torch")
+        return f"{torch}.nn" if torch is not None else None

@@ -1,0 +1,309 @@
+"""TDL103 host-sync-in-loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from torchdevlint.analysis.loader_flow import Target, move_target, names_in
+from torchdevlint.analysis.names import dotted_name
+from torchdevlint.rule import Invalid, Rule, Valid
+
+# Tensor methods that copy to the host and so wait for every queued kernel.
+_SYNC_METHODS = frozenset({"item", "tolist", "cpu"})
+_NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+@dataclass
+class _Loop:
+    node: cst.For | cst.While
+    # A `.backward()` call sits in this loop's own body (not in a nested loop).
+    trains: bool = False
+    # Names holding data on the device: moved there in this loop, or computed from such data.
+    on_device: set[str] = field(default_factory=set)
+    # Synchronising calls, kept until we know whether the loop trains.
+    syncs: list[cst.Call] = field(default_factory=list)
+
+
+def _is_sync_call(context, node: cst.CSTNode) -> bool:  # type: ignore[no-untyped-def]
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+        return False
+    method = node.func.attr.value
+    return method in _SYNC_METHODS or (method == "to" and move_target(context, node) is Target.CPU)
+
+
+def _is_periodic(test: cst.BaseExpression) -> bool:
+    """`if step % log_every == 0:`: logging every N steps, the recommended way."""
+    stack: list[cst.CSTNode] = [test]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            return True
+        stack.extend(node.children)
+    return False
+
+
+def _leaves_loop(block: cst.BaseSuite) -> bool:
+    """A branch that raises, breaks, returns or exits: taken once, not every step."""
+    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    for statement in statements:
+        small = statement.body if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else []
+        for item in small:
+            if isinstance(item, (cst.Raise, cst.Break, cst.Return)):
+                return True
+            if isinstance(item, cst.Expr) and isinstance(item.value, cst.Call):
+                name = dotted_name(item.value.func)
+                if name in ("exit", "quit", "sys.exit", "os._exit"):
+                    return True
+    return False
+
+
+class HostSyncInLoop(Rule):
+    """
+    ## What it does
+    Finds `.item()`, `.tolist()`, `.cpu()`, `.to("cpu")` and `print(tensor)` on device data
+    inside a training loop: a loop whose own body calls `.backward()` and moves its inputs
+    to a device. Device data is what the loop moved with `.to(device)`/`.cuda()` and
+    everything computed from it (the model's output, the loss, predictions). Calls under an
+    `if` that tests a modulo (`if step % 100 == 0:`) are periodic logging, and calls in a
+    branch that raises, breaks or exits run once; neither is reported.
+
+    Off by default: a per-step `loss.item()` is everywhere, and on small models the cost is
+    hidden by other overheads. Enable it with `extend-select = ["TDL103"]` when profiling.
+
+    ## Why is this bad?
+    CUDA kernels run asynchronously: the Python loop normally queues the next step's work
+    while the GPU still computes this one. Reading a device value on the host (`.item()`,
+    copying to the CPU, printing) blocks until every queued kernel has finished, so the GPU
+    sits idle while Python prepares the next step. Done on every step, it can cost a large
+    share of the throughput.
+
+    ## Example
+    ```python
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+        loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+    ```
+
+    ## Use instead
+    ```python
+    running_loss = torch.zeros((), device=device)
+    for step, (images, labels) in enumerate(loader):
+        images, labels = images.to(device), labels.to(device)
+        loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.detach()
+        if step % log_every == 0:
+            print(running_loss.item() / (step + 1))
+    ```
+
+    ## Fix safety
+    No fix: accumulating on the device changes the type of the accumulator (a tensor, not a
+    float), which the code after the loop may not expect.
+
+    ## Options
+    None.
+    """
+
+    code = "TDL103"
+    slug = "host-sync-in-loop"
+    message = "Host-device sync in the training loop makes the GPU wait every step"
+    default_enabled = False
+    requires_any_text = ("backward",)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            for step, (x, y) in enumerate(loader):
+                x, y = x.to(device), y.to(device)
+                loss = criterion(model(x), y)
+                loss.backward()
+                if step % 100 == 0:
+                    print(f"step {step}: {loss.item():.4f}")
+                if not torch.isfinite(loss):
+                    print(loss)
+                    raise RuntimeError("loss diverged")
+                total += y.size(0)
+            print(loss.item())
+            """,
+            name="periodic-logging-and-after-the-loop",
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                for x, y in loader:
+                    x = x.to(device)
+                    correct += (model(x).argmax(1) == y.to(device)).sum().item()
+            """,
+            name="evaluation-loop-without-backward",
+        ),
+        Valid(
+            """
+            import torch
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                losses.append(loss.item())
+            """,
+            name="nothing-moved-to-a-device",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            for images, labels in loader:
+                images, labels = images.to(device), labels.to(device)
+                outputs = model(images)
+                loss = criterion(outputs, labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                running_loss += loss.item()
+                correct += (outputs.argmax(1) == labels).sum().item()
+            """,
+            count=2,
+            name="running-loss-and-accuracy",
+        ),
+        Invalid(
+            """
+            import torch
+            for epoch in range(epochs):
+                for batch in tqdm(loader):
+                    batch = {k: v.cuda() for k, v in batch.items()}
+                    loss = model(**batch).loss
+                    scaler.scale(loss).backward()
+                    preds.extend(model.logits.argmax(-1).tolist())
+                    print(loss)
+            """,
+            count=1,
+            name="print-of-a-device-tensor",
+        ),
+    ]
+
+    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(context, options)
+        self._loops: list[_Loop] = []
+
+    def _enter(self, node: cst.For | cst.While) -> None:
+        self._loops.append(_Loop(node))
+
+    def _leave(self, node: cst.For | cst.While) -> None:
+        if not self._loops or self._loops[-1].node is not node:
+            return
+        loop = self._loops.pop()
+        if loop.trains:
+            for call in loop.syncs:
+                self.report(call)
+        elif self._loops:
+            # An inner loop (over metrics, say) runs on every step of the loop around it.
+            self._loops[-1].syncs.extend(loop.syncs)
+
+    visit_For = visit_While = _enter
+    leave_For = leave_While = _leave
+
+    def _current(self, node: cst.CSTNode) -> _Loop | None:
+        """The innermost loop whose body holds `node` directly (not through a nested def)."""
+        if not self._loops:
+            return None
+        innermost = self._loops[-1].node
+        for ancestor in self.context.ancestors(node):
+            if ancestor is innermost:
+                return self._loops[-1]
+            if isinstance(ancestor, _NESTED_SCOPES):
+                return None
+        return None
+
+    def _on_device(self) -> set[str]:
+        found: set[str] = set()
+        for loop in self._loops:
+            found |= loop.on_device
+        return found
+
+    def visit_Call(self, node: cst.Call) -> None:
+        loop = self._current(node)
+        if loop is None:
+            return
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            loop.trains = True
+            return
+        if not (loop.on_device or any(l.on_device for l in self._loops)):
+            return
+        if isinstance(func, cst.Name) and func.value == "print" and self.context.kinds.lookup("print") is None:
+            if any(isinstance(arg.value, cst.Name) and arg.value.value in self._on_device() for arg in node.args):
+                if not self._under_periodic_if(node, loop):
+                    loop.syncs.append(node)
+            return
+        if not _is_sync_call(self.context, node):
+            return
+        assert isinstance(func, cst.Attribute)
+        receiver = func.value
+        if self._contains_sync(receiver) or not names_in(receiver) & self._on_device():
+            return
+        if self.context.kinds.kind_of(receiver).is_module_like or self._under_periodic_if(node, loop):
+            return
+        loop.syncs.append(node)
+
+    def _contains_sync(self, node: cst.CSTNode) -> bool:
+        """`x.cpu().tolist()`: the first sync in a chain is the one reported."""
+        stack: list[cst.CSTNode] = [node]
+        while stack:
+            current = stack.pop()
+            if _is_sync_call(self.context, current):
+                return True
+            stack.extend(current.children)
+        return False
+
+    def _under_periodic_if(self, node: cst.CSTNode, loop: _Loop) -> bool:
+        """Under `if step % N == 0:`, or in a branch that leaves the loop (`sys.exit(1)`)."""
+        child: cst.CSTNode = node
+        for ancestor in self.context.ancestors(node):
+            if ancestor is loop.node:
+                return False
+            if isinstance(ancestor, (cst.If, cst.IfExp)) and _is_periodic(ancestor.test):
+                return True
+            if isinstance(ancestor, cst.If) and child is ancestor.body and _leaves_loop(ancestor.body):
+                return True
+            child = ancestor
+        return False
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        self._record(node, [t.target for t in node.targets], node.value)
+
+    def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._record(node, [node.target], node.value)
+
+    def _record(self, statement: cst.CSTNode, targets: list[cst.BaseExpression], value: cst.BaseExpression) -> None:
+        loop = self._current(statement)
+        if loop is None:
+            return
+        names = set().union(*(names_in(t) for t in targets if isinstance(t, (cst.Name, cst.Tuple, cst.List))))
+        if self._contains_sync(value):
+            for each in self._loops:
+                each.on_device -= names
+        elif self._moves_to_device(value) or names_in(value) & self._on_device():
+            loop.on_device |= names
+
+    def _moves_to_device(self, value: cst.CSTNode) -> bool:
+        stack: list[cst.CSTNode] = [value]
+        while stack:
+            current = stack.pop()
+            if (
+                isinstance(current, cst.Call)
+                and isinstance(current.func, cst.Attribute)
+                and current.func.attr.value in ("to", "cuda")
+                and move_target(self.context, current) is Target.ACCELERATOR
+                and not self.context.kinds.kind_of(current.func.value).is_module_like
+            ):
+                return True
+            stack.extend(current.children)
+        return False

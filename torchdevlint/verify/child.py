@@ -1,0 +1,215 @@
+"""A verify child: run one program (its source on stdin) on one host, report how it ended.
+
+`python -m torchdevlint.verify.child --host emulated --gpus 1 --path PROGRAM --report FILE`
+The program's own stdout and stderr pass through untouched; the outcome goes to FILE as JSON.
+`python -m torchdevlint.verify.child --probe` prints what CUDA this machine has, as JSON.
+`python -m torchdevlint.verify.child --serve` imports torch once and forks each run from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+
+from torchdevlint.verify.protocol import ChildReport, ErrorInfo, RunHost, RunStatus
+
+
+def probe() -> int:
+    try:
+        import torch
+    except ImportError as error:
+        print(json.dumps({"torch": None, "error": str(error)}))
+        return 0
+    available = bool(torch.cuda.is_available())
+    print(json.dumps({
+        "torch": torch.__version__,
+        "cuda_available": available,
+        "device_count": torch.cuda.device_count() if available else 0,
+        "device_name": torch.cuda.get_device_name(0) if available else None,
+    }))
+    return 0
+
+
+def _error_info(error: BaseException, path: str) -> ErrorInfo:
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if frame.filename == path:
+            line = frame.lineno  # the innermost frame of the program itself
+    message = str(error)
+    if isinstance(error, KeyError) and len(error.args) == 1:
+        message = repr(error.args[0])
+    return ErrorInfo(type(error).__name__, message, line)
+
+
+def run_program(source: str, path: str, kind: RunHost, gpus: int) -> ChildReport:
+    """Execute `source` as the `__main__` of `path`, the way `python path` would."""
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    sys.argv = [path]
+    sys.path[0] = os.path.dirname(path)
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the program
+    placeholder_reads: tuple[str, ...] = ()
+    try:
+        code = compile(source, path, "exec", dont_inherit=True)
+        from torchdevlint.verify.host import host
+
+        with host(kind, gpus) as state:
+            sys.modules["__main__"] = main
+            try:
+                exec(code, main.__dict__)
+            finally:
+                placeholder_reads = state.placeholder_reads
+    except SystemExit as exit_:
+        if exit_.code in (None, 0):
+            return ChildReport(RunStatus.OK, None, placeholder_reads)
+        return ChildReport(RunStatus.ERROR, ErrorInfo("SystemExit", str(exit_.code)), placeholder_reads)
+    except BaseException as error:  # noqa: BLE001 - the program's failure is the finding
+        traceback.print_exc()
+        return ChildReport(RunStatus.ERROR, _error_info(error, path), placeholder_reads)
+    return ChildReport(RunStatus.OK, None, placeholder_reads)
+
+
+def _run_forked(request: dict[str, object]) -> None:
+    """In a process just forked from the server: become the run described by `request`."""
+    status = 1
+    try:
+        os.setsid()  # its own process group, which a timeout kills as a whole
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(str(request["cwd"]))
+        for key, value in dict(request.get("env") or {}).items():  # type: ignore[call-overload]
+            os.environ[str(key)] = str(value)
+        write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        redirections = ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], write), (2, request["stderr"], write))
+        for fd, name, flags in redirections:
+            opened = os.open(str(name), flags, 0o600)
+            os.dup2(opened, fd)
+            os.close(opened)
+        # Fresh stream objects: the server's may hold state (or a lock) from before the fork.
+        sys.stdout = os.fdopen(1, "w", closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        source = Path(str(request["source"])).read_text(encoding="utf-8")
+        kind, gpus = RunHost(str(request["host"])), int(str(request["gpus"]))
+        report = run_program(source, str(request["path"]), kind, gpus)
+        _flush_streams()
+        Path(str(request["report"])).write_text(json.dumps(report.to_json()))
+        status = 0
+    finally:
+        _flush_streams()
+        os._exit(status)
+
+
+def serve() -> int:
+    """Fork one run per request line; answer each with its exit status, one JSON line each.
+
+    torch is imported once, here, before any fork: that is most of a run's start-up time.
+    Never initialises CUDA itself, so a run forked from here may. Requests:
+    {"id", "cwd", "source", "stdout", "stderr", "report", "path", "host", "gpus", "timeout", "env"};
+    answers: {"id", "returncode", "timed_out"}. End of input: live runs are killed, then exit.
+    """
+    import torch  # noqa: F401 - the point of the server
+    import torch._dynamo  # noqa: F401 - the first optimizer step imports it: another ~2 s a run
+
+    import torchdevlint.verify.emulation  # noqa: F401 - imports torch.nn, data, optim
+    import torchdevlint.verify.host  # noqa: F401
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the server by closing its input
+    requests_fd = sys.stdin.fileno()
+    answers = sys.stdout
+    live: dict[int, tuple[object, float, bool]] = {}  # pid -> (id, deadline, killed)
+    pending = b""
+    open_input = True
+
+    def answer(message: dict[str, object]) -> None:
+        answers.write(json.dumps(message) + "\n")
+        answers.flush()
+
+    def kill(pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    while open_input or live:
+        readable: list[int] = []
+        if open_input:
+            readable, _, _ = select.select([requests_fd], [], [], 0.02 if live else None)
+        else:
+            time.sleep(0.02)
+        if readable:
+            chunk = os.read(requests_fd, 1 << 16)
+            if not chunk:
+                open_input = False
+                for pid in live:
+                    kill(pid)
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                answers.flush()
+                pid = os.fork()
+                if pid == 0:
+                    _run_forked(request)
+                live[pid] = (request["id"], time.monotonic() + float(request["timeout"]), False)
+        now = time.monotonic()
+        for pid, (request_id, deadline, killed) in list(live.items()):
+            if not killed and now > deadline:
+                kill(pid)
+                live[pid] = (request_id, deadline, True)
+        while live:
+            try:
+                pid, wait_status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid in live:
+                request_id, _, killed = live.pop(pid)
+                kill(pid)  # what the run left behind in its group (DataLoader workers)
+                if open_input:
+                    code = os.waitstatus_to_exitcode(wait_status)
+                    answer({"id": request_id, "returncode": code, "timed_out": killed})
+    return 0
+
+
+def _flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m torchdevlint.verify.child")
+    parser.add_argument("--probe", action="store_true")
+    parser.add_argument("--serve", action="store_true")
+    parser.add_argument("--host", choices=[h.value for h in RunHost])
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--path")
+    parser.add_argument("--report", type=Path)
+    args = parser.parse_args(argv)
+    if args.probe:
+        return probe()
+    if args.serve:
+        return serve()
+    if args.host is None or args.path is None or args.report is None:
+        parser.error("--host, --path and --report are required")
+    source = sys.stdin.buffer.read().decode("utf-8")
+    report = run_program(source, args.path, RunHost(args.host), args.gpus)
+    _flush_streams()
+    args.report.write_text(json.dumps(report.to_json()))
+    # Threads the program left behind (DataLoader workers, timers) must not keep it alive.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

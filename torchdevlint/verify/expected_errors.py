@@ -1,0 +1,70 @@
+"""The runtime error each rule predicts, as PyTorch words it (on CUDA and on `meta`).
+
+A program reproduces its bug only when the original fails with an error a finding predicts;
+any other failure (a typo, a missing file, an operation `meta` cannot run) is not the bug.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from torchdevlint.verify.protocol import ErrorInfo
+
+# Mixed devices, as CUDA kernels, `meta` kernels, the RNN checks, convolution, indexing and
+# DataParallel report them (and as the emulation reports the cases `meta` alone lets pass).
+DEVICE_MISMATCH = re.compile(
+    "|".join(
+        (
+            r"Expected all tensors to be on the same device",
+            r"found at least two devices",
+            r"is not on the expected device",
+            r"are not at the same device",
+            r"to be on the same device",
+            r"expected to be in the same device",
+            r"have the same device",
+            r"same device as the indexed tensor",
+            r"Expected tensor to have \w+ Device, but got tensor with \w+ Device",
+            r"Input type \(.*\) and weight type \(.*\) should be the same",
+            r"Expected object of device type",
+            r"module must have its parameters and buffers on device",
+        )
+    )
+)
+CUDA_CHECKPOINT_ON_CPU_HOST = re.compile(r"Attempting to deserialize object on a CUDA device")
+# CUDA used on a machine without a GPU, as a CPU-only build and a driverless machine say it.
+NO_GPU = re.compile(
+    "|".join(
+        (
+            r"Torch not compiled with CUDA enabled",
+            r"Found no NVIDIA driver",
+            r"No CUDA GPUs are available",
+            r"no CUDA-capable device is detected",
+            r"Cannot access accelerator device when none is available",
+            r"Attempting to deserialize object on a CUDA device",
+        )
+    )
+)
+NUMPY_ON_DEVICE = re.compile(r"can't convert \S+ device type tensor to numpy")
+# CUDA_VISIBLE_DEVICES set too late can only fail where it is set to something not a string.
+ENVIRONMENT_NOT_A_STRING = re.compile(r"str expected, not \w+")
+PREFIXED_STATE_DICT = re.compile(
+    r"Error\(s\) in loading state_dict(?s:.*)(Unexpected|Missing) key\(s\) in state_dict: \"module\."
+)
+
+EXPECTED_BY_RULE: dict[str, re.Pattern[str]] = {
+    "TDL001": DEVICE_MISMATCH,
+    "TDL002": DEVICE_MISMATCH,
+    "TDL003": CUDA_CHECKPOINT_ON_CPU_HOST,
+    "TDL004": PREFIXED_STATE_DICT,
+    "TDL005": PREFIXED_STATE_DICT,
+    "TDL006": NUMPY_ON_DEVICE,
+    "TDL007": NO_GPU,
+    "TDL008": ENVIRONMENT_NOT_A_STRING,
+}
+
+
+def predicted_by(codes: Iterable[str], error: ErrorInfo) -> bool:
+    """Does one of the findings' rules predict this error? Unknown (future) rules: a device mismatch."""
+    text = f"{error.type}: {error.message}"
+    return any(EXPECTED_BY_RULE.get(code, DEVICE_MISMATCH).search(text) for code in set(codes))

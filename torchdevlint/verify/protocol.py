@@ -1,0 +1,92 @@
+"""What the parent and a verify child agree on: where a run happens and how it ended.
+
+Plain data only, no torch: both sides import this module.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+CHILD_MODULE = "torchdevlint.verify.child"
+
+# The result convention: a program prints `RESULT <value>`; the last such line counts.
+RESULT_LINE = re.compile(r"^RESULT[ \t]+(?P<value>.*?)\s*$", re.MULTILINE)
+
+
+class RunHost(Enum):
+    """The machine a single run pretends to be."""
+
+    # A real CUDA GPU.
+    CUDA = "cuda"
+    # The emulated GPU: CUDA devices become `meta`, torch.cuda.is_available() is True.
+    EMULATED = "emulated"
+    # No GPU at all (the reference run of the original program).
+    CPU = "cpu"
+    # No GPU, and every checkpoint the program saves is tagged cuda:0, as if written on a GPU box.
+    CPU_LOADS_GPU_CHECKPOINT = "cpu-loads-gpu-checkpoint"
+
+    @property
+    def label(self) -> str:
+        return {
+            RunHost.CUDA: "CUDA GPU",
+            RunHost.EMULATED: "emulated GPU",
+            RunHost.CPU: "CPU",
+            RunHost.CPU_LOADS_GPU_CHECKPOINT: "CPU-only host, checkpoints saved as on a GPU",
+        }[self]
+
+
+class RunStatus(Enum):
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """How a run failed: the exception's type and message, and the program line it came from."""
+
+    type: str
+    message: str
+    line: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"type": self.type, "message": self.message, "line": self.line}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> ErrorInfo:
+        line = data.get("line")
+        return cls(str(data.get("type", "")), str(data.get("message", "")), line if isinstance(line, int) else None)
+
+
+@dataclass(frozen=True)
+class ChildReport:
+    """What the child writes to its report file once the program has ended."""
+
+    status: RunStatus
+    error: ErrorInfo | None = None
+    # Reads of tensor values on the emulated GPU, which has none: placeholders stood in for them.
+    placeholder_reads: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "status": self.status.value,
+            "error": self.error.to_json() if self.error else None,
+            "placeholder_reads": list(self.placeholder_reads),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> ChildReport:
+        error = data.get("error")
+        reads = data.get("placeholder_reads") or []
+        return cls(
+            RunStatus(str(data.get("status"))),
+            ErrorInfo.from_json(error) if isinstance(error, dict) else None,
+            tuple(str(read) for read in reads) if isinstance(reads, list) else (),
+        )
+
+
+def last_result(stdout: str) -> str | None:
+    matches = RESULT_LINE.findall(stdout.replace("\r\n", "\n"))
+    return matches[-1] if matches else None

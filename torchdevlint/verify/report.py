@@ -1,0 +1,100 @@
+"""`torchdevlint verify` output: a block per program and a summary line, or one JSON array."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import TextIO
+
+from torchdevlint.diagnostics import FileError
+from torchdevlint.verify.protocol import RunStatus
+from torchdevlint.verify.runner import (
+    Accelerator,
+    AcceleratorInfo,
+    ComparisonStatus,
+    ProgramReport,
+    RunOutcome,
+    Verdict,
+)
+
+_MESSAGE_WIDTH = 300
+
+
+def header(accelerator: AcceleratorInfo) -> str:
+    if accelerator.kind is Accelerator.CUDA:
+        return f"Verifying on CUDA ({accelerator.reason})\n"
+    return (
+        f"Verifying on the emulated GPU ({accelerator.reason}); "
+        "in its errors `meta` is the emulated GPU\n"
+    )
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _MESSAGE_WIDTH else flat[: _MESSAGE_WIDTH - 1] + "…"
+
+
+def _describe(run: RunOutcome) -> str:
+    where = f"[{run.host.label}]"
+    if run.status is RunStatus.OK:
+        shown = f"ran, RESULT {run.result}" if run.result is not None else "ran (no RESULT line)"
+        if run.placeholder_reads:
+            reads = ", ".join(run.placeholder_reads)
+            shown += f"; placeholders stood in for values read from the emulated GPU ({reads})"
+        return f"{shown} {where}"
+    assert run.error is not None
+    at = f" at line {run.error.line}" if run.error.line else ""
+    status = "timed out" if run.status is RunStatus.TIMEOUT else "failed"
+    return f"{status}{at}: {run.error.type}: {_one_line(run.error.message)} {where}"
+
+
+def _findings_line(program: ProgramReport) -> str:
+    by_code: dict[str, list[str]] = {}
+    for finding in program.findings:
+        by_code.setdefault(finding.code, []).append(str(finding.start.line))
+    return "; ".join(
+        f"{code} at line{'s' if len(lines) > 1 else ''} {', '.join(lines)}" for code, lines in by_code.items()
+    )
+
+
+def write_program(out: TextIO, program: ProgramReport) -> None:
+    out.write(f"{program.path}: {program.verdict.value}\n")
+    if not program.findings:
+        out.write(f"  {program.note}\n")
+        return
+    out.write(f"  findings:  {_findings_line(program)}\n")
+    if program.original is not None:
+        out.write(f"  original:  {_describe(program.original)}\n")
+    if program.fixed is not None:
+        out.write(f"  fixed:     {_describe(program.fixed)}\n")
+    comparison = program.comparison
+    if comparison is not None:
+        label = {
+            ComparisonStatus.MATCH: "same",
+            ComparisonStatus.DIFFER: "DIFFERENT",
+            ComparisonStatus.SKIPPED: "not compared",
+        }
+        line = f"  result:    {label[comparison.status]}: {comparison.reason}"
+        if comparison.status is ComparisonStatus.DIFFER:
+            line += f" (expected RESULT {comparison.expected}, got RESULT {comparison.actual})"
+        out.write(line + "\n")
+    out.write(f"  why:       {program.note}\n")
+
+
+def summary(programs: Sequence[ProgramReport], errors: Sequence[FileError]) -> str:
+    counts = Counter(program.verdict for program in programs)
+    parts = [f"{counts[verdict]} {verdict.value}" for verdict in Verdict if counts[verdict]]
+    if errors:
+        parts.append(f"{len(errors)} could not be read")
+    total = len(programs) + len(errors)
+    return f"{', '.join(parts) or 'nothing to verify'} ({total} program{'s' if total != 1 else ''})\n"
+
+
+def write_error(out: TextIO, error: FileError) -> None:
+    out.write(f"{error.path}: error: {error.message}\n")
+
+
+def write_json(out: TextIO, programs: Sequence[ProgramReport]) -> None:
+    json.dump([program.to_json() for program in programs], out, indent=2)
+    out.write("\n")

@@ -1,0 +1,589 @@
+"""The parent side of `torchdevlint verify`: lint, fix in memory, run each version in a child, judge.
+
+Never imports torch: each run is a fresh `python -m torchdevlint.verify.child` process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import torchdevlint
+from torchdevlint.diagnostics import Diagnostic, FileError
+from torchdevlint.engine import lint_source
+from torchdevlint.fixer import fix_source
+from torchdevlint.rule import Rule
+from torchdevlint.sourcefile import SourceError, read_source
+from torchdevlint.verify.directive import DirectiveError, ProgramHost, VerifySpec, read_directive
+from torchdevlint.verify.expected_errors import predicted_by
+from torchdevlint.verify.protocol import (
+    CHILD_MODULE,
+    ChildReport,
+    ErrorInfo,
+    RunHost,
+    RunStatus,
+    last_result,
+)
+
+DEFAULT_TIMEOUT = 300.0
+# TDL0xx rules find bugs that fail at run time; TDL1xx (performance) and TDL2xx (portability)
+# findings are fixed along with them but have no failure to reproduce.
+CORRECTNESS_PREFIX = "TDL0"
+_PACKAGE_ROOT = str(Path(torchdevlint.__file__).resolve().parent.parent)
+# Results agree when their text matches with numbers equal to 0.1% (GPU and CPU round differently).
+_NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+_REL_TOLERANCE = 1e-3
+_ABS_TOLERANCE = 1e-6
+_OUTPUT_TAIL = 4000
+
+
+class DeviceChoice(Enum):
+    AUTO = "auto"
+    CUDA = "cuda"
+    EMULATED = "emulated"
+
+
+class Accelerator(Enum):
+    CUDA = "cuda"
+    EMULATED = "emulated"
+
+
+class Verdict(Enum):
+    FIX_VERIFIED = "fix verified"
+    BUG_NOT_REPRODUCED = "bug not reproduced"
+    FIX_FAILED = "fix failed"
+    RESULTS_DIFFER = "results differ"
+    NO_FINDING = "no finding"
+
+
+class ComparisonStatus(Enum):
+    MATCH = "match"
+    DIFFER = "differ"
+    SKIPPED = "skipped"
+
+
+class VerifyError(Exception):
+    """Verification cannot start (no torch, no GPU for --device cuda); the message says why."""
+
+
+@dataclass(frozen=True)
+class AcceleratorInfo:
+    kind: Accelerator
+    device_count: int
+    # Why this accelerator, in words for the report header.
+    reason: str
+    device_name: str | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    host: RunHost
+    status: RunStatus
+    error: ErrorInfo | None
+    result: str | None
+    placeholder_reads: tuple[str, ...]
+    seconds: float
+    stdout_tail: str
+    stderr_tail: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "host": self.host.value,
+            "status": self.status.value,
+            "error": self.error.to_json() if self.error else None,
+            "result": self.result,
+            "placeholder_reads": list(self.placeholder_reads),
+            "seconds": round(self.seconds, 2),
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    status: ComparisonStatus
+    reason: str
+    expected: str | None = None
+    actual: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"status": self.status.value, "reason": self.reason, "expected": self.expected, "actual": self.actual}
+
+
+@dataclass(frozen=True)
+class ProgramReport:
+    path: str
+    accelerator: Accelerator
+    spec: VerifySpec
+    findings: tuple[Diagnostic, ...]
+    verdict: Verdict
+    note: str
+    original: RunOutcome | None = None
+    fixed: RunOutcome | None = None
+    # The original program on a CPU without any GPU: where the device bug cannot occur.
+    reference: RunOutcome | None = None
+    comparison: Comparison | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict is not Verdict.FIX_VERIFIED and self.verdict is not Verdict.NO_FINDING
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "device": self.accelerator.value,
+            "host": self.spec.host.value,
+            "gpus": self.spec.gpus,
+            "findings": [d.to_json() for d in self.findings],
+            "original": self.original.to_json() if self.original else None,
+            "fixed": self.fixed.to_json() if self.fixed else None,
+            "reference": self.reference.to_json() if self.reference else None,
+            "comparison": self.comparison.to_json() if self.comparison else None,
+            "verdict": self.verdict.value,
+            "note": self.note,
+        }
+
+
+# -- the accelerator -------------------------------------------------------------------------
+
+
+def _child_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", CHILD_MODULE, *args]
+
+
+def _child_env(host: RunHost, jobs: int, *, hide_gpus: bool = True) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONHASHSEED"] = "0"  # set and dict-of-str order alike in every run, for RESULT lines
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # verify never writes beside the user's files
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, jobs))))
+    if hide_gpus and host is not RunHost.CUDA:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the emulated GPU and the CPU hosts never touch a real one
+    return env
+
+
+def torch_installed() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("torch") is not None
+
+
+def gpu_device_nodes_present() -> bool:
+    """Could this machine have a CUDA GPU at all? Checked without importing torch."""
+    if not sys.platform.startswith("linux"):
+        return sys.platform != "darwin"
+    return any(Path(node).exists() for node in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg"))
+
+
+def probe_cuda(timeout: float = 120.0) -> dict[str, object]:
+    """Ask torch, in a child process, what CUDA this machine has."""
+    completed = subprocess.run(
+        _child_command("--probe"), capture_output=True, text=True, timeout=timeout,
+        env=_child_env(RunHost.CUDA, 1),
+    )
+    try:
+        data = json.loads(completed.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise VerifyError(f"cannot ask torch about CUDA: {completed.stderr.strip()[-500:]}") from None
+    if data.get("torch") is None:
+        raise VerifyError(f"torchdevlint verify needs PyTorch: {data.get('error')}")
+    return data
+
+
+def choose_accelerator(choice: DeviceChoice) -> AcceleratorInfo:
+    if not torch_installed():
+        raise VerifyError("torchdevlint verify needs PyTorch (pip install torch)")
+    if choice is DeviceChoice.EMULATED:
+        return AcceleratorInfo(Accelerator.EMULATED, 0, "--device emulated")
+    if choice is DeviceChoice.AUTO and not gpu_device_nodes_present():
+        return AcceleratorInfo(Accelerator.EMULATED, 0, "--device auto: this machine has no GPU device")
+    data = probe_cuda()
+    if data.get("cuda_available"):
+        count = int(data.get("device_count") or 1)
+        name = str(data.get("device_name") or "CUDA GPU")
+        return AcceleratorInfo(Accelerator.CUDA, count, f"--device {choice.value}: {count} x {name}", name)
+    if choice is DeviceChoice.CUDA:
+        raise VerifyError(
+            f"--device cuda: no CUDA GPU is available (torch {data.get('torch')}: "
+            "torch.cuda.is_available() is False); use --device emulated"
+        )
+    return AcceleratorInfo(Accelerator.EMULATED, 0, "--device auto: torch.cuda.is_available() is False")
+
+
+# -- one run ---------------------------------------------------------------------------------
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@dataclass(frozen=True)
+class _Finished:
+    returncode: int | None
+    timed_out: bool
+
+
+class _ForkServer:
+    """One child that imports torch once and forks every run from there (POSIX only).
+
+    A run is still a fresh process with nothing but torch imported; it just skips the ~1.5 s
+    a new interpreter spends importing torch. The server ends, killing its runs, when its
+    input closes: when this process ends or is interrupted.
+    """
+
+    def __init__(self, jobs: int) -> None:
+        self._jobs = jobs
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._waiting: dict[int, tuple[threading.Event, list[_Finished]]] = {}
+        self._next_id = 0
+        self._failure: str | None = None
+        self._log = tempfile.TemporaryFile()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._process is None:
+            self._process = subprocess.Popen(
+                _child_command("--serve"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                env=_child_env(RunHost.CPU, self._jobs, hide_gpus=False), start_new_session=True,
+            )
+            threading.Thread(target=self._read_answers, args=(self._process,), daemon=True).start()
+        return self._process
+
+    def _read_answers(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            answer = json.loads(line)
+            with self._lock:
+                event, box = self._waiting.pop(answer["id"], (None, []))
+            if event is not None:
+                box.append(_Finished(answer["returncode"], bool(answer["timed_out"])))
+                event.set()
+        self._log.seek(0)
+        log = self._log.read().decode("utf-8", errors="replace").strip()
+        with self._lock:
+            self._failure = "the verify server exited" + (f": {log.splitlines()[-1]}" if log else "")
+            waiting, self._waiting = self._waiting, {}
+        for event, _ in waiting.values():
+            event.set()
+
+    def run(self, request: dict[str, object]) -> _Finished:
+        event: threading.Event = threading.Event()
+        box: list[_Finished] = []
+        with self._lock:
+            if self._failure is not None:
+                raise VerifyError(self._failure)
+            process = self._start()
+            self._next_id += 1
+            request = {**request, "id": self._next_id}
+            self._waiting[self._next_id] = (event, box)
+            assert process.stdin is not None
+            try:
+                process.stdin.write(json.dumps(request).encode() + b"\n")
+                process.stdin.flush()
+            except BrokenPipeError:
+                self._waiting.pop(self._next_id, None)
+                raise VerifyError(self._failure or "the verify server exited") from None
+        event.wait()
+        if not box:
+            raise VerifyError(self._failure or "the verify server exited")
+        return box[0]
+
+    def close(self) -> None:
+        with self._lock:
+            process, self._process = self._process, None
+        if process is not None:
+            assert process.stdin is not None
+            try:
+                process.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _kill_group(process.pid)
+                process.wait()
+        self._log.close()
+
+
+class _Spawner:
+    """A new interpreter per run: where fork is unavailable or unwise (Windows, macOS)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: set[subprocess.Popen[bytes]] = set()
+
+    def run(self, request: dict[str, object], jobs: int) -> _Finished:
+        command = _child_command("--host", str(request["host"]), "--gpus", str(request["gpus"]),
+                                 "--path", str(request["path"]), "--report", str(request["report"]))
+        env = {**_child_env(RunHost.CPU, jobs, hide_gpus=False), **dict(request["env"])}  # type: ignore[call-overload]
+        with open(str(request["source"]), "rb") as source, open(str(request["stdout"]), "wb") as out, \
+                open(str(request["stderr"]), "wb") as err:
+            process = subprocess.Popen(command, cwd=str(request["cwd"]), env=env, stdin=source, stdout=out,
+                                       stderr=err, start_new_session=True)
+            with self._lock:
+                self._live.add(process)
+            try:
+                process.wait(timeout=float(request["timeout"]))  # type: ignore[arg-type]
+                return _Finished(process.returncode, False)
+            except subprocess.TimeoutExpired:
+                _kill_group(process.pid)
+                process.wait()
+                return _Finished(process.returncode, True)
+            finally:
+                with self._lock:
+                    self._live.discard(process)
+
+    def close(self) -> None:
+        with self._lock:
+            for process in self._live:
+                _kill_group(process.pid)
+
+
+class Launcher:
+    """Starts runs: forked from a torch-importing server on Linux, spawned elsewhere."""
+
+    def __init__(self, jobs: int, fork: bool | None = None) -> None:
+        self.jobs = jobs
+        use_fork = sys.platform.startswith("linux") if fork is None else fork
+        self._server = _ForkServer(jobs) if use_fork else None
+        self._spawner = _Spawner()
+
+    def run(self, source: str, path: str, host: RunHost, gpus: int, timeout: float) -> RunOutcome:
+        """Run `source` as the program at `path` on `host`, in a fresh process and an empty folder."""
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="torchdevlint-verify-") as scratch:
+            files = {name: str(Path(scratch, name)) for name in ("source.py", "stdout", "stderr", "outcome.json")}
+            Path(scratch, "cwd").mkdir()
+            Path(files["source.py"]).write_text(source, encoding="utf-8")
+            request: dict[str, object] = {
+                "cwd": str(Path(scratch, "cwd")), "source": files["source.py"], "stdout": files["stdout"],
+                "stderr": files["stderr"], "report": files["outcome.json"],
+                # The program's own path: `__file__`, tracebacks and its folder on sys.path.
+                "path": str(Path(path).resolve()), "host": host.value, "gpus": gpus, "timeout": timeout,
+                "env": {} if host is RunHost.CUDA else {"CUDA_VISIBLE_DEVICES": ""},
+            }
+            try:
+                finished = self._server.run(request) if self._server else self._spawner.run(request, self.jobs)
+            except VerifyError as error:
+                return RunOutcome(host, RunStatus.ERROR, ErrorInfo("VerifyError", str(error)), None, (),
+                                  time.monotonic() - started, "", "")
+            seconds = time.monotonic() - started
+            stdout = Path(files["stdout"]).read_bytes()
+            stderr = Path(files["stderr"]).read_bytes()
+            report = self._report(Path(files["outcome.json"]), finished, stderr, timeout)
+        text = stdout.decode("utf-8", errors="replace")
+        return RunOutcome(host, report.status, report.error, last_result(text), report.placeholder_reads,
+                          seconds, text[-_OUTPUT_TAIL:], _tail(stderr))
+
+    @staticmethod
+    def _report(path: Path, finished: _Finished, stderr: bytes, timeout: float) -> ChildReport:
+        if finished.timed_out:
+            return ChildReport(RunStatus.TIMEOUT, ErrorInfo("Timeout", f"still running after {timeout:g} s"))
+        try:
+            return ChildReport.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass
+        # The process died without reporting (a crash, a signal, os._exit in the program).
+        code = finished.returncode
+        if code == 0:
+            return ChildReport(RunStatus.OK)
+        last = (stderr.decode("utf-8", errors="replace").strip().splitlines() or [""])[-1]
+        why = f"killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        return ChildReport(RunStatus.ERROR, ErrorInfo("ProcessExit", f"{why}: {last}" if last else why))
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self._spawner.close()
+
+
+def _tail(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")[-_OUTPUT_TAIL:]
+
+
+# -- judging ---------------------------------------------------------------------------------
+
+
+def results_agree(expected: str, actual: str) -> bool:
+    if expected == actual:
+        return True
+    expected_parts, actual_parts = _NUMBER.split(expected), _NUMBER.split(actual)
+    expected_numbers, actual_numbers = _NUMBER.findall(expected), _NUMBER.findall(actual)
+    if expected_parts != actual_parts or len(expected_numbers) != len(actual_numbers):
+        return False
+    return all(
+        math.isclose(float(a), float(b), rel_tol=_REL_TOLERANCE, abs_tol=_ABS_TOLERANCE)
+        for a, b in zip(expected_numbers, actual_numbers)
+    )
+
+
+def compare_results(original: RunOutcome, fixed: RunOutcome, reference: RunOutcome | None) -> Comparison:
+    """The fixed program's RESULT against the original's, on the same host or else on the CPU."""
+    if fixed.status is not RunStatus.OK:
+        return Comparison(ComparisonStatus.SKIPPED, "the fixed program did not finish")
+    if fixed.result is None:
+        return Comparison(ComparisonStatus.SKIPPED, "the fixed program printed no RESULT line")
+    if original.result is not None:
+        expected, against = original.result, f"the original on the {original.host.label}"
+    elif reference is not None and reference.status is RunStatus.OK and reference.result is not None:
+        expected, against = reference.result, "the original on the CPU"
+    else:
+        fails_on_cpu = reference is not None and reference.status is not RunStatus.OK
+        why = "the original printed no RESULT line" + (" (it fails on the CPU too)" if fails_on_cpu else "")
+        return Comparison(ComparisonStatus.SKIPPED, why, None, fixed.result)
+    if results_agree(expected, fixed.result):
+        return Comparison(ComparisonStatus.MATCH, f"the fixed program's RESULT matches {against}",
+                          expected, fixed.result)
+    if fixed.placeholder_reads or "device='meta'" in fixed.result:
+        return Comparison(
+            ComparisonStatus.SKIPPED,
+            "the result depends on tensor values, which the emulated GPU (meta) does not have "
+            f"(read through {', '.join(fixed.placeholder_reads) or 'a meta tensor in RESULT'})",
+            expected, fixed.result,
+        )
+    return Comparison(ComparisonStatus.DIFFER, f"the fixed program's RESULT differs from {against}",
+                      expected, fixed.result)
+
+
+def judge(codes: Sequence[str], original: RunOutcome, fixed: RunOutcome, comparison: Comparison) -> tuple[Verdict, str]:
+    error = original.error
+    reproduced = original.status is RunStatus.ERROR and error is not None and predicted_by(codes, error)
+    if reproduced:
+        if fixed.status is not RunStatus.OK:
+            return Verdict.FIX_FAILED, "the original fails as predicted, and so does the fixed program"
+        if comparison.status is ComparisonStatus.DIFFER:
+            return Verdict.RESULTS_DIFFER, "the fixed program runs but computes something else"
+        return Verdict.FIX_VERIFIED, "the original fails with the predicted error; the fixed program runs"
+    if original.status is RunStatus.OK:
+        if fixed.status is not RunStatus.OK:
+            return Verdict.FIX_FAILED, "the original runs, the fixed program does not"
+        if comparison.status is ComparisonStatus.DIFFER:
+            return Verdict.RESULTS_DIFFER, "both run, but the fix changes the result"
+        return Verdict.BUG_NOT_REPRODUCED, "the original runs without error on this host"
+    if original.status is RunStatus.TIMEOUT:
+        return Verdict.BUG_NOT_REPRODUCED, "the original timed out before the bug could show"
+    return Verdict.BUG_NOT_REPRODUCED, "the original fails, but not with an error its findings predict"
+
+
+# -- programs --------------------------------------------------------------------------------
+
+
+def proven_findings(findings: Iterable[Diagnostic]) -> list[Diagnostic]:
+    """The findings a run can prove: correctness bugs fail; slow or dated code still runs."""
+    return [d for d in findings if d.code.startswith(CORRECTNESS_PREFIX)]
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    rules: tuple[type[Rule], ...]
+    rule_options: Mapping[str, object]
+    accelerator: AcceleratorInfo
+    timeout: float = DEFAULT_TIMEOUT
+    jobs: int = 2
+
+
+@dataclass
+class _Pending:
+    path: str
+    spec: VerifySpec
+    findings: tuple[Diagnostic, ...]
+    accelerator: Accelerator
+    note: str = ""
+    original: Future[RunOutcome] | None = None
+    fixed: Future[RunOutcome] | None = None
+    reference: Future[RunOutcome] | None = None
+
+
+def _target_host(spec: VerifySpec, accelerator: AcceleratorInfo) -> tuple[RunHost, Accelerator, str]:
+    if spec.host is ProgramHost.CPU_LOADS_GPU_CHECKPOINT:
+        return RunHost.CPU_LOADS_GPU_CHECKPOINT, Accelerator.EMULATED, ""
+    if spec.host is ProgramHost.CPU:
+        return RunHost.CPU, Accelerator.EMULATED, ""
+    if accelerator.kind is Accelerator.CUDA:
+        if accelerator.device_count >= spec.gpus:
+            return RunHost.CUDA, Accelerator.CUDA, ""
+        return RunHost.EMULATED, Accelerator.EMULATED, (
+            f"needs {spec.gpus} GPUs, this machine has {accelerator.device_count}: ran on the emulated GPU; "
+        )
+    return RunHost.EMULATED, Accelerator.EMULATED, ""
+
+
+def verify_programs(paths: Iterable[str], settings: VerifySettings) -> Iterator[ProgramReport | FileError]:
+    """Reports in the order of `paths`; every program's runs are queued at once, `jobs` at a time."""
+    launcher = Launcher(settings.jobs)
+    pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs), thread_name_prefix="verify")
+    pending: list[_Pending | FileError] = []
+    try:
+        for path in paths:
+            pending.append(_start(path, settings, pool, launcher))
+        for item in pending:
+            yield item if isinstance(item, FileError) else _finish(item)
+    finally:
+        for item in pending:
+            if isinstance(item, _Pending):
+                for future in (item.original, item.fixed, item.reference):
+                    if future is not None:
+                        future.cancel()
+        # Closing the launcher kills runs still under way (after an interrupt) and ends the server.
+        launcher.close()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launcher: Launcher) -> _Pending | FileError:
+    try:
+        text = read_source(Path(path)).text
+        spec = read_directive(text)
+        findings = tuple(lint_source(text, path, settings.rules, settings.rule_options))
+    except SourceError as error:
+        return FileError(path, str(error))
+    except DirectiveError as error:
+        return FileError(path, f"bad `# verify:` directive: {error}")
+    except Exception as error:  # noqa: BLE001 - a syntax error or a linter bug: report, go on
+        message = str(getattr(error, "message", None) or error).strip()
+        return FileError(path, f"cannot lint: {type(error).__name__}: {message.splitlines()[0] if message else ''}")
+    host, accelerator, note = _target_host(spec, settings.accelerator)
+    item = _Pending(path, spec, findings, accelerator, note)
+    if not proven_findings(findings):
+        return item
+    fixed_text = fix_source(text, path, settings.rules, settings.rule_options, unsafe=True).text
+
+    def run(source: str, where: RunHost) -> Future[RunOutcome]:
+        return pool.submit(launcher.run, source, path, where, spec.gpus, settings.timeout)
+
+    item.original = run(text, host)
+    item.fixed = run(fixed_text, host)
+    if host is not RunHost.CPU:  # on a CPU host the original's own run is the reference
+        item.reference = run(text, RunHost.CPU)
+    return item
+
+
+def _finish(item: _Pending) -> ProgramReport:
+    proven = proven_findings(item.findings)
+    if not proven or item.original is None or item.fixed is None:
+        why = "nothing to verify: not run"
+        if item.findings:
+            why = f"no correctness ({CORRECTNESS_PREFIX}xx) finding, nothing fails at run time: not run"
+        return ProgramReport(item.path, item.accelerator, item.spec, item.findings, Verdict.NO_FINDING, why)
+    original, fixed = item.original.result(), item.fixed.result()
+    reference = item.reference.result() if item.reference is not None else None
+    comparison = compare_results(original, fixed, reference)
+    verdict, why = judge([d.code for d in proven], original, fixed, comparison)
+    unfixed = sum(1 for d in proven if d.fix is None)
+    if unfixed and verdict is not Verdict.FIX_VERIFIED:
+        why += f" ({unfixed} finding{'s have' if unfixed != 1 else ' has'} no fix)"
+    return ProgramReport(item.path, item.accelerator, item.spec, item.findings, verdict, item.note + why,
+                         original, fixed, reference, comparison)
