@@ -81,6 +81,9 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=230, help="synthetic corpus: mean lines per file")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--torchfix", help="TorchFix executable (default: `torchfix` on PATH); "
+                        "TorchFix pins an older LibCST, so it usually lives in its own virtualenv")
+    parser.add_argument("--torchfix-flake8", help="a flake8 executable with the TorchFix plugin installed")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="tdl-bench-"))
@@ -104,9 +107,13 @@ def main() -> int:
             measure("torchdevlint warm (cache)", [*tdl, "--cache-dir", str(cache), str(corpus)], workdir, args.runs)
         )
         results.append(measure("torchdevlint, one small file", [*tdl, "--no-cache", str(small)], workdir, args.runs))
-        torchfix = shutil.which("torchfix")
+        torchfix = args.torchfix or shutil.which("torchfix")
         if torchfix:
             results.append(measure("TorchFix, all rules", [torchfix, "--select", "ALL", str(corpus)], workdir, args.runs))
+        if args.torchfix_flake8:
+            results.append(
+                measure("flake8 --select TOR (TorchFix plugin)", [args.torchfix_flake8, "--select", "TOR", str(corpus)], workdir, args.runs)
+            )
         flake8 = shutil.which("flake8")
         if flake8:
             results.append(
@@ -117,7 +124,7 @@ def main() -> int:
         print(f"corpus: {corpus if args.corpus else 'synthetic'}: {files} files, {lines} lines; "
               f"{os.cpu_count()} cores; median of {args.runs} runs; Python {sys.version.split()[0]}")
         print()
-        print("| work | median s | × LibCST parse | peak MiB |")
+        print("| work | median s | × LibCST parse | peak MiB (parent process) |")
         print("|---|---:|---:|---:|")
         for result in results:
             print(f"| {result.name} | {result.median:.2f} | {result.median / base:.2f} | {result.peak_mib:.0f} |")

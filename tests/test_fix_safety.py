@@ -75,3 +75,48 @@ def test_the_linter_has_no_eval_exec_or_dynamic_user_imports() -> None:
         text = path.read_text()
         for forbidden in ("eval(", "exec(", "__import__(", "runpy", "importlib.util.spec_from_file_location"):
             assert forbidden not in text, f"{path.relative_to(ROOT)} uses {forbidden}"
+
+
+def test_a_fix_whose_output_would_not_parse_is_withheld(tmp_path: Path) -> None:
+    import libcst as cst
+
+    from torchdevlint.diagnostics import Applicability
+    from torchdevlint.fixer import fix_source
+    from torchdevlint.rule import NodeEdit, Rule
+
+    class BreaksCode(Rule):
+        """A deliberately broken fix: the fixer must refuse it."""
+
+        code = "TDL998"
+        slug = "broken-fix-probe"
+        message = "probe"
+        fix_title = "Break the code"
+
+        def visit_Call(self, node: cst.Call) -> None:
+            self.report(node, fix=self.make_fix(NodeEdit.insert_after(node, " )("), applicability=Applicability.SAFE))
+
+    source = "import torch\nx = torch.zeros(3)\n"
+    outcome = fix_source(source, "probe.py", [BreaksCode])
+    assert outcome.text == source
+    assert outcome.fixed_count == 0
+    assert outcome.remaining and all(d.fix_withheld for d in outcome.remaining)
+
+
+def test_unreadable_file_is_reported_not_raised(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Root reads any file whatever its mode, so the permission error is simulated.
+    from torchdevlint import runner
+
+    path = tmp_path / "secret.py"
+    path.write_text(BUGGY)
+    original = Path.read_bytes
+
+    def refuse(self: Path) -> bytes:
+        if self.name == "secret.py":
+            raise PermissionError(13, "Permission denied")
+        return original(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    result = runner.process_file(str(path), runner.RunSettings(rule_codes=("TDL001",)))
+    assert result.error is not None
+    assert result.error.message == "cannot read: Permission denied"
+    assert result.diagnostics == []

@@ -8,6 +8,8 @@ does not spell out is unknown.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -131,26 +133,46 @@ def device_literal(node: cst.BaseExpression, imports: ImportTable) -> DeviceLite
     return DeviceLiteral(parsed.type, index)
 
 
-def calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    """Every call inside an expression (expressions are small; a stack walk is cheap)."""
-    found: list[cst.Call] = []
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_PUNCTUATION = frozenset({"lpar", "rpar", "comma", "equal", "dot", "colon", "operator", "star", "semicolon"})
+
+
+def subnodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node inside `node` (itself included), not entering nested functions or classes.
+
+    Reads the dataclass fields directly: LibCST's `children` rebuilds each node it visits,
+    which costs more than the rest of a rule's work.
+    """
     stack: list[cst.CSTNode] = [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, cst.Call):
-            found.append(current)
-        if isinstance(current, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+        yield current
+        if isinstance(current, (cst.Lambda, cst.FunctionDef, cst.ClassDef)) and current is not node:
             continue
-        stack.extend(current.children)
-    return found
+        node_type = type(current)
+        names = _FIELDS.get(node_type)
+        if names is None:
+            names = _FIELDS[node_type] = tuple(
+                f.name for f in dataclasses.fields(node_type)
+                if f.name not in _PUNCTUATION and not f.name.startswith("whitespace")
+            )
+        for name in names:
+            value = getattr(current, name)
+            if isinstance(value, cst.CSTNode):
+                stack.append(value)
+            elif isinstance(value, (tuple, list)):
+                stack.extend(item for item in value if isinstance(item, cst.CSTNode))
+
+
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """Every call inside an expression."""
+    return [current for current in subnodes(node) if isinstance(current, cst.Call)]
 
 
 def mentions_any(node: cst.CSTNode, words: tuple[str, ...], *, strings: bool = False) -> bool:
     """Does a name (or, with `strings`, a string literal) in the expression contain one of the
     words? `use_cuda`, `args.gpu`, `x.is_cuda`, `device.type == "cpu"`: tests about devices."""
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        current = stack.pop()
+    for current in subnodes(node):
         text: str | None = None
         if isinstance(current, cst.Name):
             text = current.value
@@ -158,7 +180,6 @@ def mentions_any(node: cst.CSTNode, words: tuple[str, ...], *, strings: bool = F
             text = string_value(current)
         if text is not None and any(word in text.lower() for word in words):
             return True
-        stack.extend(current.children)
     return False
 
 

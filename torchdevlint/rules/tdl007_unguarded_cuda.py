@@ -43,18 +43,20 @@ class UnguardedCuda(Rule):
     ## What it does
     In a program that checks for a GPU (it calls `torch.cuda.is_available()` somewhere, so it
     is meant to run without one too), finds CUDA used with no guard: `.cuda()` calls,
-    `"cuda"`/`"cuda:N"` strings passed as a device (`.to("cuda")`, `device="cuda"`,
-    `torch.device("cuda")`, `map_location="cuda"`) and legacy `torch.cuda.FloatTensor(...)`
-    constructors.
+    `"cuda"`/`"cuda:N"` (or `torch.device("cuda")`) handed to something that allocates there
+    (`.to("cuda")`, `device="cuda"` of a torch function, `map_location="cuda"`), and legacy
+    `torch.cuda.FloatTensor(...)` constructors.
 
     A use is guarded inside a conditional or ternary on `torch.cuda.is_available()` or on a
     flag or device about it (`if use_cuda:`, `if args.gpu is not None:`,
-    `if device.type == "cuda":`), after an `assert`, `raise` or `exit` on one, inside a `try`,
-    in a function decorated with a GPU condition (`@pytest.mark.skipif(not
-    torch.cuda.is_available(), ...)`), or in a helper named for the GPU (`def to_cuda(x)`).
-    Comparisons (`device.type == "cuda"`), `autocast` and `GradScaler` device types, default
-    values and docstrings are not uses. Programs that never check are GPU-only by design and
-    are not reported.
+    `if device.type == "cuda":`), after an `assert`, `raise`, `return` or `exit` on one,
+    inside a `try`, in a function decorated with a GPU condition (`@pytest.mark.skipif(not
+    torch.cuda.is_available(), ...)`), in a helper named for the GPU (`def to_cuda(x)`), or
+    in distributed-only code (`if dist.is_initialized():`, `world_size > 1`), which is written
+    for NCCL and GPUs. Comparisons (`device.type == "cuda"`), `autocast` and `GradScaler`
+    device types, a device merely stored (`devices = [torch.device("cuda", 0)]`,
+    `Precision(device="cuda")` of another library), default values and docstrings are not
+    uses. Programs that never check are GPU-only by design and are not reported.
 
     Also finds a guard that names `torch.cuda.is_available` without calling it: a function is
     always true, so the GPU branch is always taken.
@@ -152,6 +154,23 @@ class UnguardedCuda(Rule):
                     return None
             ''',
             name="decorated-helper-default-try",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            from lightning.fabric.plugins import MixedPrecision
+            HAS_GPU = torch.cuda.is_available()
+            precision = MixedPrecision(precision="16-mixed", device="cuda")
+            devices = [torch.device("cuda", 0)]
+            def all_reduce_mean(value):
+                if not dist.is_initialized():
+                    return value
+                t = torch.tensor([value], device="cuda")
+                dist.all_reduce(t)
+                return t.item() / dist.get_world_size()
+            """,
+            name="stored-devices-and-distributed-only-code",
         ),
     ]
     INVALID = [
