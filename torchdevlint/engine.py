@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchdevlint.analysis.names import ImportTable
 from torchdevlint.analysis.value_kinds import (
@@ -25,6 +24,7 @@ from torchdevlint.analysis.value_kinds import (
     ScopeKind,
 )
 from torchdevlint.diagnostics import Diagnostic, Edit, Fix, Location
+from torchdevlint.positions import StatementPositions
 from torchdevlint.rule import EditMode, PendingFix, Report, Rule
 from torchdevlint.suppression import is_suppressed
 
@@ -42,6 +42,8 @@ class FileContext:
         self.kinds = KindInference(self.imports)
         # The node being visited and all its ancestors, outermost first.
         self.stack: list[cst.CSTNode] = []
+        # id(node) -> parent, for every node walked (positions need the way up).
+        self.parents: dict[int, cst.CSTNode] = {}
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The parent of a node on the current path (the node being visited or an ancestor)."""
@@ -267,13 +269,16 @@ class _Walker:
         fields = _FIELDS_CACHE.get(node_type)
         if fields is None:
             fields = _FIELDS_CACHE[node_type] = _child_fields(node_type)
+        parents = self._context.parents
         for name in fields:
             value = getattr(node, name)
             if isinstance(value, cst.CSTNode):
+                parents[id(value)] = node
                 self.walk(value)
             elif isinstance(value, (tuple, list)):
                 for item in value:
                     if isinstance(item, cst.CSTNode):
+                        parents[id(item)] = node
                         self.walk(item)
         for handler in leave:
             handler(node)
@@ -362,6 +367,7 @@ def lint_module(
     options: Mapping[str, object] | None = None,
     *,
     honor_noqa: bool = True,
+    python_ast: ast.Module | None = None,
 ) -> list[Diagnostic]:
     """Run the rules over a parsed module; `source` must be the text it was parsed from.
 
@@ -375,9 +381,8 @@ def lint_module(
     reports: list[Report] = [report for rule in rules for report in rule.reports]
     if not reports:
         return []
-    # Positions cost a whole extra walk: only files with findings pay for them.
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
+    # Only files with findings pay for positions, and only for the statements they are in.
+    positions = StatementPositions(module, source, context.parents, python_ast)
     offsets = _OffsetTable(source)
     lines = source.splitlines()
     diagnostics: list[Diagnostic] = []
@@ -417,11 +422,11 @@ def lint_source(
     if not mentions_torch(source):
         return []
     rule_classes = rules_that_can_fire(source, rule_classes)
-    check_syntax(source, path)
+    python_ast = check_syntax(source, path)
     if not rule_classes:
         return []
     module = cst.parse_module(source)
-    return lint_module(module, source, path, rule_classes, options, honor_noqa=honor_noqa)
+    return lint_module(module, source, path, rule_classes, options, honor_noqa=honor_noqa, python_ast=python_ast)
 
 
 class InvalidSource(Exception):
@@ -434,14 +439,14 @@ class InvalidSource(Exception):
         self.column = column
 
 
-def check_syntax(source: str, path: str) -> None:
+def check_syntax(source: str, path: str) -> ast.Module:
     """The stdlib parser is the judge of what this Python accepts (at a tenth of LibCST's cost).
 
     LibCST parses syntax newer than the running Python (PEP 695 on 3.11, say); rather than
     guess what such code means, say so.
     """
     try:
-        compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        return compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)  # type: ignore[no-any-return]
     except SyntaxError as error:
         message = error.msg
         try:

@@ -1,0 +1,84 @@
+"""Statement-level positions agree with LibCST's whole-module PositionProvider, node for node."""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from torchdevlint.engine import FileContext, _Analysis, _Walker
+from torchdevlint.positions import StatementPositions
+
+from conftest import FIXTURES
+
+TRICKY = '''\
+import torch  # a comment
+x = torch.zeros(3); y = x.cuda()
+
+
+@decorator
+@other(1,
+       2)
+def f(a,
+      b=torch.ones(2)):
+    """Doc."""
+    if a:
+        return a.cuda()
+    elif b:
+        pass
+    else:
+        with torch.no_grad():
+            z = (a +
+                 b)
+    try:
+        a.to("cuda")
+    except (ValueError, TypeError) as error:
+        raise
+    else:
+        pass
+    finally:
+        b.cpu()
+    for i in range(3):
+        while i:
+            i -= 1
+    else:
+        a.float()
+    match a:
+        case 1:
+            a.half()
+        case _:
+            pass
+
+
+class Net(torch.nn.Module):
+\tdef forward(self, x):
+\t\treturn torch.zeros(
+\t\t\t3,
+\t\t)
+if x: y.cuda()
+'''
+
+
+def _all_positions(source: str) -> tuple[dict, dict]:  # type: ignore[type-arg]
+    module = cst.parse_module(source)
+    context = FileContext(module, "t.py")
+    _Walker(context, _Analysis(context), []).walk(module)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    fast = StatementPositions(module, source, context.parents, ast.parse(source))
+    nodes = [module.body[0]] + [node for node in expected if id(node) in context.parents]
+    result = {id(n): expected[n] for n in nodes}, {id(n): fast[n] for n in nodes}
+    # Every node sits in some statement here: the whole-module fallback must not be needed.
+    assert fast._whole_module is None
+    return result
+
+
+@pytest.mark.parametrize(
+    "source",
+    [TRICKY, TRICKY.replace("\n", "\r\n"), *(p.read_text() for p in sorted(FIXTURES.glob("*.py")))],
+    ids=["tricky", "tricky-crlf", *(p.stem for p in sorted(FIXTURES.glob("*.py")))],
+)
+def test_every_walked_node_has_the_providers_position(source: str) -> None:
+    expected, fast = _all_positions(source)
+    assert fast == expected
