@@ -191,3 +191,15 @@ def test_main_job_on_shipped_fixtures_finds_every_marked_bug() -> None:
         for line, code in expected_findings(path.read_text())
     }
     assert found == marked
+
+
+def test_off_by_default_rules_need_their_code_or_all(tmp_path: Path) -> None:
+    from torchdevlint.registry import all_rules, select_rules
+
+    off = {rule.code for rule in all_rules() if not rule.default_enabled}
+    assert off, "expected some rules off by default"
+    assert not off & {rule.code for rule in select_rules()}
+    assert not off & {rule.code for rule in select_rules(["TDL"])}
+    assert off <= {rule.code for rule in select_rules(["ALL"])}
+    code = sorted(off)[0]
+    assert code in {rule.code for rule in select_rules(extend_select=[code])}

@@ -83,8 +83,10 @@ def select_rules(
             select_strength = 0
         else:
             select_strength = _matches(rule.code, select)
-            # An explicit code turns on a rule that is off by default; a prefix does not.
-            selected = select_strength > 0 and (rule.default_enabled or select_strength == len(rule.code))
+            # An explicit code, or ALL, turns on a rule that is off by default; a prefix does not.
+            selected = select_strength > 0 and (
+                rule.default_enabled or select_strength == len(rule.code) or "ALL" in select
+            )
         extend_strength = _matches(rule.code, extend_select)
         if extend_strength:
             selected = True

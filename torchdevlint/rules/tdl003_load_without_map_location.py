@@ -16,10 +16,14 @@ from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
 class LoadOptions:
     # What the fix passes when no device variable is in scope.
     map_location: str = "cpu"
+    # A test loads what it has just saved, on the same machine: not reported by default.
+    include_tests: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.map_location, str) or not self.map_location:
             raise ValueError("map-location must be a non-empty string such as \"cpu\"")
+        if not isinstance(self.include_tests, bool):
+            raise ValueError("include-tests must be true or false")
 
 
 class LoadWithoutMapLocation(Rule):
@@ -56,9 +60,14 @@ class LoadWithoutMapLocation(Rule):
     unsafe otherwise: code after the load may rely on tensors (an optimizer state, say)
     being restored on the GPU.
 
+    Also not reported, unless `include-tests` is set: loads inside test functions (`test_*`,
+    as pytest and unittest name them), which read back checkpoints the test itself wrote on
+    the same machine.
+
     ## Options
     - `map-location` (default `"cpu"`): the location the fix uses when no device variable is
       in scope.
+    - `include-tests` (default `false`): also report loads inside `test_*` functions.
     """
 
     code = "TDL003"
@@ -88,6 +97,15 @@ class LoadWithoutMapLocation(Rule):
                 return torch.load(buffer), torch.load(io.BytesIO(b""))
             """,
             name="in-memory-buffer-on-the-same-machine",
+        ),
+        Valid(
+            """
+            import torch
+            def test_checkpoint_round_trip(tmp_path):
+                torch.save({"w": torch.ones(2)}, tmp_path / "c.pt")
+                assert torch.load(tmp_path / "c.pt")["w"].sum() == 2
+            """,
+            name="test-reads-back-what-it-wrote",
         ),
         Valid(
             """
@@ -180,6 +198,8 @@ class LoadWithoutMapLocation(Rule):
             return
         if node.args and node.args[0].keyword is None and self._is_buffer(node.args[0].value):
             return
+        if not self.options.include_tests and self._in_test_function():
+            return
         keyword = keyword_argument(node, "map_location")
         if keyword is not None and not (isinstance(keyword.value, cst.Name) and keyword.value.value == "None"):
             return
@@ -194,6 +214,12 @@ class LoadWithoutMapLocation(Rule):
         else:
             edit = NodeEdit.insert_after(node.args[-1].value, f", map_location={location}")
         self.report(node, fix=self.make_fix(edit, applicability=applicability))
+
+    def _in_test_function(self) -> bool:
+        return any(
+            isinstance(scope.node, cst.FunctionDef) and scope.node.name.value.startswith("test")
+            for scope in self.context.kinds.scopes
+        )
 
     def _device_variable(self) -> str | None:
         kinds = self.context.kinds
