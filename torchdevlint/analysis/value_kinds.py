@@ -15,6 +15,7 @@ from enum import Enum
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.names import ImportTable, dotted_name
 
 
@@ -125,18 +126,8 @@ class Scope:
     class_info: ClassInfo | None = None
 
 
-def _string_value(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.SimpleString):
-        try:
-            value = node.evaluated_value
-        except Exception:  # noqa: BLE001 - odd literals are simply not device strings
-            return None
-        return value if isinstance(value, str) else None
-    return None
-
-
 def is_device_string(node: cst.BaseExpression) -> bool:
-    value = _string_value(node)
+    value = string_value(node)
     return value is not None and value.split(":", 1)[0] in _DEVICE_STRING_PREFIXES
 
 
@@ -421,7 +412,7 @@ class KindInference:
                 return MODULE if local.is_module else OTHER
             if name == "getattr" and self.lookup(name) is None and len(node.args) == 3:
                 obj, attr, default = (arg.value for arg in node.args)
-                if _string_value(attr) == "module" and self._same_expression(obj, default):
+                if string_value(attr) == "module" and self._same_expression(obj, default):
                     return MODULE if self.kind_of(obj).is_module_like else UNKNOWN
             return UNKNOWN
         if isinstance(callee, cst.Attribute):
