@@ -48,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"torchdevlint {__version__}")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
 
-    check = commands.add_parser("check", help="lint files and folders (the default command)")
+    check = commands.add_parser(
+        "check", help="lint files and folders (the default command)",
+        description="Lint files and folders. Reading only: the code is parsed, never imported or run.",
+    )
     check.add_argument("paths", nargs="*", default=[], help="files or folders (default: .)")
     check.add_argument("--fix", action="store_true", help="apply safe fixes in place")
     check.add_argument("--unsafe-fixes", action="store_true", help="also apply (or offer) unsafe fixes")

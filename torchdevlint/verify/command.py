@@ -27,6 +27,12 @@ def _positive_seconds(value: str) -> float:
 def add_verify_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     verify = commands.add_parser(
         "verify", help="run each program before and after its fixes, on CUDA or an emulated GPU",
+        description=(
+            "Executes the programs it is given (and only those), each run in its own subprocess "
+            "with a timeout, to prove each correctness finding and its fix: the original must fail "
+            "with the predicted device error, the fixed version (built in memory) must run. Files "
+            "on disk are never changed. Only run programs you trust."
+        ),
     )
     verify.add_argument("paths", nargs="*", default=[], help="programs or folders of them (default: fixtures/)")
     verify.add_argument("--device", choices=("auto", "cuda", "emulated"), default="auto",
