@@ -17,6 +17,24 @@ _HOST_ONLY_ATTRIBUTES = frozenset(
 )
 
 
+def _is_host_use(name: cst.Name, ancestors: list[cst.CSTNode]) -> bool:
+    """`for i in n:` (Python ints for slicing), `n.tolist()`, `len(n)`: values read on the host."""
+    if not ancestors:
+        return False
+    parent = ancestors[0]
+    if isinstance(parent, cst.For) and parent.iter is name:
+        return True
+    if isinstance(parent, cst.Attribute) and parent.attr.value in _HOST_ONLY_ATTRIBUTES:
+        return True
+    return (
+        len(ancestors) >= 2
+        and isinstance(parent, cst.Arg)
+        and isinstance(ancestors[1], cst.Call)
+        and isinstance(ancestors[1].func, cst.Name)
+        and ancestors[1].func.value in ("len", "int", "float", "range")
+    )
+
+
 def _is_index_use(name: cst.Name, ancestors: list[cst.CSTNode]) -> bool:
     """`x[r]`, `x[:, r]`: CPU index tensors are accepted for tensors on any device."""
     return (
@@ -136,6 +154,23 @@ class ForwardTensorWithoutDevice(Rule):
             """,
             name="used-only-as-index-or-for-its-dtype",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class MultiCrop(nn.Module):
+                def forward(self, crops):
+                    ends = torch.cumsum(torch.unique_consecutive(
+                        torch.tensor([c.shape[-1] for c in crops]), return_counts=True,
+                    )[1], 0)
+                    start, outputs = 0, []
+                    for end in ends:
+                        outputs.append(self.backbone(torch.cat(crops[start:end])))
+                        start = end
+                    return torch.cat(outputs)
+            """,
+            name="host-bookkeeping-through-torch-ops",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -234,13 +269,34 @@ class ForwardTensorWithoutDevice(Rule):
         if _is_index_use(node, ancestors):  # type: ignore[arg-type]
             return
         fix = self._fix(node, function)
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
-            # Decide at the first use: a tensor used only as an index is harmless.
-            name = parent.targets[0].target.value
+        name = self._assigned_name(ancestors)
+        if name is not None:
+            # Decide at the first use: a tensor used only for host bookkeeping (an index, a
+            # loop over its values) is harmless.
             self._pending[name] = (node, fix)
             self._index_only.discard(name)
             return
         self.report(node, fix=fix)
+
+    def _assigned_name(self, ancestors: list[cst.CSTNode]) -> str | None:
+        """The name the tensor is stored in, directly or through torch ops applied to it:
+        `n = torch.tensor(...)`, `n = torch.cumsum(torch.tensor(...), 0)[1]`."""
+        for ancestor in ancestors:
+            if isinstance(ancestor, (cst.Arg, cst.Index, cst.SubscriptElement, cst.Subscript)):
+                continue
+            if isinstance(ancestor, cst.Call):
+                qualified = self.context.imports.qualified_name(ancestor.func)
+                if qualified is not None and qualified.startswith("torch.") and not qualified.startswith("torch.nn."):
+                    continue
+                return None
+            if (
+                isinstance(ancestor, cst.Assign)
+                and len(ancestor.targets) == 1
+                and isinstance(ancestor.targets[0].target, cst.Name)
+            ):
+                return ancestor.targets[0].target.value
+            return None
+        return None
 
     def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
         super().__init__(context, options)
@@ -253,7 +309,7 @@ class ForwardTensorWithoutDevice(Rule):
         ancestors = self.context.ancestors(node)
         if ancestors and isinstance(ancestors[0], cst.AssignTarget):
             return
-        if _is_index_use(node, ancestors):
+        if _is_index_use(node, ancestors) or _is_host_use(node, ancestors):
             self._index_only.add(node.value)
             return
         call, fix = self._pending.pop(node.value)
