@@ -153,3 +153,10 @@ def test_json_output_carries_file_errors(tmp_path: Path) -> None:
     items = json.loads(result.stdout)
     assert any(item["code"] == "TDL001" for item in items)
     assert any(item["path"] == "syntax.py" and item["code"] is None for item in items)
+
+
+def test_python_syntax_warnings_about_user_code_are_not_printed(tmp_path: Path) -> None:
+    (tmp_path / "warns.py").write_text("import torch\nx = torch.zeros(2)\nif x is 'a':\n    x.cuda()\n")
+    result = run_cli("check", "--no-cache", "--fix", "warns.py", cwd=tmp_path)
+    assert "SyntaxWarning" not in result.stderr
+    assert result.stderr == ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -446,7 +447,10 @@ def check_syntax(source: str, path: str) -> ast.Module:
     guess what such code means, say so.
     """
     try:
-        return compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)  # type: ignore[no-any-return]
+        # SyntaxWarnings about the user's code ("is" with a literal...) are not ours to print.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)  # type: ignore[no-any-return]
     except SyntaxError as error:
         message = error.msg
         try:

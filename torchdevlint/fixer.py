@@ -6,6 +6,7 @@ result still parses, and lints again, until nothing applicable is left.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -85,7 +86,9 @@ def _parses(text: str) -> bool:
     except cst.ParserSyntaxError:
         return False
     try:
-        compile(text, "<fixed>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(text, "<fixed>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
         return False
     return True

@@ -7,6 +7,7 @@ import difflib
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,9 @@ class RunSettings:
 def _syntax_error(path: str, source: str, error: cst.ParserSyntaxError) -> FileError:
     """Python's own compiler names the problem and its place better than LibCST's parser."""
     try:
-        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as python_error:
         column = (python_error.offset or 1)
         return FileError(path, f"syntax error: {python_error.msg}", python_error.lineno, column)
