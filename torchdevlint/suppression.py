@@ -23,13 +23,3 @@ def is_suppressed(line_text: str, code: str) -> bool:
             if code.upper().startswith(named.upper()):
                 return True
     return False
-
-
-def named_codes(line_text: str) -> list[str]:
-    """Codes a `# noqa:` comment on this line names (for warnings about retired codes)."""
-    found: list[str] = []
-    for match in _NOQA.finditer(line_text):
-        codes = match.group("codes")
-        if codes:
-            found.extend(code.upper() for code in _CODE.findall(codes))
-    return found
