@@ -203,3 +203,11 @@ def test_off_by_default_rules_need_their_code_or_all(tmp_path: Path) -> None:
     assert off <= {rule.code for rule in select_rules(["ALL"])}
     code = sorted(off)[0]
     assert code in {rule.code for rule in select_rules(extend_select=[code])}
+
+
+def test_command_line_select_replaces_the_configured_selection(tmp_path: Path) -> None:
+    write(tmp_path, "pyproject.toml", '[tool.torchdevlint]\nselect = ["TDL0"]\nignore = ["TDL001"]\n')
+    write(tmp_path, "train.py", BUGGY)
+    assert json.loads(run_cli("check", "--format", "json", "train.py", cwd=tmp_path).stdout) == []
+    chosen = json.loads(run_cli("check", "--select", "TDL001", "--format", "json", "train.py", cwd=tmp_path).stdout)
+    assert [item["code"] for item in chosen] == ["TDL001"]

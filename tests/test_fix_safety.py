@@ -120,3 +120,28 @@ def test_unreadable_file_is_reported_not_raised(tmp_path: Path, monkeypatch) -> 
     assert result.error is not None
     assert result.error.message == "cannot read: Permission denied"
     assert result.diagnostics == []
+
+
+def test_a_fix_that_does_not_remove_its_finding_is_withheld_not_repeated() -> None:
+    import libcst as cst
+
+    from torchdevlint.fixer import fix_source
+    from torchdevlint.rule import NodeEdit, Rule
+
+    class NeverDone(Rule):
+        """Its fix adds a line but leaves the finding: the fixer must not loop on it."""
+
+        code = "TDL997"
+        slug = "non-converging-probe"
+        message = "probe"
+        fix_title = "Add a line"
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "zeros":
+                self.report(node, fix=self.make_fix(NodeEdit.insert_before(node, "0 + ")))
+
+    source = "import torch\nx = torch.zeros(3)\n"
+    outcome = fix_source(source, "probe.py", [NeverDone])
+    assert outcome.text == source
+    assert outcome.fixed_count == 0
+    assert all(d.fix_withheld for d in outcome.remaining)

@@ -56,3 +56,16 @@ def test_second_fix_run_changes_nothing(tmp_path: Path) -> None:
     once = path.read_bytes()
     run_cli("check", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
     assert path.read_bytes() == once
+
+
+def test_fix_writes_through_a_symlink_and_lints_its_target_once(tmp_path: Path) -> None:
+    target = tmp_path / "target.py"
+    target.write_text(BUGGY)
+    (tmp_path / "link.py").symlink_to(target)
+    listing = run_cli("check", "--no-cache", "--format", "json", ".", cwd=tmp_path)
+    import json
+
+    assert len(json.loads(listing.stdout)) == 1
+    run_cli("check", "--no-cache", "--fix", "link.py", cwd=tmp_path)
+    assert (tmp_path / "link.py").is_symlink()
+    assert target.read_text() == FIXED

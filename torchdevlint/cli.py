@@ -96,13 +96,17 @@ def _normalize_argv(argv: Sequence[str]) -> list[str]:
 
 def iter_python_files(paths: Sequence[str], config: Config, root: Path, errors: list[FileError],
                       *, force_exclude: bool = False) -> Iterator[str]:
+    # Keyed by the real path: a file reached through a symlink too is linted (and fixed) once.
     seen: set[str] = set()
     for raw in paths:
         path = Path(raw)
+        if raw == "-":
+            errors.append(FileError("-", "reading from standard input is not supported; name the files"))
+            continue
         if path.is_file():
             if force_exclude and config.excludes_file(path, root):
                 continue
-            key = os.path.normpath(raw)
+            key = os.path.realpath(raw)
             if key not in seen:
                 seen.add(key)
                 yield raw
@@ -119,7 +123,7 @@ def iter_python_files(paths: Sequence[str], config: Config, root: Path, errors: 
                 file_path = folder_path / name
                 if config.is_excluded(file_path, root):
                     continue
-                key = os.path.normpath(str(file_path))
+                key = os.path.realpath(file_path)
                 if key not in seen:
                     seen.add(key)
                     yield str(file_path)
@@ -129,12 +133,16 @@ def _run_check(args: argparse.Namespace) -> int:
     try:
         pyproject = args.config if args.config is not None else find_pyproject(Path.cwd())
         config = load_config(pyproject)
-        select = args.select if args.select is not None else config.select
-        rules = select_rules(
-            select,
-            ignore=[*config.ignore, *args.ignore],
-            extend_select=[*config.extend_select, *args.extend_select],
-        )
+        if args.select is not None:
+            # As in ruff, a --select on the command line replaces the configured selection
+            # (select, extend-select and ignore alike); other flags add to it.
+            rules = select_rules(args.select, ignore=args.ignore, extend_select=args.extend_select)
+        else:
+            rules = select_rules(
+                config.select,
+                ignore=[*config.ignore, *args.ignore],
+                extend_select=[*config.extend_select, *args.extend_select],
+            )
     except (ConfigError, UnknownSelector) as error:
         sys.stderr.write(f"torchdevlint: error: {error}\n")
         return EXIT_ERROR

@@ -7,6 +7,7 @@ result still parses, and lints again, until nothing applicable is left.
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -94,6 +95,15 @@ def _parses(text: str) -> bool:
     return True
 
 
+def _made_progress(before: Sequence[Diagnostic], after: Sequence[Diagnostic], unsafe: bool) -> bool:
+    """Whether a round removed at least one fixable finding (by code, counted)."""
+    remaining = Counter(d.code for d in after if is_applicable(d.fix, unsafe))
+    for code, count in Counter(d.code for d in before).items():
+        if remaining.get(code, 0) < count:
+            return True
+    return False
+
+
 def fix_source(
     source: str,
     path: str,
@@ -131,10 +141,16 @@ def fix_source(
             if not withheld:
                 break
             continue
+        new_diagnostics = lint_source(new_text, path, rule_classes, options)
+        if not _made_progress(candidates, new_diagnostics, unsafe):
+            # The fixes did not remove their findings (a rule whose fix does not converge):
+            # keep the text of before this round and withhold them, never loop on them.
+            withheld.update((d.code, d.start.line, d.start.column) for d in candidates)
+            break
         code_of_fix = {id(d.fix): d.code for d in candidates}
         fixed_codes.extend(code_of_fix[id(fix)] for fix in applied)
         text = new_text
-        diagnostics = lint_source(text, path, rule_classes, options)
+        diagnostics = new_diagnostics
     remaining = [
         replace(d, fix_withheld=True) if (d.code, d.start.line, d.start.column) in withheld else d
         for d in diagnostics

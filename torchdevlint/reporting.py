@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -521,6 +522,9 @@ def write_report(out: TextIO, report: CheckReport, output_format: OutputFormat, 
     if output_format is OutputFormat.JSON:
         if statistics:
             write_statistics_json(out, report.diagnostics, report.unsafe_fixes)
+            # The counts have no place for unreadable files; say so where JSON stays valid.
+            for error in report.errors:
+                sys.stderr.write(format_error_line(error) + "\n")
         else:
             write_json(out, report.diagnostics, report.errors)
         return

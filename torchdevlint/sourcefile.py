@@ -53,7 +53,11 @@ def read_source(path: Path) -> SourceText:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder, then rename: never a half file."""
+    """Write through a temporary file in the same folder, then rename: never a half file.
+
+    A symbolic link is written through: its target is replaced, the link stays a link.
+    """
+    path = Path(os.path.realpath(path))
     mode = path.stat().st_mode
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tdl-tmp", dir=path.parent)
     try:

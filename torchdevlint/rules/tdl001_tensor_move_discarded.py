@@ -23,6 +23,12 @@ def _move_chain_base(expression: cst.BaseExpression) -> tuple[cst.BaseExpression
     return expression, moved
 
 
+def _has_string_key(node: cst.Subscript) -> bool:
+    return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) and isinstance(
+        node.slice[0].slice.value, (cst.SimpleString, cst.ConcatenatedString)
+    )
+
+
 def _is_assignable(expression: cst.BaseExpression) -> bool:
     if isinstance(expression, cst.Name):
         return True
@@ -63,7 +69,9 @@ class TensorMoveDiscarded(Rule):
 
     ## Fix safety
     Assigning the result back (`x = x.to(device)`, also for `self.h` and `batch["x"]`) is
-    safe: the statement had no effect, and now it has the intended one. For a comprehension
+    safe: the statement had no effect, and now it has the intended one. For a positional item
+    (`batch[0] = batch[0].to(device)`) it is unsafe: a custom `collate_fn` may return a tuple,
+    which does not take item assignment. For a comprehension
     over a tuple of names, the names are rebound by unpacking (safe); over a single name the
     name is rebound to a list (unsafe: a tuple becomes a list). A move whose receiver cannot
     be assigned to (`torch.zeros(3).cuda()` as a statement) is reported without a fix.
@@ -229,6 +237,22 @@ class TensorMoveDiscarded(Rule):
         Invalid(
             """
             import torch
+            from torch.utils.data import DataLoader
+            for batch in DataLoader([]):
+                batch[0].to("cuda")
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            for batch in DataLoader([]):
+                batch[0] = batch[0].to("cuda")
+            """,
+            applicability=Applicability.UNSAFE,
+            name="positional-batch-item-may-be-a-tuple",
+        ),
+        Invalid(
+            """
+            import torch
             inputs, targets = torch.randn(8, 2), torch.randn(8)
             [t.to("cuda") for t in (inputs, targets)]
             """,
@@ -283,7 +307,11 @@ class TensorMoveDiscarded(Rule):
         fix = None
         if _is_assignable(base):
             target = self.context.code_for_node(base)
-            fix = self.make_fix(NodeEdit.insert_before(value, f"{target} = "))
+            # `batch[0] = ...` fails when a custom collate_fn returns a tuple; a string key
+            # means a dict (or a mapping), which takes item assignment.
+            positional_item = isinstance(base, cst.Subscript) and not _has_string_key(base)
+            applicability = Applicability.UNSAFE if positional_item else Applicability.SAFE
+            fix = self.make_fix(NodeEdit.insert_before(value, f"{target} = "), applicability=applicability)
         self.report(node, fix=fix)
 
     def _check_comprehension(self, statement: cst.Expr, comprehension: cst.ListComp) -> None:

@@ -11,16 +11,59 @@ from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
 
 # A factory immediately followed by one of these is put on a device anyway.
 _DEVICE_SETTING_METHODS = frozenset({"to", "cuda", "type_as"})
+# Functions whose `lengths` argument must be a CPU tensor.
+_CPU_LENGTH_FUNCTIONS = frozenset({"pack_padded_sequence"})
 # Reading only these never meets device data.
 _HOST_ONLY_ATTRIBUTES = frozenset(
     {"dtype", "shape", "size", "dim", "ndim", "numel", "tolist", "item", "numpy", "is_floating_point"}
 )
 
 
+def _binds_name(body: cst.CSTNode, name: str) -> bool:
+    stack: list[cst.CSTNode] = [body]
+    while stack:
+        node = stack.pop()
+        targets: list[cst.BaseExpression] = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
+            targets = [node.target]
+        elif isinstance(node, cst.Del):
+            targets = [node.target]
+        elif isinstance(node, cst.AsName):
+            targets = [node.name]  # type: ignore[list-item]
+        for target in targets:
+            pending: list[cst.CSTNode] = [target]
+            while pending:
+                part = pending.pop()
+                if isinstance(part, cst.Name) and part.value == name:
+                    return True
+                if isinstance(part, (cst.Tuple, cst.List)):
+                    pending.extend(e.value for e in part.elements)
+                elif isinstance(part, (cst.StarredElement, cst.Element)):
+                    pending.append(part.value)
+        stack.extend(node.children)
+    return False
+
+
+def _is_sequence_lengths(node: cst.CSTNode, ancestors: list[cst.CSTNode]) -> bool:
+    """`pack_padded_sequence(x, lengths)`: PyTorch requires the lengths on the CPU."""
+    if len(ancestors) < 2 or not isinstance(ancestors[0], cst.Arg) or not isinstance(ancestors[1], cst.Call):
+        return False
+    arg, call = ancestors[0], ancestors[1]
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if name not in _CPU_LENGTH_FUNCTIONS:
+        return False
+    return arg.keyword is not None and arg.keyword.value == "lengths" or (call.args.index(arg) == 1 if arg in call.args else False)
+
+
 def _is_host_use(name: cst.Name, ancestors: list[cst.CSTNode]) -> bool:
     """`for i in n:` (Python ints for slicing), `n.tolist()`, `len(n)`: values read on the host."""
     if not ancestors:
         return False
+    if _is_sequence_lengths(name, ancestors):
+        return True
     parent = ancestors[0]
     if isinstance(parent, cst.For) and parent.iter is name:
         return True
@@ -171,6 +214,20 @@ class ForwardTensorWithoutDevice(Rule):
             """,
             name="host-bookkeeping-through-torch-ops",
         ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            from torch.nn.utils.rnn import pack_padded_sequence
+            class Encoder(nn.Module):
+                def forward(self, x: torch.Tensor, lens):
+                    lengths = torch.tensor(lens, dtype=torch.int64)
+                    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+                    again = pack_padded_sequence(x, torch.tensor(lens), batch_first=True)
+                    return self.rnn(packed), again
+            """,
+            name="sequence-lengths-must-stay-on-the-cpu",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -242,6 +299,17 @@ class ForwardTensorWithoutDevice(Rule):
             """,
             name="no-input-no-fix",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def forward(self, x: torch.Tensor):
+                    x = x.tolist()
+                    return torch.tensor(x)
+            """,
+            name="input-rebound-in-forward-has-no-fix",
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -266,7 +334,7 @@ class ForwardTensorWithoutDevice(Rule):
             parent.attr.value in _DEVICE_SETTING_METHODS or parent.attr.value in _HOST_ONLY_ATTRIBUTES
         ):
             return
-        if _is_index_use(node, ancestors):  # type: ignore[arg-type]
+        if _is_index_use(node, ancestors) or _is_sequence_lengths(node, ancestors):  # type: ignore[arg-type]
             return
         fix = self._fix(node, function)
         name = self._assigned_name(ancestors)
@@ -302,6 +370,7 @@ class ForwardTensorWithoutDevice(Rule):
         super().__init__(context, options)
         self._pending: dict[str, tuple[cst.Call, object]] = {}
         self._index_only: set[str] = set()
+        self._rebinding: dict[tuple[int, str], bool] = {}
 
     def visit_Name(self, node: cst.Name) -> None:
         if node.value not in self._pending:
@@ -325,6 +394,15 @@ class ForwardTensorWithoutDevice(Rule):
         self._pending.clear()
         self._index_only.clear()
 
+    def _rebound_in(self, forward: cst.FunctionDef, name: str) -> bool:
+        """Whether forward's body assigns, loops over, deletes or `with ... as` the name: then
+        `name.device` may not be the input's device (or exist) where the tensor is made."""
+        key = (id(forward), name)
+        cached = self._rebinding.get(key)
+        if cached is None:
+            cached = self._rebinding[key] = _binds_name(forward.body, name)
+        return cached
+
     def _fix(self, call: cst.Call, forward: cst.FunctionDef):
         params = [*forward.params.posonly_params, *forward.params.params][1:]
         if not params:
@@ -338,6 +416,8 @@ class ForwardTensorWithoutDevice(Rule):
                 if scope.node is not forward:
                     return None
                 break
+        if self._rebound_in(forward, name):
+            return None
         safe = kinds.annotation_kind(first.annotation).is_tensor
         applicability = Applicability.SAFE if safe else Applicability.UNSAFE
         device = f"device={name}.device"

@@ -41,9 +41,11 @@ class DataParallelStateDictSave(Rule):
     ```
 
     ## Fix safety
-    Safe. A surely wrapped model gets `.module`; a maybe wrapped one gets
+    A surely wrapped model gets `.module`; a maybe wrapped one gets
     `getattr(model, "module", model)`, which is the bare model in both cases. The saved keys
-    lose the `module.` prefix, which is what any loader of a bare model expects.
+    lose the `module.` prefix, which is what any loader of a bare model expects. Safe, unless
+    the same file loads a state dict into a wrapped model (resuming training): that load
+    expects the prefix, so there the fix is unsafe.
 
     ## Options
     None.
@@ -157,6 +159,24 @@ class DataParallelStateDictSave(Rule):
         ),
         Invalid(
             """
+            import torch
+            import torch.nn as nn
+            model = nn.DataParallel(nn.Linear(2, 2))
+            torch.save(model.state_dict(), "last.pt")
+            model.load_state_dict(torch.load("last.pt", map_location="cpu"))
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            model = nn.DataParallel(nn.Linear(2, 2))
+            torch.save(model.module.state_dict(), "last.pt")
+            model.load_state_dict(torch.load("last.pt", map_location="cpu"))
+            """,
+            applicability=Applicability.UNSAFE,
+            name="resumed-into-the-wrapped-model-makes-the-fix-unsafe",
+        ),
+        Invalid(
+            """
             import shutil
             import torch
             import torchvision.models as models
@@ -196,23 +216,33 @@ class DataParallelStateDictSave(Rule):
     def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
         super().__init__(context, options)
         self._saves = WrappedStateDictSaves(context, self._on_saved)
+        self._saved: list[SavedStateDict] = []
+        # A wrapped model loading a state dict expects the prefix: the fix would break it.
+        self._wrapped_model_loads = False
 
     def _on_saved(self, saved: SavedStateDict) -> None:
-        self.report(saved.call, fix=self._fix(saved.receiver, saved.wrapping))
+        self._saved.append(saved)
 
     def visit_Call(self, node: cst.Call) -> None:
         self._saves.visit_Call(node)
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict":
+            if self.context.kinds.kind_of(func.value).wrapping is not Wrapping.NO:
+                self._wrapped_model_loads = True
 
     def leave_Assign(self, node: cst.Assign) -> None:
         self._saves.leave_Assign(node)
 
     def leave_Module(self, node: cst.Module) -> None:
         self._saves.leave_Module(node)
+        applicability = Applicability.UNSAFE if self._wrapped_model_loads else Applicability.SAFE
+        for saved in self._saved:
+            self.report(saved.call, fix=self._fix(saved.receiver, saved.wrapping, applicability))
 
-    def _fix(self, receiver: cst.BaseExpression, wrapping: Wrapping) -> PendingFix | None:
+    def _fix(self, receiver: cst.BaseExpression, wrapping: Wrapping, applicability: Applicability) -> PendingFix | None:
         code = self.context.code_for_node(receiver)
         if wrapping is Wrapping.YES:
-            return self.make_fix(NodeEdit.insert_after(receiver, ".module"))
+            return self.make_fix(NodeEdit.insert_after(receiver, ".module"), applicability=applicability)
         if dotted_name(receiver) is None:
             return None
-        return self.make_fix(NodeEdit(receiver, f'getattr({code}, "module", {code})'))
+        return self.make_fix(NodeEdit(receiver, f'getattr({code}, "module", {code})'), applicability=applicability)

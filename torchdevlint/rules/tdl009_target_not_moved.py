@@ -217,13 +217,13 @@ class TargetNotMoved(Rule):
             if moved is not None and isinstance(moved[0], cst.Name) and moved[0].value in loop.batch_names:
                 loop.untracked.add(moved[0].value)  # a discarded move: TDL001 reports it
                 return
-            self._check_meeting(loop, statement.value)
+            self._check_meeting(loop, statement.value, line)
             return
         if isinstance(statement, cst.Assign):
-            self._check_meeting(loop, statement.value)
+            self._check_meeting(loop, statement.value, line)
             self._record_assignment(loop, line, statement)
         elif isinstance(statement, (cst.AugAssign, cst.AnnAssign, cst.Return)) and statement.value is not None:
-            self._check_meeting(loop, statement.value)
+            self._check_meeting(loop, statement.value, line)
 
     def _record_assignment(self, loop: _BatchLoop, line: cst.SimpleStatementLine, node: cst.Assign) -> None:
         pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
@@ -251,7 +251,7 @@ class TargetNotMoved(Rule):
     def _meets_device(self, loop: _BatchLoop, node: cst.BaseExpression) -> bool:
         return bool(names_in(node) & (loop.moved | loop.on_device))
 
-    def _check_meeting(self, loop: _BatchLoop, expression: cst.BaseExpression) -> None:
+    def _check_meeting(self, loop: _BatchLoop, expression: cst.BaseExpression, line: cst.SimpleStatementLine) -> None:
         if not loop.moved:
             return
         unmoved = loop.unmoved()
@@ -274,14 +274,16 @@ class TargetNotMoved(Rule):
                     others = [o for o in operands if o is not operand]
                     if any(self._meets_device(loop, other) for other in others):
                         loop.reported.add(operand.value)
-                        self.report(node, fix=self._fix(loop, operand.value))
+                        self.report(node, fix=self._fix(loop, operand.value, line))
                         return
             stack.extend(node.children)
 
-    def _fix(self, loop: _BatchLoop, name: str):  # type: ignore[no-untyped-def]
+    def _fix(self, loop: _BatchLoop, name: str, meeting_line: cst.SimpleStatementLine):  # type: ignore[no-untyped-def]
         if loop.first_move is None:
             return None
         line, move = loop.first_move
+        if line is meeting_line:
+            return None  # `x = x.to(d); loss = f(model(x), y)`: no line between to move y in
         assert isinstance(move.func, cst.Attribute)
         call = move.with_changes(func=move.func.with_changes(value=cst.Name(name)))
         return self.make_fix(

@@ -20,6 +20,22 @@ class _ModuleClass:
     tensor_attributes: dict[str, cst.Assign] = field(default_factory=dict)
     registered: set[str] = field(default_factory=set)
     used_in_forward: set[str] = field(default_factory=set)
+    # Attributes assigned anywhere else in the class (a buffer only takes tensors or None).
+    assigned_elsewhere: set[str] = field(default_factory=set)
+    # `super().__init__()` seen in __init__: before it, register_buffer raises.
+    module_initialised: bool = False
+    before_init: set[str] = field(default_factory=set)
+
+
+def _is_module_init_call(node: cst.Call) -> bool:
+    """`super().__init__(...)`, `super(Net, self).__init__()`, `nn.Module.__init__(self)`."""
+    func = node.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "__init__"):
+        return False
+    owner = func.value
+    if isinstance(owner, cst.Call) and isinstance(owner.func, cst.Name) and owner.func.value == "super":
+        return True
+    return isinstance(owner, (cst.Name, cst.Attribute))
 
 
 def _self_attribute(node: cst.BaseExpression, self_name: str | None) -> str | None:
@@ -73,7 +89,9 @@ class TensorAttributeNotBuffer(Rule):
     ## Fix safety
     Safe: `register_buffer(..., persistent=False)` makes the tensor follow the module's moves
     and dtype casts without adding it to the state dict, so saved checkpoints and
-    `load_state_dict` behave as before.
+    `load_state_dict` behave as before. Unsafe when the class assigns the attribute again
+    elsewhere: a buffer accepts only tensors (or None). No fix before `super().__init__()`,
+    where `register_buffer` cannot be called yet.
 
     ## Options
     None.
@@ -139,6 +157,47 @@ class TensorAttributeNotBuffer(Rule):
             applicability=Applicability.SAFE,
             name="normalisation-constant",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            class Running(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.mean = torch.zeros(3)
+                def forward(self, x):
+                    return x - self.mean
+                def update(self, value):
+                    self.mean = value.mean().item()
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Running(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("mean", torch.zeros(3), persistent=False)
+                def forward(self, x):
+                    return x - self.mean
+                def update(self, value):
+                    self.mean = value.mean().item()
+            """,
+            applicability=Applicability.UNSAFE,
+            name="reassigned-elsewhere-makes-the-fix-unsafe",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            class Early(nn.Module):
+                def __init__(self):
+                    self.mean = torch.zeros(3)
+                    super().__init__()
+                def forward(self, x):
+                    return x - self.mean
+            """,
+            name="before-module-init-has-no-fix",
+        ),
     ]
 
     def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
@@ -155,7 +214,11 @@ class TensorAttributeNotBuffer(Rule):
             return
         for name, assignment in current.tensor_attributes.items():
             if name in current.used_in_forward and name not in current.registered:
-                self.report(assignment, fix=self._fix(name, assignment))
+                fix = None
+                if name not in current.before_init:
+                    unsafe = name in current.assigned_elsewhere
+                    fix = self._fix(name, assignment, Applicability.UNSAFE if unsafe else Applicability.SAFE)
+                self.report(assignment, fix=fix)
 
     def _method(self) -> tuple[str, str | None] | None:
         if not self._classes or self._classes[-1] is None:
@@ -168,13 +231,18 @@ class TensorAttributeNotBuffer(Rule):
 
     def leave_Assign(self, node: cst.Assign) -> None:
         where = self._method()
-        if where is None or where[0] != "__init__" or len(node.targets) != 1:
+        if where is None or len(node.targets) != 1:
             return
         current = self._classes[-1]
         assert current is not None
         name = _self_attribute(node.targets[0].target, where[1])
         if name is None:
             return
+        if where[0] != "__init__" or name in current.tensor_attributes:
+            current.assigned_elsewhere.add(name)
+            return
+        if not current.module_initialised:
+            current.before_init.add(name)
         value = node.value
         if isinstance(value, cst.Call) and (
             self.context.imports.qualified_name(value.func) in _REGISTERED_TENSORS
@@ -188,7 +256,12 @@ class TensorAttributeNotBuffer(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         where = self._method()
-        if where is None or not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "register_buffer"):
+        if where is None:
+            return
+        if where[0] == "__init__" and _is_module_init_call(node):
+            self._classes[-1].module_initialised = True  # type: ignore[union-attr]
+            return
+        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "register_buffer"):
             return
         if node.args and isinstance(node.args[0].value, cst.SimpleString):
             value = node.args[0].value.evaluated_value
@@ -203,10 +276,11 @@ class TensorAttributeNotBuffer(Rule):
         if name is not None:
             self._classes[-1].used_in_forward.add(name)  # type: ignore[union-attr]
 
-    def _fix(self, name: str, assignment: cst.Assign):  # type: ignore[no-untyped-def]
+    def _fix(self, name: str, assignment: cst.Assign, applicability: Applicability):  # type: ignore[no-untyped-def]
         self_name = assignment.targets[0].target.value.value  # type: ignore[attr-defined]
         # Edit around the value rather than re-render it: a multi-line value keeps its layout.
         return self.make_fix(
             NodeEdit.replace_until(assignment, assignment.value, f'{self_name}.register_buffer("{name}", '),
             NodeEdit.insert_after(assignment.value, ", persistent=False)"),
+            applicability=applicability,
         )

@@ -8,6 +8,20 @@ from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
 
 
+def _module_dict_keys_are_valid(value: cst.BaseExpression) -> bool:
+    """nn.ModuleDict takes string keys without dots; anything else would raise."""
+    if not isinstance(value, cst.Dict):
+        return False  # a comprehension's keys are unknown
+    for element in value.elements:
+        key = element.key if isinstance(element, cst.DictElement) else None
+        if not isinstance(key, cst.SimpleString):
+            return False
+        text = key.evaluated_value
+        if not isinstance(text, str) or not text or "." in text:
+            return False
+    return True
+
+
 class ModulesInPlainContainer(Rule):
     """
     ## What it does
@@ -35,7 +49,8 @@ class ModulesInPlainContainer(Rule):
     ```
 
     ## Fix safety
-    Unsafe: the modules become registered, so the state dict gains their keys (old
+    Offered for lists, and for dicts whose keys are string literals without dots (what
+    `nn.ModuleDict` accepts). Unsafe: the modules become registered, so the state dict gains their keys (old
     checkpoints load only with `strict=False`) and the optimizer, if built from
     `model.parameters()`, now trains them, which changes results.
 
@@ -108,6 +123,16 @@ class ModulesInPlainContainer(Rule):
             applicability=Applicability.UNSAFE,
             name="dict-of-heads",
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+            class Heads(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.heads = {0: nn.Linear(8, 1), 1: nn.Linear(8, 2)}
+            """,
+            name="non-string-keys-have-no-fix",
+        ),
     ]
 
     def leave_Assign(self, node: cst.Assign) -> None:
@@ -130,7 +155,7 @@ class ModulesInPlainContainer(Rule):
             return
         nn = self._nn_name()
         fix = None
-        if nn is not None:
+        if nn is not None and (container == "ModuleList" or _module_dict_keys_are_valid(value)):
             # Wrap without re-rendering: a multi-line literal keeps its layout.
             fix = self.make_fix(
                 NodeEdit.insert_before(value, f"{nn}.{container}("),
