@@ -647,3 +647,30 @@ def test_gpu_trained_checkpoint_fails_to_load_on_a_cpu_host(tmp_path: Path) -> N
     with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA device"):
         torch.load(tmp_path / "ckpt.pt")
     assert torch.equal(torch.load(tmp_path / "ckpt.pt", map_location="cpu")["w"], weights["w"])
+
+
+def test_common_gpu_path_calls_work_on_the_emulated_gpu(tmp_path):  # type: ignore[no-untyped-def]
+    import json
+
+    from conftest import run_cli
+
+    program = tmp_path / "amp_program.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "model = nn.Linear(8, 3).to(device)\n"
+        "x = torch.randn(4, 8)\n"
+        "x.to(device)\n"
+        "if torch.cuda.is_available():\n"
+        "    free, total = torch.cuda.mem_get_info()\n"
+        "    name = torch.cuda.get_device_properties(0).name\n"
+        "    start = torch.cuda.Event(enable_timing=True)\n"
+        "    start.record()\n"
+        "with torch.autocast('cuda', dtype=torch.bfloat16, enabled=torch.cuda.is_bf16_supported()):\n"
+        "    out = model(x)\n"
+        "print('RESULT', tuple(out.shape))\n"
+    )
+    result = run_cli("verify", "--device", "emulated", "--format", "json", str(program))
+    (report,) = json.loads(result.stdout)
+    assert report["verdict"] == "fix verified", report

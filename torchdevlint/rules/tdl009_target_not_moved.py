@@ -29,6 +29,22 @@ def _device_move(expression: cst.BaseExpression) -> tuple[cst.BaseExpression, cs
     return (expression, move) if move is not None else None
 
 
+_HOST_METHODS = frozenset({"cpu", "numpy", "item", "tolist"})
+
+
+def _back_on_host(expression: cst.BaseExpression) -> bool:
+    """`model(x).argmax(1).cpu()`, `out.to("cpu")`, `loss.item()`: the value is host data."""
+    while isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
+        method = expression.func.attr.value
+        if method in _HOST_METHODS:
+            return True
+        if method == "to" and expression.args and isinstance(expression.args[0].value, cst.SimpleString):
+            if expression.args[0].value.evaluated_value == "cpu":
+                return True
+        expression = expression.func.value
+    return False
+
+
 @dataclass
 class _BatchLoop:
     """One `for inputs, targets in loader:` loop being read."""
@@ -127,6 +143,18 @@ class TargetNotMoved(Rule):
                 history.append(labels.tolist())
             """,
             name="target-used-on-host-only",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            for images, labels in DataLoader([]):
+                images = images.to("cuda")
+                preds = model(images).argmax(1).cpu()
+                correct = (preds == labels).sum().item()
+                hits = (model(images).to("cpu") == labels).sum()
+            """,
+            name="predictions-brought-back-to-the-cpu",
         ),
     ]
     INVALID = [
@@ -245,10 +273,14 @@ class TargetNotMoved(Rule):
                 continue
             if name in loop.batch_names:
                 loop.untracked.add(name)
-            if names_in(right) & (loop.moved | loop.on_device):
+            if not _back_on_host(right) and names_in(right) & (loop.moved | loop.on_device):
                 loop.on_device.add(name)
+            else:
+                loop.on_device.discard(name)
 
     def _meets_device(self, loop: _BatchLoop, node: cst.BaseExpression) -> bool:
+        if _back_on_host(node):
+            return False
         return bool(names_in(node) & (loop.moved | loop.on_device))
 
     def _check_meeting(self, loop: _BatchLoop, expression: cst.BaseExpression, line: cst.SimpleStatementLine) -> None:

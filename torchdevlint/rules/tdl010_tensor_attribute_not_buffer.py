@@ -27,6 +27,26 @@ class _ModuleClass:
     before_init: set[str] = field(default_factory=set)
 
 
+# `self.mean.to(x.device)`, `self.scale.item()`: uses that never mix devices.
+_DEVICE_SAFE_METHODS = frozenset({"to", "cuda", "type_as", "item", "tolist", "cpu", "numpy"})
+
+
+def _device_safe_use(node: cst.Attribute, ancestors: list[cst.CSTNode]) -> bool:
+    if not ancestors:
+        return False
+    parent = ancestors[0]
+    if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in _DEVICE_SAFE_METHODS:
+        return True
+    # float(self.lo), int(self.n): a Python number
+    return (
+        len(ancestors) >= 2
+        and isinstance(parent, cst.Arg)
+        and isinstance(ancestors[1], cst.Call)
+        and isinstance(ancestors[1].func, cst.Name)
+        and ancestors[1].func.value in ("float", "int", "bool")
+    )
+
+
 def _is_module_init_call(node: cst.Call) -> bool:
     """`super().__init__(...)`, `super(Net, self).__init__()`, `nn.Module.__init__(self)`."""
     func = node.func
@@ -62,7 +82,8 @@ class TensorAttributeNotBuffer(Rule):
 
     Not reported: `nn.Parameter`s, names registered with `register_buffer`, tensors created
     with an explicit `device=` or `requires_grad=` (a would-be parameter is another problem),
-    and tensors never read in `forward`.
+    and tensors that `forward` never reads, or reads only in device-safe ways
+    (`self.mean.to(x.device)`, `.item()`, `float(self.low)`).
 
     ## Example
     ```python
@@ -130,6 +151,21 @@ class TensorAttributeNotBuffer(Rule):
                     return x - self.mean
             """,
             name="not-a-module",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class Normalize(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.mean = torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1)
+                    self.std = torch.tensor([0.2, 0.2, 0.2]).view(3, 1, 1)
+                    self.low = torch.tensor(0.1)
+                def forward(self, x):
+                    return ((x - self.mean.to(x.device)) / self.std.to(x)).clamp(min=float(self.low))
+            """,
+            name="moved-where-used-or-read-as-a-number",
         ),
     ]
     INVALID = [
@@ -273,7 +309,7 @@ class TensorAttributeNotBuffer(Rule):
         if where is None or where[0] != "forward":
             return
         name = _self_attribute(node, where[1])
-        if name is not None:
+        if name is not None and not _device_safe_use(node, self.context.ancestors(node)):
             self._classes[-1].used_in_forward.add(name)  # type: ignore[union-attr]
 
     def _fix(self, name: str, assignment: cst.Assign, applicability: Applicability):  # type: ignore[no-untyped-def]

@@ -8,8 +8,30 @@ from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
 
 
+# Modules that never hold parameters or buffers.
+_PARAMETER_FREE = frozenset(
+    {"ReLU", "ReLU6", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Dropout",
+     "Dropout2d", "Identity", "Flatten", "Unflatten", "LeakyReLU", "ELU", "Mish", "Hardswish",
+     "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Upsample"}
+)
+
+# Names nn.ModuleDict refuses as keys: attributes every Module already has.
+_MODULE_ATTRIBUTES = frozenset(
+    {
+        "training", "train", "eval", "forward", "to", "cuda", "cpu", "xpu", "mps", "type",
+        "float", "double", "half", "bfloat16", "to_empty", "keys", "items", "values", "update",
+        "pop", "clear", "apply", "modules", "children", "parameters", "buffers", "state_dict",
+        "load_state_dict", "named_modules", "named_children", "named_parameters",
+        "named_buffers", "add_module", "register_module", "register_buffer",
+        "register_parameter", "requires_grad_", "zero_grad", "share_memory", "extra_repr",
+        "get_submodule", "get_parameter", "get_buffer", "compile", "dump_patches",
+    }
+)
+
+
 def _module_dict_keys_are_valid(value: cst.BaseExpression) -> bool:
-    """nn.ModuleDict takes string keys without dots; anything else would raise."""
+    """nn.ModuleDict takes string keys without dots that are not Module attributes."""
     if not isinstance(value, cst.Dict):
         return False  # a comprehension's keys are unknown
     for element in value.elements:
@@ -17,7 +39,7 @@ def _module_dict_keys_are_valid(value: cst.BaseExpression) -> bool:
         if not isinstance(key, cst.SimpleString):
             return False
         text = key.evaluated_value
-        if not isinstance(text, str) or not text or "." in text:
+        if not isinstance(text, str) or not text or "." in text or text in _MODULE_ATTRIBUTES:
             return False
     return True
 
@@ -49,8 +71,9 @@ class ModulesInPlainContainer(Rule):
     ```
 
     ## Fix safety
-    Offered for lists, and for dicts whose keys are string literals without dots (what
-    `nn.ModuleDict` accepts). Unsafe: the modules become registered, so the state dict gains their keys (old
+    Offered for lists, and for dicts whose keys are string literals without dots that are not
+    attributes every Module has (`train`, `eval`, `to`, ...), which `nn.ModuleDict` refuses.
+    Unsafe: the modules become registered, so the state dict gains their keys (old
     checkpoints load only with `strict=False`) and the optimizer, if built from
     `model.parameters()`, now trains them, which changes results.
 
@@ -78,6 +101,28 @@ class ModulesInPlainContainer(Rule):
                     self.sizes = [64, 128]
             """,
             name="registered-elsewhere-or-not-modules",
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.layers = [nn.Linear(3, 3) for _ in range(2)]
+                    self.net = nn.Sequential(*self.layers)
+            """,
+            name="handed-to-sequential-right-away",
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.losses = {"ce": nn.CrossEntropyLoss(), "mse": nn.MSELoss()}
+                    self.acts = [nn.ReLU(), nn.GELU()]
+            """,
+            name="parameter-free-modules-have-nothing-to-move",
         ),
     ]
     INVALID = [
@@ -133,6 +178,16 @@ class ModulesInPlainContainer(Rule):
             """,
             name="non-string-keys-have-no-fix",
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.heads = {"train": nn.Linear(4, 2), "eval": nn.Linear(4, 2)}
+            """,
+            name="keys-that-are-module-attributes-have-no-fix",
+        ),
     ]
 
     def leave_Assign(self, node: cst.Assign) -> None:
@@ -162,12 +217,70 @@ class ModulesInPlainContainer(Rule):
                 NodeEdit.insert_after(value, ")"),
                 applicability=Applicability.UNSAFE,
             )
-        self.report(node, fix=fix)
+        # Decided when __init__ ends: the list may yet be handed to nn.Sequential & co.
+        self._candidates.append((target.attr.value, node, fix))
+
+    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(context, options)
+        self._candidates: list[tuple[str, cst.Assign, object]] = []
+        self._registered_later: set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        """`nn.Sequential(*self.layers)`, `nn.ModuleList(self.layers)`: registered after all."""
+        if not self._candidates or not self.context.kinds.kind_of(node).is_module_like:
+            return
+        scope = self.context.kinds.enclosing_method()
+        for arg in node.args:
+            value = arg.value
+            if (
+                isinstance(value, cst.Attribute)
+                and isinstance(value.value, cst.Name)
+                and scope is not None
+                and value.value.value == scope.self_name
+            ):
+                self._registered_later.add(value.attr.value)
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.name.value != "__init__":
+            return
+        for name, assignment, fix in self._candidates:
+            if name not in self._registered_later:
+                self.report(assignment, fix=fix)  # type: ignore[arg-type]
+        self._candidates.clear()
+        self._registered_later.clear()
 
     def _is_new_module(self, node: cst.BaseExpression) -> bool:
         return isinstance(node, cst.Call) and self.context.kinds.kind_of(node).is_module_like
 
+    def _may_hold_tensors(self, node: cst.BaseExpression) -> bool:
+        """Activations and losses built without arguments hold no parameters or buffers:
+        nothing to move, train or save, so a plain container of only those is harmless."""
+        if not isinstance(node, cst.Call):
+            return True
+        qualified = self.context.imports.qualified_name(node.func) or ""
+        last = qualified.rsplit(".", 1)[-1]
+        if not qualified.startswith("torch.nn."):
+            return True
+        if last in _PARAMETER_FREE:
+            return False
+        if last.endswith("Loss"):
+            # A loss holds a tensor only when given class weights (positionally or by name).
+            return any(
+                arg.keyword is None or arg.keyword.value in ("weight", "pos_weight") for arg in node.args
+            )
+        return True
+
     def _container_of_new_modules(self, value: cst.BaseExpression) -> str | None:
+        container = self._container_kind(value)
+        if container is None:
+            return None
+        if isinstance(value, (cst.List, cst.Dict)):
+            elements = [e.value for e in value.elements]
+        else:
+            elements = [value.value if isinstance(value, cst.DictComp) else value.elt]  # type: ignore[union-attr]
+        return container if any(self._may_hold_tensors(e) for e in elements) else None
+
+    def _container_kind(self, value: cst.BaseExpression) -> str | None:
         if isinstance(value, cst.List) and value.elements:
             if all(not isinstance(e, cst.StarredElement) and self._is_new_module(e.value) for e in value.elements):
                 return "ModuleList"

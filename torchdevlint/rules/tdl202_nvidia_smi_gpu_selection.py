@@ -16,7 +16,10 @@ _SHELL_CALLS = frozenset(
 # What a query for choosing a GPU asks nvidia-smi about.
 _QUERY_WORDS = ("mem", "util", "free")
 # Signs, in the same function, that the numbers pick a GPU rather than feed a log.
-_CHOOSING_NAMES = frozenset({"argmax", "argmin", "argsort", "min", "max", "sorted", "sort", "set_device"})
+_CHOOSING_NAMES = frozenset({"argmax", "argmin", "argsort", "set_device", "index"})
+# `max(used)` may only feed a log line: these choose a GPU only when the result is returned
+# or used for a device.
+_RANKING_NAMES = frozenset({"min", "max", "sorted", "sort"})
 
 
 def _string_text(node: cst.BaseExpression) -> str | None:
@@ -80,6 +83,17 @@ class NvidiaSmiGpuSelection(Rule):
     requires_any_text = ("nvidia-smi",)
 
     VALID = [
+        Valid(
+            """
+            import subprocess
+            import torch
+            def log_gpu_memory():
+                out = subprocess.check_output(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,nounits,noheader"])
+                used = [int(x) for x in out.decode().strip().split("\\n")]
+                print("peak GPU memory used (MiB):", max(used))
+            """,
+            name="peak-memory-only-logged",
+        ),
         Valid(
             """
             import os, shutil, subprocess
@@ -191,11 +205,21 @@ class NvidiaSmiGpuSelection(Rule):
             # Module level: its own statements, not the functions and classes it defines.
             roots = [s for s in self.context.module.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
         stack = list(roots)
+        ranks = False
+        hands_on = False
         while stack:
             node = stack.pop()
             if isinstance(node, cst.Name) and node.value in _CHOOSING_NAMES:
                 return True
             if isinstance(node, cst.SimpleString) and "CUDA_VISIBLE_DEVICES" in node.value:
                 return True
+            if isinstance(node, cst.Name) and node.value in _RANKING_NAMES:
+                ranks = True
+            if isinstance(node, cst.Return) and node.value is not None:
+                hands_on = True
+            if isinstance(node, cst.SimpleString) and "cuda" in node.value:
+                hands_on = True
+            if isinstance(node, cst.Attribute) and node.attr.value == "device":
+                hands_on = True
             stack.extend(node.children)
-        return False
+        return ranks and hands_on

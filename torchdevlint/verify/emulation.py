@@ -449,6 +449,42 @@ class _EmulatedStream:
         return None
 
 
+_EMULATED_MEMORY = 80 * 1024**3
+
+
+class _EmulatedProperties:
+    """What `torch.cuda.get_device_properties` describes, for an emulated GPU."""
+
+    name = EMULATED_GPU_NAME
+    major, minor = 8, 0
+    total_memory = _EMULATED_MEMORY
+    multi_processor_count = 108
+    is_integrated = False
+    is_multi_gpu_board = False
+
+
+class _EmulatedEvent:
+    """`torch.cuda.Event`: timing on the emulated GPU measures nothing and says so by 0.0."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def record(self, stream: object = None) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    def wait(self, stream: object = None) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end_event: object) -> float:
+        return 0.0
+
+
 def _patch_cuda_api(patches: _Patches, mode: EmulatedGpuMode) -> None:
     count = mode.device_count
 
@@ -475,8 +511,13 @@ def _patch_cuda_api(patches: _Patches, mode: EmulatedGpuMode) -> None:
         "max_memory_allocated": lambda device=None: 0,
         "memory_reserved": lambda device=None: 0,
         "max_memory_reserved": lambda device=None: 0,
+        # Common on a GPU path: autocast asks about bf16, programs ask about memory.
+        "is_bf16_supported": lambda including_emulation=True: True,
+        "mem_get_info": lambda device=None: (_EMULATED_MEMORY // 2, _EMULATED_MEMORY),
+        "get_device_properties": lambda device=None: _EmulatedProperties(),
     }.items():
         patches.set(cuda, name, value)
+    patches.set(cuda, "Event", _EmulatedEvent)
     patches.set(cuda, "current_stream", lambda device=None: _EmulatedStream())
     patches.set(cuda, "is_current_stream_capturing", lambda: False)
     accelerator = getattr(torch, "accelerator", None)
