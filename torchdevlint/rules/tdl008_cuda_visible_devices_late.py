@@ -168,6 +168,20 @@ class CudaVisibleDevicesLate(Rule):
             """
             import os
             import torch
+            os.environ["CUDA_VISIBLE_DEVICES"] = -1
+            """,
+            fixed="""
+            import os
+            import torch
+            os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
+            """,
+            applicability=Applicability.SAFE,
+            name="negative-number-hides-every-gpu",
+        ),
+        Invalid(
+            """
+            import os
+            import torch
             if torch.cuda.is_available():
                 print("found", torch.cuda.get_device_name(0))
             os.environ["CUDA_VISIBLE_DEVICES"] = "1"
@@ -330,6 +344,12 @@ class CudaVisibleDevicesLate(Rule):
     def _value(self, node: cst.BaseExpression) -> _Value:
         if isinstance(node, cst.Integer):
             return _Value(True, literal=f'"{integer_value(node)}"')
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(
+            node.expression, cst.Integer
+        ):
+            # `= -1` (hide every GPU) is the same TypeError as any int; "-1" is what it means.
+            number = integer_value(node.expression)
+            return _Value(True, literal=f'"-{number}"' if number is not None else None)
         if isinstance(node, (cst.List, cst.Tuple)):
             numbers = [integer_value(e.value) for e in node.elements]
             known = bool(numbers) and all(n is not None for n in numbers)
