@@ -8,7 +8,6 @@ seen the node, so rules always ask questions about a file read up to that point.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis.names import ImportTable
+from torchdevlint.analysis.tree import child_fields
 from torchdevlint.analysis.value_kinds import (
     UNKNOWN,
     ClassInfo,
@@ -199,38 +199,6 @@ class _Analysis:
 
 Handler = Callable[[cst.CSTNode], object]
 
-# Fields that hold only whitespace, comments and punctuation: no rule looks inside them, and
-# skipping them halves the nodes visited.
-_SKIPPED_FIELDS = frozenset(
-    {
-        "lpar", "rpar", "comma", "colon", "first_colon", "second_colon", "dot", "equal",
-        "lbrace", "lbracket", "rbrace", "rbracket", "semicolon", "leading_lines",
-        "lines_after_decorators", "header", "footer", "newline", "trailing_whitespace",
-        "leading_whitespace", "empty_lines", "operator", "asynchronous", "trailing_comma",
-        "separator", "posonly_ind", "comment", "indent", "star",
-    }
-)
-# Comprehensions bind their loop variables before the element is evaluated.
-_FIELD_ORDER_OVERRIDES: dict[str, tuple[str, ...]] = {
-    "ListComp": ("for_in", "elt"),
-    "SetComp": ("for_in", "elt"),
-    "GeneratorExp": ("for_in", "elt"),
-    "DictComp": ("for_in", "key", "value"),
-    "FunctionDef": ("decorators", "name", "type_parameters", "params", "returns", "body"),
-    "ClassDef": ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
-}
-
-
-def _child_fields(node_type: type) -> tuple[str, ...]:
-    override = _FIELD_ORDER_OVERRIDES.get(node_type.__name__)
-    names = [f.name for f in dataclasses.fields(node_type)]
-    if override is not None:
-        names = [name for name in override if name in names]
-    return tuple(
-        name for name in names if name not in _SKIPPED_FIELDS and not name.startswith("whitespace")
-    )
-
-
 class _Walker:
     """One traversal; each node goes to the analysis, then to every rule that asked for it.
 
@@ -267,9 +235,7 @@ class _Walker:
         stack.append(node)
         for handler in visit:
             handler(node)
-        fields = _FIELDS_CACHE.get(node_type)
-        if fields is None:
-            fields = _FIELDS_CACHE[node_type] = _child_fields(node_type)
+        fields = child_fields(node_type)
         parents = self._context.parents
         for name in fields:
             value = getattr(node, name)
@@ -284,9 +250,6 @@ class _Walker:
         for handler in leave:
             handler(node)
         stack.pop()
-
-
-_FIELDS_CACHE: dict[type, tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import libcst as cst
 
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.analysis.value_kinds import is_device_string, keyword_argument
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
@@ -75,7 +76,7 @@ def names_in(node: cst.CSTNode) -> set[str]:
         elif isinstance(current, cst.Attribute):
             stack.append(current.value)
         else:
-            stack.extend(current.children)
+            stack.extend(child_nodes(current))
     return found
 
 
@@ -118,7 +119,7 @@ def _mentions(node: cst.CSTNode, words: tuple[str, ...]) -> bool:
             return True
         if isinstance(current, cst.SimpleString) and any(word in current.value.lower() for word in words):
             return True
-        stack.extend(current.children)
+        stack.extend(child_nodes(current))
     return False
 
 
@@ -536,7 +537,7 @@ def _moves(node: cst.CSTNode) -> bool:
         current = stack.pop()
         if isinstance(current, cst.Call) and isinstance(current.func, cst.Attribute) and current.func.attr.value in ("to", "cuda"):
             return True
-        stack.extend(current.children)
+        stack.extend(child_nodes(current))
     return False
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.analysis.value_kinds import Wrapping
 
 # Nodes a state dict may pass through on its way into a saved object.
@@ -149,5 +150,5 @@ def _mentions_state_dict(value: cst.CSTNode) -> bool:
         node = stack.pop()
         if isinstance(node, cst.Attribute) and node.attr.value == "state_dict":
             return True
-        stack.extend(node.children)
+        stack.extend(child_nodes(node))
     return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
@@ -42,7 +43,7 @@ def _binds_name(body: cst.CSTNode, name: str) -> bool:
                     pending.extend(e.value for e in part.elements)
                 elif isinstance(part, (cst.StarredElement, cst.Element)):
                     pending.append(part.value)
-        stack.extend(node.children)
+        stack.extend(child_nodes(node))
     return False
 
 

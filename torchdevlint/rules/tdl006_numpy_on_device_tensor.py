@@ -7,7 +7,11 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
-from torchdevlint.analysis.devices import device_literal, is_grad_disabling, mentions_any
+from torchdevlint.analysis.devices import (
+    device_literal,
+    is_grad_disabling,
+    mentions_any,
+)
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid

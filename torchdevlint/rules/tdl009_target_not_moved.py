@@ -8,6 +8,7 @@ import libcst as cst
 
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.loader_flow import names_in
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
 
@@ -308,7 +309,7 @@ class TargetNotMoved(Rule):
                         loop.reported.add(operand.value)
                         self.report(node, fix=self._fix(loop, operand.value, line))
                         return
-            stack.extend(node.children)
+            stack.extend(child_nodes(node))
 
     def _fix(self, loop: _BatchLoop, name: str, meeting_line: cst.SimpleStatementLine):  # type: ignore[no-untyped-def]
         if loop.first_move is None:

@@ -7,7 +7,6 @@ import libcst as cst
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
 
-
 # Modules that never hold parameters or buffers.
 _PARAMETER_FREE = frozenset(
     {"ReLU", "ReLU6", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Dropout",

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis.loader_flow import DatasetSource, LoaderCall, LoaderFlow, PinMemory
+from torchdevlint.analysis.loader_flow import (
+    DatasetSource,
+    LoaderCall,
+    LoaderFlow,
+    PinMemory,
+)
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
 

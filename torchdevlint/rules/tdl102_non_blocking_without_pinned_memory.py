@@ -13,6 +13,7 @@ from torchdevlint.analysis.loader_flow import (
     is_non_blocking,
     move_target,
 )
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
 from torchdevlint.rules.tdl101_dataloader_starves_gpu import pin_memory_fix
@@ -358,7 +359,7 @@ class NonBlockingWithoutPinnedMemory(Rule):
                 continue
             if isinstance(node, cst.Call) and self._synchronises(node, name):
                 synchronises = True
-            stack.extend((child, node, parent) for child in node.children)
+            stack.extend((child, node, parent) for child in child_nodes(node))
         if synchronises:
             return "stop"
         return "read" if reads else "neutral"
@@ -394,7 +395,7 @@ class NonBlockingWithoutPinnedMemory(Rule):
             current = stack.pop()
             if isinstance(current, cst.Name) and current.value == name:
                 return True
-            stack.extend(current.children)
+            stack.extend(child_nodes(current))
         return False
 
     def _blocking_fix(self, call: cst.Call) -> PendingFix:

@@ -8,6 +8,7 @@ import libcst as cst
 
 from torchdevlint.analysis.loader_flow import Target, move_target, names_in
 from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.rule import Invalid, Rule, Valid
 
 # Tensor methods that copy to the host and so wait for every queued kernel.
@@ -40,7 +41,7 @@ def _is_periodic(test: cst.BaseExpression) -> bool:
         node = stack.pop()
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
             return True
-        stack.extend(node.children)
+        stack.extend(child_nodes(node))
     return False
 
 
@@ -259,7 +260,7 @@ class HostSyncInLoop(Rule):
             current = stack.pop()
             if _is_sync_call(self.context, current):
                 return True
-            stack.extend(current.children)
+            stack.extend(child_nodes(current))
         return False
 
     def _under_periodic_if(self, node: cst.CSTNode, loop: _Loop) -> bool:
@@ -305,5 +306,5 @@ class HostSyncInLoop(Rule):
                 and not self.context.kinds.kind_of(current.func.value).is_module_like
             ):
                 return True
-            stack.extend(current.children)
+            stack.extend(child_nodes(current))
         return False

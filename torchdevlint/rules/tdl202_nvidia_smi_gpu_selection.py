@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.rule import Invalid, Rule, Valid
 
@@ -221,5 +222,5 @@ class NvidiaSmiGpuSelection(Rule):
                 hands_on = True
             if isinstance(node, cst.Attribute) and node.attr.value == "device":
                 hands_on = True
-            stack.extend(node.children)
+            stack.extend(child_nodes(node))
         return ranks and hands_on

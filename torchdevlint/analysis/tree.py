@@ -1,0 +1,60 @@
+"""The one way into a node's children, for the engine's walk and for rules' small searches.
+
+LibCST's `node.children` rebuilds every node it visits (through its visitor machinery), which
+costs more than a rule's own work; reading the dataclass fields directly is a fraction of
+that. Whitespace, comments and punctuation are skipped: no rule looks inside them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import libcst as cst
+
+SKIPPED_FIELDS = frozenset(
+    {
+        "lpar", "rpar", "comma", "colon", "first_colon", "second_colon", "dot", "equal",
+        "lbrace", "lbracket", "rbrace", "rbracket", "semicolon", "leading_lines",
+        "lines_after_decorators", "header", "footer", "newline", "trailing_whitespace",
+        "leading_whitespace", "empty_lines", "operator", "asynchronous", "trailing_comma",
+        "separator", "posonly_ind", "comment", "indent", "star",
+    }
+)
+# Source order where the dataclass field order differs and it matters to the analysis:
+# comprehensions bind their loop variables before the element is evaluated.
+_FIELD_ORDER_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "ListComp": ("for_in", "elt"),
+    "SetComp": ("for_in", "elt"),
+    "GeneratorExp": ("for_in", "elt"),
+    "DictComp": ("for_in", "key", "value"),
+    "FunctionDef": ("decorators", "name", "type_parameters", "params", "returns", "body"),
+    "ClassDef": ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+}
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def child_fields(node_type: type) -> tuple[str, ...]:
+    fields = _FIELDS.get(node_type)
+    if fields is None:
+        override = _FIELD_ORDER_OVERRIDES.get(node_type.__name__)
+        names = [f.name for f in dataclasses.fields(node_type)]
+        if override is not None:
+            names = [name for name in override if name in names]
+        fields = _FIELDS[node_type] = tuple(
+            name for name in names if name not in SKIPPED_FIELDS and not name.startswith("whitespace")
+        )
+    return fields
+
+
+def child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The node's children that can hold code, in source order."""
+    for name in child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
