@@ -24,7 +24,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, validate_selector
+from torchdevlint.registry import (
+    UnknownSelector,
+    all_rules,
+    rule_by_code,
+    validate_selector,
+)
 
 
 class ConfigError(ValueError):

@@ -12,6 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import libcst as cst
 
@@ -33,6 +34,9 @@ from torchdevlint.suppression import is_suppressed
 RELEVANCE_MARKER = "torch"
 
 
+_SharedT = TypeVar("_SharedT")
+
+
 class FileContext:
     """What rules may ask about the file while the pass is under way."""
 
@@ -45,6 +49,24 @@ class FileContext:
         self.stack: list[cst.CSTNode] = []
         # id(node) -> parent, for every node walked (positions need the way up).
         self.parents: dict[int, cst.CSTNode] = {}
+        # Analyses several rules share, one instance per file, fed by the walk itself.
+        self._shared: dict[type, object] = {}
+
+    def shared(self, analysis: type[_SharedT]) -> _SharedT:
+        """The file's one instance of a shared analysis (built on first request).
+
+        Ask for it in a rule's `__init__`: the walk then calls its `visit_*`/`leave_*` methods,
+        before the rules' own visits and before their leaves, so every rule reads the same
+        state and the work is done once however many rules use it.
+        """
+        instance = self._shared.get(analysis)
+        if instance is None:
+            instance = self._shared[analysis] = analysis(self)  # type: ignore[call-arg]
+        return instance  # type: ignore[return-value]
+
+    @property
+    def shared_analyses(self) -> tuple[object, ...]:
+        return tuple(self._shared.values())
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The parent of a node on the current path (the node being visited or an ancestor)."""
@@ -208,8 +230,11 @@ class _Walker:
 
     def __init__(self, context: FileContext, analysis: _Analysis, rules: Sequence[Rule]) -> None:
         self._context = context
-        self._participants: tuple[object, ...] = (analysis, *rules)
-        self._leave_order: tuple[object, ...] = (*reversed(rules), analysis)
+        shared = context.shared_analyses
+        self._participants: tuple[object, ...] = (analysis, *shared, *rules)
+        # Shared analyses leave before the rules (whose leave_Module reads their results);
+        # the bindings analysis leaves last, so a rule's leave_Assign sees the state before it.
+        self._leave_order: tuple[object, ...] = (*shared, *reversed(rules), analysis)
         self._visit_handlers: dict[type, tuple[Handler, ...]] = {}
         self._leave_handlers: dict[type, tuple[Handler, ...]] = {}
 

@@ -18,7 +18,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from torchdevlint import __version__
-from torchdevlint.diagnostics import Diagnostic, Fix, FileError
+from torchdevlint.diagnostics import Diagnostic, FileError, Fix
 from torchdevlint.registry import all_rules
 from torchdevlint.rule import Rule
 from torchdevlint.ruledocs import doc_sections, rule_page

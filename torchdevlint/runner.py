@@ -20,7 +20,12 @@ from torchdevlint.engine import RELEVANCE_MARKER, InvalidSource, lint_source
 from torchdevlint.fixer import fix_source, is_applicable
 from torchdevlint.registry import rule_by_code
 from torchdevlint.rule import Rule
-from torchdevlint.sourcefile import SourceError, decode_source, read_bytes, write_atomically
+from torchdevlint.sourcefile import (
+    SourceError,
+    decode_source,
+    read_bytes,
+    write_atomically,
+)
 
 
 @dataclass(frozen=True)
@@ -178,7 +183,9 @@ def run(paths: Iterable[str], settings: RunSettings, jobs: int) -> Iterator[File
         for path in paths:
             yield process_file(path, settings)
         return
-    from concurrent.futures import ProcessPoolExecutor  # only parallel runs pay for the import
+    from concurrent.futures import (
+        ProcessPoolExecutor,  # only parallel runs pay for the import
+    )
 
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(paths)), initializer=_worker_ignores_interrupts)
     try:

@@ -7,8 +7,9 @@ Names link across functions: `train_loader` built in `main` and iterated by
 `train(model, train_loader)` is one loader; a name also bound to anything else (a wrapper
 such as `accelerator.prepare(loader)`) links nothing.
 
-Shared by the rules about pinned memory and loader workers; they feed it their visit
-methods and read the results at `leave_Module`, once helpers defined late are known.
+Shared by the rules about pinned memory and loader workers: one instance per file
+(`context.shared(LoaderFlow)`), fed by the engine's walk; they read the results at
+`leave_Module`, once helpers defined late are known.
 """
 
 from __future__ import annotations
@@ -174,8 +175,8 @@ class _Binding:
 
 
 class LoaderFlow:
-    """Feed it the rule's visit_Call / visit_For / leave_For / leave_Assign / leave_AnnAssign /
-    visit_Return / visit_Attribute / visit_SimpleString; read `feeds()` at leave_Module."""
+    """A shared analysis (`context.shared(LoaderFlow)`), fed by the walk; read `feeds()` at
+    leave_Module."""
 
     def __init__(self, context) -> None:  # type: ignore[no-untyped-def]
         self.context = context

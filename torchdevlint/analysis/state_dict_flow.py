@@ -2,14 +2,12 @@
 list, through a variable (a checkpoint dict), or through a saver helper defined in the file
 (`def save_checkpoint(state, path): torch.save(state, path)`).
 
-Shared by the rules about DataParallel/DDP checkpoints; it reports each saved wrapped
-`state_dict()` call through a callback, once the save is certain (helpers may be defined
-after their callers, so some arrive only at the end of the file).
+Shared by the rules about DataParallel/DDP checkpoints, computed once per file; complete
+only at the end of the file (helpers may be defined after their callers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -44,11 +42,12 @@ def helper_name(call: cst.Call) -> str | None:
 
 
 class WrappedStateDictSaves:
-    """Feed it the rule's visit_Call / leave_Assign / leave_Module; it calls `on_saved`."""
+    """A shared analysis (`context.shared(WrappedStateDictSaves)`): `saved` lists every saved
+    wrapped `state_dict()` call once the file has been read (at the rules' leave_Module)."""
 
-    def __init__(self, context, on_saved: Callable[[SavedStateDict], None]) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, context) -> None:  # type: ignore[no-untyped-def]
         self.context = context
-        self.on_saved = on_saved
+        self.saved: list[SavedStateDict] = []
         # (scope node id, variable name) -> saved-to-be state dicts held in that variable.
         self._pending: dict[tuple[int, str], list[SavedStateDict]] = {}
         # (helper name, argument index) -> state dicts passed to that helper.
@@ -69,7 +68,7 @@ class WrappedStateDictSaves:
             return
         destination = self._destination(node)
         if isinstance(destination, cst.Call):
-            self.on_saved(SavedStateDict(node, receiver, wrapping, destination))
+            self.saved.append(SavedStateDict(node, receiver, wrapping, destination))
         elif isinstance(destination, str):
             self._pending.setdefault(self._key(destination), []).append(
                 SavedStateDict(node, receiver, wrapping, None)
@@ -108,7 +107,7 @@ class WrappedStateDictSaves:
             return
         name = node.args[0].value.value
         for saved in self._pending.pop(self._key(name), []):
-            self.on_saved(SavedStateDict(saved.call, saved.receiver, saved.wrapping, node))
+            self.saved.append(SavedStateDict(saved.call, saved.receiver, saved.wrapping, node))
         self._record_saver(name)
 
     def _record_saver(self, name: str) -> None:
@@ -141,7 +140,7 @@ class WrappedStateDictSaves:
         for helper, saved_list in self._passed_to_helper.items():
             if helper in self._savers:
                 for saved in saved_list:
-                    self.on_saved(saved)
+                    self.saved.append(saved)
 
 
 def _mentions_state_dict(value: cst.CSTNode) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.names import dotted_name
-from torchdevlint.analysis.state_dict_flow import SavedStateDict, WrappedStateDictSaves
+from torchdevlint.analysis.state_dict_flow import WrappedStateDictSaves
 from torchdevlint.analysis.value_kinds import Wrapping
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
@@ -215,28 +215,19 @@ class DataParallelStateDictSave(Rule):
 
     def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
         super().__init__(context, options)
-        self._saves = WrappedStateDictSaves(context, self._on_saved)
-        self._saved: list[SavedStateDict] = []
+        self._saves = context.shared(WrappedStateDictSaves)
         # A wrapped model loading a state dict expects the prefix: the fix would break it.
         self._wrapped_model_loads = False
 
-    def _on_saved(self, saved: SavedStateDict) -> None:
-        self._saved.append(saved)
-
     def visit_Call(self, node: cst.Call) -> None:
-        self._saves.visit_Call(node)
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict":
             if self.context.kinds.kind_of(func.value).wrapping is not Wrapping.NO:
                 self._wrapped_model_loads = True
 
-    def leave_Assign(self, node: cst.Assign) -> None:
-        self._saves.leave_Assign(node)
-
     def leave_Module(self, node: cst.Module) -> None:
-        self._saves.leave_Module(node)
         applicability = Applicability.UNSAFE if self._wrapped_model_loads else Applicability.SAFE
-        for saved in self._saved:
+        for saved in self._saves.saved:
             self.report(saved.call, fix=self._fix(saved.receiver, saved.wrapping, applicability))
 
     def _fix(self, receiver: cst.BaseExpression, wrapping: Wrapping, applicability: Applicability) -> PendingFix | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
-from torchdevlint.analysis.state_dict_flow import SavedStateDict, WrappedStateDictSaves
+from torchdevlint.analysis.state_dict_flow import WrappedStateDictSaves
 from torchdevlint.analysis.value_kinds import Kind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
@@ -182,15 +182,10 @@ class DataParallelPrefixLoad(Rule):
 
     def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
         super().__init__(context, options)
-        self._saves = WrappedStateDictSaves(context, self._on_saved)
-        self._saved_paths: set[str] = set()
+        self._saves = context.shared(WrappedStateDictSaves)
         # (scope node id, variable) -> path text of the torch.load it holds.
         self._loaded: dict[tuple[int, str], str] = {}
         self._loads: list[_Load] = []
-
-    def _on_saved(self, saved: SavedStateDict) -> None:
-        if saved.save is not None and len(saved.save.args) >= 2:
-            self._saved_paths.add(self.context.code_for_node(saved.save.args[1].value))
 
     def _key(self, name: str) -> tuple[int, str]:
         return id(self.context.kinds.current.node), name
@@ -205,7 +200,6 @@ class DataParallelPrefixLoad(Rule):
         return None
 
     def visit_Call(self, node: cst.Call) -> None:
-        self._saves.visit_Call(node)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "load_state_dict" and node.args:
             self._check_load(node)
         elif self.context.imports.qualified_name(node.func) == _STRIP_HELPER and node.args:
@@ -236,7 +230,6 @@ class DataParallelPrefixLoad(Rule):
         self._loads.append(_Load(node, statement, argument, path))
 
     def leave_Assign(self, node: cst.Assign) -> None:
-        self._saves.leave_Assign(node)
         path = self._loaded_path(node.value) if isinstance(node.value, cst.Call) else None
         for target in node.targets:
             if isinstance(target.target, cst.Name):
@@ -247,9 +240,13 @@ class DataParallelPrefixLoad(Rule):
                     self._loaded.pop(key, None)
 
     def leave_Module(self, node: cst.Module) -> None:
-        self._saves.leave_Module(node)
+        saved_paths = {
+            self.context.code_for_node(saved.save.args[1].value)
+            for saved in self._saves.saved
+            if saved.save is not None and len(saved.save.args) >= 2
+        }
         for load in self._loads:
-            if load.path in self._saved_paths:
+            if load.path in saved_paths:
                 self.report(load.call, fix=self._fix(load))
 
     def _fix(self, load: _Load) -> PendingFix | None:

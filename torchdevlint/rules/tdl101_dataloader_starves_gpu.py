@@ -241,17 +241,7 @@ class DataloaderStarvesGpu(Rule):
 
     def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
         super().__init__(context, options)
-        self._flow = LoaderFlow(context)
-        flow = self._flow
-        self.visit_Attribute = flow.visit_Attribute
-        self.visit_SimpleString = flow.visit_SimpleString
-        self.visit_FormattedStringText = flow.visit_FormattedStringText
-        self.visit_Call = flow.visit_Call
-        self.visit_For = flow.visit_For
-        self.leave_For = flow.leave_For
-        self.leave_Assign = flow.leave_Assign
-        self.leave_AnnAssign = flow.leave_AnnAssign
-        self.visit_Return = flow.visit_Return
+        self._flow = context.shared(LoaderFlow)
 
     def leave_Module(self, node: cst.Module) -> None:
         flow = self._flow

@@ -267,18 +267,11 @@ class NonBlockingWithoutPinnedMemory(Rule):
 
     def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
         super().__init__(context, options)
-        self._flow = LoaderFlow(context)
-        flow = self._flow
-        self.visit_For = flow.visit_For
-        self.leave_For = flow.leave_For
-        self.leave_Assign = flow.leave_Assign
-        self.leave_AnnAssign = flow.leave_AnnAssign
-        self.visit_Return = flow.visit_Return
+        self._flow = context.shared(LoaderFlow)
 
     # ---- a batch from an unpinned loader -------------------------------------------
 
     def visit_Call(self, node: cst.Call) -> None:
-        self._flow.visit_Call(node)
         if _is_cpu_copy(self.context, node) and self._read_at_once(node):
             self.report(node, message=_RACE, fix=self._blocking_fix(node))
 

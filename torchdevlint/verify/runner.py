@@ -27,7 +27,12 @@ from torchdevlint.engine import lint_source
 from torchdevlint.fixer import fix_source
 from torchdevlint.rule import Rule
 from torchdevlint.sourcefile import SourceError, read_source
-from torchdevlint.verify.directive import DirectiveError, ProgramHost, VerifySpec, read_directive
+from torchdevlint.verify.directive import (
+    DirectiveError,
+    ProgramHost,
+    VerifySpec,
+    read_directive,
+)
 from torchdevlint.verify.expected_errors import predicted_by
 from torchdevlint.verify.protocol import (
     CHILD_MODULE,
