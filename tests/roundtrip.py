@@ -52,20 +52,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _allowed_lines(findings: list[dict], text: str) -> set[int]:  # type: ignore[type-arg]
     """Original line numbers that the offered fixes may touch (from their offsets)."""
-    starts = [0]
-    for index, char in enumerate(text):
-        if char == "\n":
-            starts.append(index + 1)
+    from torchdevlint.sourcefile import LineIndex
+
+    lines = LineIndex(text)
 
     def line_of(offset: int) -> int:
-        low, high = 0, len(starts) - 1
-        while low < high:
-            middle = (low + high + 1) // 2
-            if starts[middle] <= offset:
-                low = middle
-            else:
-                high = middle - 1
-        return low + 1
+        return lines.location(offset)[0]
 
     allowed: set[int] = set()
     for item in findings:

@@ -28,6 +28,7 @@ from torchdevlint.analysis.value_kinds import (
 from torchdevlint.diagnostics import Diagnostic, Edit, Fix, Location
 from torchdevlint.positions import StatementPositions
 from torchdevlint.rule import EditMode, PendingFix, Report, Rule
+from torchdevlint.sourcefile import LineIndex
 from torchdevlint.suppression import is_suppressed
 
 # Files that never mention this cannot hold a finding; they are not even parsed.
@@ -283,20 +284,6 @@ class LintOutput:
     module: cst.Module | None
 
 
-class _OffsetTable:
-    """Turns LibCST (line, column) positions into offsets into the source string."""
-
-    def __init__(self, source: str) -> None:
-        starts = [0]
-        for index, char in enumerate(source):
-            if char == "\n":
-                starts.append(index + 1)
-        self._starts = starts
-
-    def offset(self, line: int, column: int) -> int:
-        return self._starts[line - 1] + column
-
-
 def _line_after(source: str, start: int, end: int, content: str) -> Edit:
     """A new line after the one where a statement ends, with the statement's indentation."""
     line_start = source.rfind("\n", 0, start) + 1
@@ -321,7 +308,7 @@ def _line_before(source: str, start: int, content: str) -> Edit:
     return Edit(line_start, line_start, f"{indentation}{content}{newline}")
 
 
-def _to_fix(pending: PendingFix, positions: Mapping[cst.CSTNode, object], offsets: _OffsetTable,
+def _to_fix(pending: PendingFix, positions: Mapping[cst.CSTNode, object], offsets: LineIndex,
             module: cst.Module, source: str) -> Fix:
     edits: list[Edit] = []
     for node_edit in pending.edits:
@@ -372,7 +359,7 @@ def lint_module(
         return []
     # Only files with findings pay for positions, and only for the statements they are in.
     positions = StatementPositions(module, source, context.parents, python_ast)
-    offsets = _OffsetTable(source)
+    offsets = LineIndex(source)
     lines = source.splitlines()
     diagnostics: list[Diagnostic] = []
     seen: set[tuple[str, int, int]] = set()

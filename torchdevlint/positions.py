@@ -19,6 +19,8 @@ from libcst._position import CodeRange
 from libcst.metadata import MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
+from torchdevlint.sourcefile import LineIndex
+
 # For each compound statement: its LibCST body slots and the ast lists they correspond to.
 _COMPOUND_BODIES = (cst.If, cst.For, cst.While, cst.Try, cst.TryStar, cst.With, cst.FunctionDef,
                     cst.ClassDef, cst.Match)
@@ -38,7 +40,7 @@ class StatementPositions:
         self._source = source
         self._parents = parents
         self._python_ast = python_ast
-        self._line_starts: list[int] | None = None
+        self._lines: LineIndex | None = None
         self._cache: dict[cst.CSTNode, CodeRange] = {}
         self._rendered: set[int] = set()
         self._whole_module: object | None = None
@@ -115,16 +117,11 @@ class StatementPositions:
             )
 
     def _offset(self, line: int, column: int) -> int | None:
-        if self._line_starts is None:
-            starts = [0]
-            position = self._source.find("\n")
-            while position != -1:
-                starts.append(position + 1)
-                position = self._source.find("\n", position + 1)
-            self._line_starts = starts
-        if not 1 <= line <= len(self._line_starts):
+        if self._lines is None:
+            self._lines = LineIndex(self._source)
+        if not 1 <= line <= len(self._lines.starts):
             return None
-        return self._line_starts[line - 1] + column
+        return self._lines.offset(line, column)
 
     def _python_counterpart(self, path: list[cst.CSTNode]) -> ast.AST | None:
         """Follow the same bodies down Python's ast as the path goes down LibCST's tree."""

@@ -6,7 +6,6 @@ Every reporter takes the findings of a whole run; those that show source lines o
 
 from __future__ import annotations
 
-import bisect
 import json
 import sys
 from collections import Counter
@@ -22,6 +21,7 @@ from torchdevlint.diagnostics import Diagnostic, FileError, Fix
 from torchdevlint.registry import all_rules
 from torchdevlint.rule import Rule
 from torchdevlint.ruledocs import doc_sections, rule_page
+from torchdevlint.sourcefile import LineIndex
 
 # The text a file had when it was linted, or None where it is not available.
 SourceLookup = Callable[[str], "str | None"]
@@ -386,19 +386,16 @@ def write_github(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequenc
 
 
 class _Positions:
-    """Offsets into a text -> 1-based (line, column), columns in code points."""
+    """Offsets into a text -> SARIF regions (1-based lines and columns, in code points)."""
 
     def __init__(self, text: str) -> None:
-        self._starts = [0] + [index + 1 for index, char in enumerate(text) if char == "\n"]
+        self._lines = LineIndex(text)
 
     def region(self, start: int, end: int) -> dict[str, int]:
-        start_line, start_column = self._location(start)
-        end_line, end_column = self._location(end)
-        return {"startLine": start_line, "startColumn": start_column, "endLine": end_line, "endColumn": end_column}
-
-    def _location(self, offset: int) -> tuple[int, int]:
-        line = bisect.bisect_right(self._starts, offset)
-        return line, offset - self._starts[line - 1] + 1
+        start_line, start_column = self._lines.location(start)
+        end_line, end_column = self._lines.location(end)
+        return {"startLine": start_line, "startColumn": start_column + 1, "endLine": end_line,
+                "endColumn": end_column + 1}
 
 
 def _artifact_location(path: str, root: Path) -> dict[str, str]:

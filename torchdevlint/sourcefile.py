@@ -6,12 +6,32 @@ translation, so CRLF, a BOM and the encoding all survive a fix.
 
 from __future__ import annotations
 
+import bisect
 import io
 import os
 import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
+
+
+class LineIndex:
+    """Offsets into a text <-> (1-based line, 0-based column), columns in code points."""
+
+    def __init__(self, text: str) -> None:
+        starts = [0]
+        position = text.find("\n")
+        while position != -1:
+            starts.append(position + 1)
+            position = text.find("\n", position + 1)
+        self.starts = starts
+
+    def offset(self, line: int, column: int) -> int:
+        return self.starts[line - 1] + column
+
+    def location(self, offset: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self.starts, offset)
+        return line, offset - self.starts[line - 1]
 
 
 class SourceError(Exception):
