@@ -76,6 +76,9 @@ MODULE_SELF_RETURNING_METHODS: frozenset[str] = frozenset(
      "requires_grad_", "share_memory", "apply", "type", "to_empty", "xpu", "mps"}
 )
 
+# Methods that read a tensor's values back to the host: their result is never device data.
+HOST_READ_METHODS: frozenset[str] = frozenset({"cpu", "numpy", "item", "tolist"})
+
 # Tensor-valued attributes of a Tensor.
 TENSOR_ATTRIBUTES: frozenset[str] = frozenset({"T", "mT", "H", "mH", "data", "grad", "real", "imag"})
 

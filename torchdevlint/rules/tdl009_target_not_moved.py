@@ -30,14 +30,11 @@ def _device_move(expression: cst.BaseExpression) -> tuple[cst.BaseExpression, cs
     return (expression, move) if move is not None else None
 
 
-_HOST_METHODS = frozenset({"cpu", "numpy", "item", "tolist"})
-
-
 def _back_on_host(expression: cst.BaseExpression) -> bool:
     """`model(x).argmax(1).cpu()`, `out.to("cpu")`, `loss.item()`: the value is host data."""
     while isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
         method = expression.func.attr.value
-        if method in _HOST_METHODS:
+        if method in torch_api.HOST_READ_METHODS:
             return True
         if method == "to" and expression.args and isinstance(expression.args[0].value, cst.SimpleString):
             if expression.args[0].value.evaluated_value == "cpu":

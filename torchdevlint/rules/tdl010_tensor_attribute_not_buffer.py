@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
@@ -28,7 +29,7 @@ class _ModuleClass:
 
 
 # `self.mean.to(x.device)`, `self.scale.item()`: uses that never mix devices.
-_DEVICE_SAFE_METHODS = frozenset({"to", "cuda", "type_as", "item", "tolist", "cpu", "numpy"})
+_DEVICE_SAFE_METHODS = frozenset({"to", "cuda", "type_as"}) | torch_api.HOST_READ_METHODS
 
 
 def _device_safe_use(node: cst.Attribute, ancestors: list[cst.CSTNode]) -> bool:
