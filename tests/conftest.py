@@ -29,7 +29,12 @@ def cli():
 
 def cuda_available() -> bool:
     """A real CUDA GPU here? Asked of torch in a child, and only where GPU device nodes exist."""
-    from torchdevlint.verify.runner import VerifyError, gpu_device_nodes_present, probe_cuda, torch_installed
+    from torchdevlint.verify.runner import (
+        VerifyError,
+        gpu_device_nodes_present,
+        probe_cuda,
+        torch_installed,
+    )
 
     if not torch_installed() or not gpu_device_nodes_present():
         return False

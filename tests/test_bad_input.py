@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 
 BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\n"

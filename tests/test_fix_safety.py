@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import os
+import json
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from conftest import FIXTURES, ROOT, run_cli
 from roundtrip import run as round_trip
@@ -28,6 +31,14 @@ def test_round_trip_over_the_shipped_code(tmp_path: Path) -> None:
     assert result.second_run_changes == 0
 
 
+def _wait_until(condition: Callable[[], bool], process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert process.poll() is None, "the run ended before it was interrupted"
+        assert time.monotonic() < deadline, "the run never started fixing"
+        time.sleep(0.01)
+
+
 def test_interrupted_fix_leaves_each_file_untouched_or_fully_fixed(tmp_path: Path) -> None:
     folder = tmp_path / "many"
     folder.mkdir()
@@ -42,14 +53,56 @@ def test_interrupted_fix_leaves_each_file_untouched_or_fully_fixed(tmp_path: Pat
             [sys.executable, "-m", "torchdevlint", "check", "--fix", "--no-cache", "--jobs", "2", str(folder)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        time.sleep(1.5)
+        # Interrupt once the run is under way: the moment it has written its first fixed file.
+        _wait_until(lambda: any(path.read_text() == fixed_body for path in folder.glob("*.py")), process)
         process.send_signal(sig)
         _, stderr = process.communicate(timeout=120)
         assert "Traceback" not in stderr
+        assert process.returncode == 130 and "interrupted" in stderr
         states = {path.read_text() for path in folder.iterdir() if path.suffix == ".py"}
         assert states <= {body, fixed_body}
         leftovers = [p.name for p in folder.iterdir() if p.suffix != ".py"]
         assert leftovers == []
+
+
+# A move of a variable the function only reads: `x = x.double()` would make `x` local to the
+# whole function, and its first read would raise UnboundLocalError.
+NOT_LOCAL_TO_THE_FUNCTION = {
+    "module-level": (
+        "import torch\n\nx = torch.zeros(3)\n\n\ndef shifted():\n    x.double()\n    return x + 1\n\n\n"
+        "print(shifted())\n"
+    ),
+    "closure": (
+        "import torch\n\n\ndef outer():\n    x = torch.zeros(3)\n\n    def inner():\n        x.double()\n"
+        "        return x + 1\n\n    return inner()\n\n\nprint(outer())\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("source", NOT_LOCAL_TO_THE_FUNCTION.values(), ids=NOT_LOCAL_TO_THE_FUNCTION.keys())
+def test_no_fix_assigns_to_a_name_the_function_does_not_own(tmp_path: Path, source: str) -> None:
+    program = tmp_path / "program.py"
+    program.write_text(source)
+    report = run_cli("check", "--no-cache", "--format", "json", "program.py", cwd=tmp_path)
+    (finding,) = json.loads(report.stdout)
+    assert finding["code"] == "TDL001" and finding["fix"] is None
+    run_cli("check", "--no-cache", "--fix", "--unsafe-fixes", "program.py", cwd=tmp_path)
+    assert program.read_text() == source
+    ran = subprocess.run([sys.executable, "program.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_a_global_declaration_keeps_the_fix_and_the_program_runs(tmp_path: Path) -> None:
+    program = tmp_path / "program.py"
+    program.write_text(
+        "import torch\n\nx = torch.zeros(3)\n\n\ndef widen():\n    global x\n    x.double()\n\n\n"
+        "widen()\nprint(x.dtype)\n"
+    )
+    result = run_cli("check", "--no-cache", "--fix", "program.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+    assert "    x = x.double()\n" in program.read_text()
+    ran = subprocess.run([sys.executable, "program.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert ran.stdout.strip() == "torch.float64"
 
 
 def test_linting_never_executes_the_code_it_reads(tmp_path: Path) -> None:
@@ -81,8 +134,9 @@ def test_a_fix_whose_output_would_not_parse_is_withheld(tmp_path: Path) -> None:
     import libcst as cst
 
     from torchdevlint.diagnostics import Applicability
+    from torchdevlint.edits import NodeEdit
     from torchdevlint.fixer import fix_source
-    from torchdevlint.rule import NodeEdit, Rule
+    from torchdevlint.rule import Rule
 
     class BreaksCode(Rule):
         """A deliberately broken fix: the fixer must refuse it."""
@@ -125,8 +179,9 @@ def test_unreadable_file_is_reported_not_raised(tmp_path: Path, monkeypatch) -> 
 def test_a_fix_that_does_not_remove_its_finding_is_withheld_not_repeated() -> None:
     import libcst as cst
 
+    from torchdevlint.edits import NodeEdit
     from torchdevlint.fixer import fix_source
-    from torchdevlint.rule import NodeEdit, Rule
+    from torchdevlint.rule import Rule
 
     class NeverDone(Rule):
         """Its fix adds a line but leaves the finding: the fixer must not loop on it."""

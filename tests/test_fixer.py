@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 
 BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()  # keep me\n"

@@ -6,12 +6,11 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from torchdevlint.engine import lint_source
 from torchdevlint.fixer import fix_source
 from torchdevlint.registry import all_rules, select_rules
-
-from conftest import FIXTURES
 
 _EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>TDL\d{3}(?:\s*,\s*TDL\d{3})*)")
 FIXTURE_FILES = sorted(FIXTURES.glob("*.py"))

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, run_cli
 
 FIXTURE_FILES = sorted(FIXTURES.glob("*.py"))

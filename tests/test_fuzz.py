@@ -8,14 +8,13 @@ import warnings
 
 import libcst as cst
 import pytest
+from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from torchdevlint.engine import InvalidSource, lint_source
 from torchdevlint.fixer import fix_source
 from torchdevlint.registry import all_rules
-
-from conftest import FIXTURES
 
 RULES = list(all_rules())
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, ROOT, run_cli
 
 SARIF_SCHEMA = ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json"
@@ -96,9 +95,10 @@ def test_github_workflow_commands(tmp_path: Path) -> None:
 
 
 def test_github_escapes_properties() -> None:
+    import io
+
     from torchdevlint.diagnostics import Diagnostic, Location
     from torchdevlint.reporting import write_github
-    import io
 
     out = io.StringIO()
     write_github(out, [Diagnostic("TDL001", "s", "50% done\nnext", "a,b:c.py", Location(1, 1), Location(1, 2))], [])

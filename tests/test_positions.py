@@ -6,12 +6,11 @@ import ast
 
 import libcst as cst
 import pytest
-from libcst.metadata import MetadataWrapper, PositionProvider
-
-from torchdevlint.engine import FileContext, _Analysis, _Walker
-from torchdevlint.positions import StatementPositions
-
 from conftest import FIXTURES
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+from torchdevlint.engine import analyse_module
+from torchdevlint.positions import StatementPositions
 
 TRICKY = '''\
 import torch  # a comment
@@ -61,16 +60,15 @@ if x: y.cuda()
 '''
 
 
-def _all_positions(source: str) -> tuple[dict, dict]:  # type: ignore[type-arg]
+def _all_positions(source: str) -> tuple[dict[int, CodeRange], dict[int, CodeRange]]:
     module = cst.parse_module(source)
-    context = FileContext(module, "t.py")
-    _Walker(context, _Analysis(context), []).walk(module)
+    context = analyse_module(module, "t.py").context
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     fast = StatementPositions(module, source, context.parents, ast.parse(source))
     nodes = [module.body[0]] + [node for node in expected if id(node) in context.parents]
     result = {id(n): expected[n] for n in nodes}, {id(n): fast[n] for n in nodes}
     # Every node sits in some statement here: the whole-module fallback must not be needed.
-    assert fast._whole_module is None
+    assert not fast.used_whole_module
     return result
 
 

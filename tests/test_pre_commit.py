@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 BUGGY = "import torch\n\nx = torch.zeros(3)\nx.cuda()\n"

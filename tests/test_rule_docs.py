@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT, run_cli
 
 from torchdevlint.registry import all_rules
 from torchdevlint.rule import Rule
 from torchdevlint.ruledocs import doc_sections, page_path, rule_page, stale_files
-
-from conftest import ROOT, run_cli
 
 
 def test_generated_docs_are_current() -> None:

@@ -8,7 +8,7 @@ import libcst as cst
 import pytest
 
 from torchdevlint.analysis.value_kinds import Kind, ValueInfo, Wrapping
-from torchdevlint.engine import FileContext, _Analysis, _Walker
+from torchdevlint.engine import analyse_module
 from torchdevlint.rule import Rule
 
 
@@ -19,8 +19,7 @@ class _Probe(Rule):
     slug = "probe-kinds"
     message = "probe"
 
-    def __init__(self, context, options=None):  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         self.seen: list[ValueInfo] = []
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -30,9 +29,8 @@ class _Probe(Rule):
 
 def kinds_of(source: str) -> list[ValueInfo]:
     module = cst.parse_module(textwrap.dedent(source))
-    context = FileContext(module, "probe.py")
-    probe = _Probe(context)
-    _Walker(context, _Analysis(context), [probe]).walk(module)
+    (probe,) = analyse_module(module, "probe.py", [_Probe]).rules
+    assert isinstance(probe, _Probe)
     return probe.seen
 
 

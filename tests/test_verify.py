@@ -18,9 +18,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-
 from conftest import FIXTURES, ROOT, cuda_available, run_cli
-from torchdevlint.verify.directive import DirectiveError, ProgramHost, VerifySpec, read_directive
+
+from torchdevlint.verify.directive import (
+    DirectiveError,
+    ProgramHost,
+    VerifySpec,
+    read_directive,
+)
 from torchdevlint.verify.protocol import ErrorInfo, RunHost, RunStatus, last_result
 from torchdevlint.verify.runner import (
     Comparison,

@@ -8,20 +8,22 @@ the command line or configuration is wrong.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from torchdevlint import __version__
+from torchdevlint.budget import DEFAULT_FILE_SECONDS
 from torchdevlint.cache import CACHE_DIR_NAME
-from torchdevlint.config import Config, ConfigError, find_pyproject, load_config
+from torchdevlint.config import ConfigError
 from torchdevlint.diagnostics import Diagnostic, FileError
-from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, select_rules
+from torchdevlint.files import iter_python_files
+from torchdevlint.registry import all_rules, rule_by_code
 from torchdevlint.reporting import CheckReport, OutputFormat, write_report
 from torchdevlint.ruledocs import rule_page
 from torchdevlint.runner import RunSettings, default_jobs, run
+from torchdevlint.settings import CommandLineSelection, load_settings
 from torchdevlint.sourcefile import SourceTexts
 from torchdevlint.verify.command import add_verify_parser, run_verify
 
@@ -69,7 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="list what --fix would change (with --fix: what it changed)")
     check.add_argument("--force-exclude", action="store_true",
                        help="apply `exclude` to files named on the command line too (for pre-commit)")
-    check.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    check.add_argument("--exit-zero", action="store_true",
+                       help="exit 0 even when findings remain or a file could not be analysed")
+    check.add_argument("--file-timeout", type=float, default=None, metavar="SECONDS",
+                       help=f"report a file as not analysed after this long (default: {DEFAULT_FILE_SECONDS:g})")
     check.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
     check.add_argument("--config", type=Path, default=None, help="pyproject.toml to read (default: nearest)")
     check.add_argument("--no-cache", action="store_true", help="neither read nor write the findings cache")
@@ -94,56 +99,15 @@ def _normalize_argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def iter_python_files(paths: Sequence[str], config: Config, root: Path, errors: list[FileError],
-                      *, force_exclude: bool = False) -> Iterator[str]:
-    # Keyed by the real path: a file reached through a symlink too is linted (and fixed) once.
-    seen: set[str] = set()
-    for raw in paths:
-        path = Path(raw)
-        if raw == "-":
-            errors.append(FileError("-", "reading from standard input is not supported; name the files"))
-            continue
-        if path.is_file():
-            if force_exclude and config.excludes_file(path, root):
-                continue
-            key = os.path.realpath(raw)
-            if key not in seen:
-                seen.add(key)
-                yield raw
-            continue
-        if not path.exists():
-            errors.append(FileError(raw, "no such file or directory"))
-            continue
-        for folder, dirnames, filenames in os.walk(path, onerror=lambda e: errors.append(FileError(str(e.filename), f"cannot read folder: {e.strerror}"))):
-            folder_path = Path(folder)
-            dirnames[:] = sorted(d for d in dirnames if not config.is_excluded(folder_path / d, root))
-            for name in sorted(filenames):
-                if not name.endswith(".py"):
-                    continue
-                file_path = folder_path / name
-                if config.is_excluded(file_path, root):
-                    continue
-                key = os.path.realpath(file_path)
-                if key not in seen:
-                    seen.add(key)
-                    yield str(file_path)
-
-
 def _run_check(args: argparse.Namespace) -> int:
+    selection = CommandLineSelection(
+        select=tuple(args.select) if args.select is not None else None,
+        extend_select=tuple(args.extend_select),
+        ignore=tuple(args.ignore),
+    )
     try:
-        pyproject = args.config if args.config is not None else find_pyproject(Path.cwd())
-        config = load_config(pyproject)
-        if args.select is not None:
-            # As in ruff, a --select on the command line replaces the configured selection
-            # (select, extend-select and ignore alike); other flags add to it.
-            rules = select_rules(args.select, ignore=args.ignore, extend_select=args.extend_select)
-        else:
-            rules = select_rules(
-                config.select,
-                ignore=[*config.ignore, *args.ignore],
-                extend_select=[*config.extend_select, *args.extend_select],
-            )
-    except (ConfigError, UnknownSelector) as error:
+        settings = load_settings(Path.cwd(), args.config, selection)
+    except ConfigError as error:
         sys.stderr.write(f"torchdevlint: error: {error}\n")
         return EXIT_ERROR
     if args.jobs is not None and args.jobs < 1:
@@ -156,22 +120,27 @@ def _run_check(args: argparse.Namespace) -> int:
     if args.show_fixes and not output_format.is_text:
         sys.stderr.write("torchdevlint: error: --show-fixes works with the text formats\n")
         return EXIT_ERROR
-    root = pyproject.parent if pyproject is not None else Path.cwd()
+    if args.file_timeout is not None and not args.file_timeout > 0:
+        sys.stderr.write("torchdevlint: error: --file-timeout must be a positive number of seconds\n")
+        return EXIT_ERROR
+    root = settings.root
     errors: list[FileError] = []
-    files = list(iter_python_files(args.paths or ["."], config, root, errors, force_exclude=args.force_exclude))
-    settings = RunSettings(
-        rule_codes=tuple(rule.code for rule in rules),
-        rule_options=tuple(sorted(config.rule_options.items(), key=lambda item: item[0])),
+    files = list(iter_python_files(args.paths or ["."], settings.config, root, errors,
+                                   force_exclude=args.force_exclude))
+    run_settings = RunSettings(
+        rule_codes=tuple(rule.code for rule in settings.rules),
+        rule_options=tuple(sorted(settings.rule_options.items(), key=lambda item: item[0])),
         fix=args.fix,
         unsafe_fixes=args.unsafe_fixes,
         diff=args.diff,
         cache_dir=None if args.no_cache else str(args.cache_dir or root / CACHE_DIR_NAME),
+        file_seconds=args.file_timeout or DEFAULT_FILE_SECONDS,
     )
     diagnostics: list[Diagnostic] = []
     fixed = 0
     fixed_codes: dict[str, list[str]] = {}
     sources = SourceTexts()
-    for result in run(files, settings, args.jobs or default_jobs()):
+    for result in run(files, run_settings, args.jobs or default_jobs()):
         diagnostics.extend(result.diagnostics)
         fixed += result.fixed_count
         fixed_codes[result.path] = result.fixed_codes
@@ -184,9 +153,11 @@ def _run_check(args: argparse.Namespace) -> int:
                          fixing=args.fix or args.diff, dry_run=args.diff and not args.fix)
     write_report(sys.stdout, report, output_format, sources=sources, statistics=args.statistics,
                  show_fixes=args.show_fixes)
+    if args.exit_zero:
+        return EXIT_CLEAN
     if errors:
         return EXIT_ERROR
-    if diagnostics and not args.exit_zero:
+    if diagnostics:
         return EXIT_FINDINGS
     return EXIT_CLEAN
 

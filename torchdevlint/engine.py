@@ -10,94 +10,27 @@ from __future__ import annotations
 import ast
 import sys
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import libcst as cst
 
-from torchdevlint.analysis.names import ImportTable
-from torchdevlint.analysis.tree import child_fields
-from torchdevlint.analysis.value_kinds import (
-    UNKNOWN,
-    ClassInfo,
-    KindInference,
-    Scope,
-    ScopeKind,
-)
-from torchdevlint.diagnostics import Diagnostic, Edit, Fix, Location
+from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.value_kinds import UNKNOWN, ClassInfo, Scope, ScopeKind
+from torchdevlint.budget import Deadline, room_for_nesting
+from torchdevlint.context import FileContext
+from torchdevlint.diagnostics import Diagnostic, Location
+from torchdevlint.edits import to_text_fix
 from torchdevlint.positions import StatementPositions
-from torchdevlint.rule import EditMode, PendingFix, Report, Rule
+from torchdevlint.rule import Report, Rule
 from torchdevlint.sourcefile import LineIndex
 from torchdevlint.suppression import is_suppressed
 
 # Files that never mention this cannot hold a finding; they are not even parsed.
 RELEVANCE_MARKER = "torch"
 
-
-_SharedT = TypeVar("_SharedT")
-
-
-class FileContext:
-    """What rules may ask about the file while the pass is under way."""
-
-    def __init__(self, module: cst.Module, path: str) -> None:
-        self.module = module
-        self.path = path
-        self.imports = ImportTable()
-        self.kinds = KindInference(self.imports)
-        # The node being visited and all its ancestors, outermost first.
-        self.stack: list[cst.CSTNode] = []
-        # id(node) -> parent, for every node walked (positions need the way up).
-        self.parents: dict[int, cst.CSTNode] = {}
-        # Analyses several rules share, one instance per file, fed by the walk itself.
-        self._shared: dict[type, object] = {}
-
-    def shared(self, analysis: type[_SharedT]) -> _SharedT:
-        """The file's one instance of a shared analysis (built on first request).
-
-        Ask for it in a rule's `__init__`: the walk then calls its `visit_*`/`leave_*` methods,
-        before the rules' own visits and before their leaves, so every rule reads the same
-        state and the work is done once however many rules use it.
-        """
-        instance = self._shared.get(analysis)
-        if instance is None:
-            instance = self._shared[analysis] = analysis(self)  # type: ignore[call-arg]
-        return instance  # type: ignore[return-value]
-
-    @property
-    def shared_analyses(self) -> tuple[object, ...]:
-        return tuple(self._shared.values())
-
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        """The parent of a node on the current path (the node being visited or an ancestor)."""
-        for index in range(len(self.stack) - 1, 0, -1):
-            if self.stack[index] is node:
-                return self.stack[index - 1]
-        return None
-
-    def ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """Ancestors of a node on the current path, nearest first."""
-        for index in range(len(self.stack) - 1, -1, -1):
-            if self.stack[index] is node:
-                return list(reversed(self.stack[:index]))
-        return []
-
-    def code_for_node(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
-
-    def enclosing_function(self) -> cst.FunctionDef | None:
-        for node in reversed(self.stack):
-            if isinstance(node, cst.FunctionDef):
-                return node
-        return None
-
-    def enclosing_method_class(self) -> tuple[cst.FunctionDef, ClassInfo] | None:
-        """The method (outermost function directly in a class body) we are in, and its class."""
-        scope = self.kinds.enclosing_method()
-        if scope is None or scope.owner is None or not isinstance(scope.node, cst.FunctionDef):
-            return None
-        return scope.node, scope.owner
+# How many nodes are walked between two looks at the clock.
+_DEADLINE_CHECK_INTERVAL = 2048
 
 
 class _Analysis:
@@ -121,9 +54,7 @@ class _Analysis:
         for statement in node.body.body:
             if isinstance(statement, cst.FunctionDef):
                 info.method_names.add(statement.name.value)
-        enclosing = self.kinds.current
-        enclosing.bindings.pop(node.name.value, None)
-        enclosing.classes[node.name.value] = info
+        self.kinds.declare_class(info)
         self.kinds.push(Scope(ScopeKind.CLASS, node, class_info=info))
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
@@ -131,7 +62,7 @@ class _Analysis:
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         enclosing = self.kinds.current
-        enclosing.bindings[node.name.value] = UNKNOWN
+        self.kinds.set_binding(enclosing, node.name.value, UNKNOWN)
         owner: ClassInfo | None = None
         self_name: str | None = None
         if enclosing.kind is ScopeKind.CLASS and enclosing.class_info is not None:
@@ -148,10 +79,10 @@ class _Analysis:
         for index, param in enumerate(params):
             if owner is not None and index == 0:
                 continue
-            scope.bindings[param.name.value] = self.kinds.annotation_kind(param.annotation)
+            self.kinds.set_binding(scope, param.name.value, self.kinds.annotation_kind(param.annotation))
         for star in (node.params.star_arg, node.params.star_kwarg):
             if isinstance(star, cst.Param):
-                scope.bindings[star.name.value] = UNKNOWN
+                self.kinds.set_binding(scope, star.name.value, UNKNOWN)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.kinds.pop()
@@ -160,7 +91,7 @@ class _Analysis:
         scope = Scope(ScopeKind.FUNCTION, node)
         self.kinds.push(scope)
         for param in [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]:
-            scope.bindings[param.name.value] = UNKNOWN
+            self.kinds.set_binding(scope, param.name.value, UNKNOWN)
 
     def leave_Lambda(self, node: cst.Lambda) -> None:
         self.kinds.pop()
@@ -254,85 +185,71 @@ class _Walker:
             return visit, leave
         return visit, self._leave_handlers[node_type]
 
-    def walk(self, node: cst.CSTNode) -> None:
+    def walk(self, root: cst.CSTNode) -> None:
+        """Visit every node in source order, leaving it after its children.
+
+        Iterative, not recursive: nesting as deep as a 1,000-term `+` chain must not reach
+        Python's recursion limit.
+        """
         stack = self._context.stack
-        node_type = type(node)
-        visit, leave = self._handlers_for(node_type)
-        stack.append(node)
-        for handler in visit:
-            handler(node)
-        fields = child_fields(node_type)
         parents = self._context.parents
-        for name in fields:
-            value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                parents[id(value)] = node
-                self.walk(value)
-            elif isinstance(value, (tuple, list)):
-                for item in value:
-                    if isinstance(item, cst.CSTNode):
-                        parents[id(item)] = node
-                        self.walk(item)
-        for handler in leave:
+        deadline = self._context.deadline
+        self._enter(root)
+        pending: list[Iterator[cst.CSTNode]] = [child_nodes(root)]
+        walked = 0
+        while pending:
+            child = next(pending[-1], None)
+            if child is None:
+                pending.pop()
+                node = stack[-1]
+                for handler in self._handlers_for(type(node))[1]:
+                    handler(node)
+                stack.pop()
+                continue
+            walked += 1
+            if not walked % _DEADLINE_CHECK_INTERVAL:
+                deadline.check()
+            parents[id(child)] = stack[-1]
+            self._enter(child)
+            pending.append(child_nodes(child))
+
+    def _enter(self, node: cst.CSTNode) -> None:
+        self._context.stack.append(node)
+        for handler in self._handlers_for(type(node))[0]:
             handler(node)
-        stack.pop()
 
 
 @dataclass(frozen=True)
-class LintOutput:
-    diagnostics: list[Diagnostic]
-    module: cst.Module | None
+class AnalysedFile:
+    """A file after the pass: what the analysis knew at its end, and each rule's reports."""
+
+    context: FileContext
+    rules: tuple[Rule, ...]
+
+    @property
+    def reports(self) -> list[Report]:
+        return [report for rule in self.rules for report in rule.reports]
 
 
-def _line_after(source: str, start: int, end: int, content: str) -> Edit:
-    """A new line after the one where a statement ends, with the statement's indentation."""
-    line_start = source.rfind("\n", 0, start) + 1
-    indentation = source[line_start:start]
-    if indentation.strip():
-        # The statement does not begin its line (`a = 1; b = 2`): chain with a semicolon.
-        return Edit(end, end, f"; {content}")
-    newline_at = source.find("\n", end)
-    if newline_at == -1:
-        return Edit(len(source), len(source), f"\n{indentation}{content}")
-    newline = "\r\n" if newline_at > 0 and source[newline_at - 1] == "\r" else "\n"
-    return Edit(newline_at + 1, newline_at + 1, f"{indentation}{content}{newline}")
+def analyse_module(
+    module: cst.Module,
+    path: str,
+    rule_classes: Sequence[type[Rule]] = (),
+    options: Mapping[str, object] | None = None,
+    *,
+    deadline: Deadline | None = None,
+) -> AnalysedFile:
+    """The single pass: the engine's analysis and the given rules walk the module together.
 
-
-def _line_before(source: str, start: int, content: str) -> Edit:
-    """A new line before the one where a statement starts, with the statement's indentation."""
-    line_start = source.rfind("\n", 0, start) + 1
-    indentation = source[line_start:start]
-    if indentation.strip():
-        return Edit(start, start, f"{content}; ")
-    newline = "\r\n" if "\r\n" in source[start: source.find("\n", start) + 1] else "\n"
-    return Edit(line_start, line_start, f"{indentation}{content}{newline}")
-
-
-def _to_fix(pending: PendingFix, positions: Mapping[cst.CSTNode, object], offsets: LineIndex,
-            module: cst.Module, source: str) -> Fix:
-    edits: list[Edit] = []
-    for node_edit in pending.edits:
-        code_range = positions[node_edit.node]
-        start = offsets.offset(code_range.start.line, code_range.start.column)  # type: ignore[attr-defined]
-        end = offsets.offset(code_range.end.line, code_range.end.column)  # type: ignore[attr-defined]
-        replacement = node_edit.replacement
-        content = replacement if isinstance(replacement, str) else module.code_for_node(replacement)
-        if node_edit.mode is EditMode.INSERT_BEFORE:
-            edits.append(Edit(start, start, content))
-        elif node_edit.mode is EditMode.INSERT_AFTER:
-            edits.append(Edit(end, end, content))
-        elif node_edit.mode is EditMode.INSERT_LINE_AFTER:
-            edits.append(_line_after(source, start, end, content))
-        elif node_edit.mode is EditMode.INSERT_LINE_BEFORE:
-            edits.append(_line_before(source, start, content))
-        elif node_edit.mode is EditMode.REPLACE_UNTIL:
-            assert node_edit.until is not None
-            until = positions[node_edit.until].start  # type: ignore[attr-defined]
-            edits.append(Edit(start, offsets.offset(until.line, until.column), content))
-        else:
-            edits.append(Edit(start, end, content))
-    return Fix(pending.title, pending.applicability, tuple(sorted(edits, key=lambda e: (e.start, e.end))),
-               pending.required_imports)
+    The public way in for anything that needs the analysis of a file (tests, a `debug` view):
+    give it a rule whose visits ask `self.context` what they want to know.
+    """
+    options = options or {}
+    context = FileContext(module, path, deadline)
+    rules = tuple(rule_class(context, options.get(rule_class.code)) for rule_class in rule_classes)
+    with room_for_nesting():
+        _Walker(context, _Analysis(context), rules).walk(module)
+    return AnalysedFile(context, rules)
 
 
 def lint_module(
@@ -344,21 +261,26 @@ def lint_module(
     *,
     honor_noqa: bool = True,
     python_ast: ast.Module | None = None,
+    deadline: Deadline | None = None,
 ) -> list[Diagnostic]:
     """Run the rules over a parsed module; `source` must be the text it was parsed from.
 
     `honor_noqa=False` keeps findings on `# noqa` lines, for front ends (flake8) that apply
-    suppression comments themselves.
+    suppression comments themselves. Raises AnalysisTimeout past the deadline.
     """
-    options = options or {}
-    context = FileContext(module, path)
-    rules = [rule_class(context, options.get(rule_class.code)) for rule_class in rule_classes]
-    _Walker(context, _Analysis(context), rules).walk(module)
-    reports: list[Report] = [report for rule in rules for report in rule.reports]
+    analysed = analyse_module(module, path, rule_classes, options, deadline=deadline)
+    reports = analysed.reports
     if not reports:
         return []
+    with room_for_nesting():
+        return _diagnostics(reports, module, source, path, analysed.context.parents, python_ast, honor_noqa)
+
+
+def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, path: str,
+                 parents: dict[int, cst.CSTNode], python_ast: ast.Module | None,
+                 honor_noqa: bool) -> list[Diagnostic]:
     # Only files with findings pay for positions, and only for the statements they are in.
-    positions = StatementPositions(module, source, context.parents, python_ast)
+    positions = StatementPositions(module, source, parents, python_ast)
     offsets = LineIndex(source)
     lines = source.splitlines()
     diagnostics: list[Diagnostic] = []
@@ -374,7 +296,9 @@ def lint_module(
         line_text = lines[start.line - 1] if start.line - 1 < len(lines) else ""
         if honor_noqa and is_suppressed(line_text, report.rule.code):
             continue
-        fix = _to_fix(report.fix, positions, offsets, module, source) if report.fix is not None else None
+        fix = None
+        if report.fix is not None:
+            fix = to_text_fix(report.fix, positions.__getitem__, offsets, module, source)
         diagnostics.append(
             Diagnostic(report.rule.code, report.rule.slug, report.message, path, start, end, fix)
         )
@@ -393,8 +317,10 @@ def lint_source(
     options: Mapping[str, object] | None = None,
     *,
     honor_noqa: bool = True,
+    deadline: Deadline | None = None,
 ) -> list[Diagnostic]:
-    """Parse and lint; raises InvalidSource for code this Python cannot parse."""
+    """Parse and lint; raises InvalidSource for code this Python cannot parse, and
+    AnalysisTimeout past the deadline."""
     if not mentions_torch(source):
         return []
     rule_classes = rules_that_can_fire(source, rule_classes)
@@ -402,7 +328,8 @@ def lint_source(
     if not rule_classes:
         return []
     module = cst.parse_module(source)
-    return lint_module(module, source, path, rule_classes, options, honor_noqa=honor_noqa, python_ast=python_ast)
+    return lint_module(module, source, path, rule_classes, options, honor_noqa=honor_noqa,
+                       python_ast=python_ast, deadline=deadline)
 
 
 class InvalidSource(Exception):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
+from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.diagnostics import Diagnostic, Edit, Fix
 from torchdevlint.engine import lint_source
 from torchdevlint.rule import Rule
@@ -111,12 +112,23 @@ def fix_source(
     options: Mapping[str, object] | None = None,
     *,
     unsafe: bool = False,
+    deadline: Deadline | None = None,
 ) -> FixOutcome:
-    """Fix until no applicable fix remains; a fix whose output would not parse is withheld."""
+    """Fix until no applicable fix remains; a fix whose output would not parse is withheld.
+
+    The deadline covers every round; past it, AnalysisTimeout is raised and nothing is fixed.
+    """
+    with room_for_nesting():
+        return _fix_to_fixpoint(source, path, rule_classes, options, unsafe, deadline)
+
+
+def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
+                     options: Mapping[str, object] | None, unsafe: bool,
+                     deadline: Deadline | None) -> FixOutcome:
     text = source
     fixed_codes: list[str] = []
     withheld: set[tuple[str, int, int]] = set()
-    diagnostics = lint_source(text, path, rule_classes, options)
+    diagnostics = lint_source(text, path, rule_classes, options, deadline=deadline)
     for _ in range(MAX_ROUNDS):
         candidates = [
             d for d in diagnostics
@@ -141,7 +153,7 @@ def fix_source(
             if not withheld:
                 break
             continue
-        new_diagnostics = lint_source(new_text, path, rule_classes, options)
+        new_diagnostics = lint_source(new_text, path, rule_classes, options, deadline=deadline)
         if not _made_progress(candidates, new_diagnostics, unsafe):
             # The fixes did not remove their findings (a rule whose fix does not converge):
             # keep the text of before this round and withhold them, never loop on them.

@@ -19,33 +19,23 @@ from __future__ import annotations
 import argparse
 import ast
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
 import libcst as cst
 
 from torchdevlint import __version__
-from torchdevlint.config import Config, ConfigError, find_pyproject, load_config
+from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
+from torchdevlint.config import ConfigError
 from torchdevlint.engine import InvalidSource, lint_source
-from torchdevlint.registry import UnknownSelector, all_rules, select_rules
-from torchdevlint.rule import Rule
+from torchdevlint.registry import all_rules
+from torchdevlint.settings import CommandLineSelection, Settings, load_settings
 
 LOG = logging.getLogger("torchdevlint")
 
 # flake8 passes file names as given; these mean standard input.
 _STDIN_NAMES = ("-", "stdin")
-
-
-@dataclass(frozen=True)
-class PluginSettings:
-    """What the plugin runs: chosen once per flake8 process from the config and flake8's options."""
-
-    rules: tuple[type[Rule], ...]
-    options: Mapping[str, object] = field(default_factory=dict)
-    config: Config = field(default_factory=Config)
-    root: Path = field(default_factory=Path.cwd)
 
 
 def _codes(values: Iterable[str] | str | None) -> list[str]:
@@ -56,26 +46,15 @@ def _codes(values: Iterable[str] | str | None) -> list[str]:
     return [value.strip().upper() for value in values if value.strip()]
 
 
-def plugin_settings(cwd: Path, flake8_selected: Iterable[str] = ()) -> PluginSettings:
+def plugin_settings(cwd: Path, flake8_selected: Iterable[str] = ()) -> Settings:
     """Rules and options as `torchdevlint check` would choose them in `cwd`.
 
     Raises ConfigError for a broken `[tool.torchdevlint]` table.
     """
-    pyproject = find_pyproject(cwd)
-    config = load_config(pyproject)
     # flake8 knows nothing of rules that are off by default: only a full code turns one on.
     off_by_default = {rule.code for rule in all_rules() if not rule.default_enabled}
-    named = [code for code in flake8_selected if code in off_by_default]
-    try:
-        rules = select_rules(
-            config.select,
-            ignore=config.ignore,
-            extend_select=[*config.extend_select, *named],
-        )
-    except UnknownSelector as error:  # pragma: no cover - load_config validates selectors
-        raise ConfigError(str(error)) from None
-    root = pyproject.parent if pyproject is not None else cwd
-    return PluginSettings(tuple(rules), dict(config.rule_options), config, root)
+    named = tuple(code for code in flake8_selected if code in off_by_default)
+    return load_settings(cwd, selection=CommandLineSelection(extend_select=named))
 
 
 class TorchDevLintChecker:
@@ -84,7 +63,7 @@ class TorchDevLintChecker:
     name = "torchdevlint"
     version = __version__
 
-    settings: ClassVar[PluginSettings | None] = None
+    settings: ClassVar[Settings | None] = None
 
     def __init__(self, tree: ast.AST, filename: str, lines: Sequence[str]) -> None:
         self.filename = filename
@@ -104,7 +83,7 @@ class TorchDevLintChecker:
             raise ExecutionError(f"torchdevlint: {error}") from None
 
     @classmethod
-    def _current_settings(cls) -> PluginSettings:
+    def _current_settings(cls) -> Settings:
         if cls.settings is None:
             cls.settings = plugin_settings(Path.cwd())
         return cls.settings
@@ -115,7 +94,8 @@ class TorchDevLintChecker:
             return
         source = "".join(self.lines)
         try:
-            diagnostics = lint_source(source, self.filename, settings.rules, settings.options, honor_noqa=False)
+            diagnostics = lint_source(source, self.filename, settings.rules, settings.rule_options,
+                                      honor_noqa=False, deadline=Deadline(DEFAULT_FILE_SECONDS))
         except cst.ParserSyntaxError as error:
             # Python parsed it (flake8 gave us a tree), LibCST did not: say so, report nothing.
             LOG.warning("torchdevlint: %s:%s: LibCST cannot parse this file", self.filename, error.raw_line)
@@ -126,6 +106,9 @@ class TorchDevLintChecker:
             return
         except RecursionError:
             LOG.warning("torchdevlint: %s: too deeply nested to analyse", self.filename)
+            return
+        except AnalysisTimeout as error:
+            LOG.warning("torchdevlint: %s: %s", self.filename, error)
             return
         for diagnostic in diagnostics:
             yield (

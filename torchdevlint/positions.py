@@ -58,6 +58,11 @@ class StatementPositions:
                 return found
         return self._fallback()[node]  # type: ignore[index]
 
+    @property
+    def used_whole_module(self) -> bool:
+        """Whether some node needed LibCST's whole-module positions (the slow path)."""
+        return self._whole_module is not None
+
     def _fallback(self) -> object:
         if self._whole_module is None:
             self._whole_module = MetadataWrapper(self._module, unsafe_skip_copy=True).resolve(PositionProvider)

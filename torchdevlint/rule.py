@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING, ClassVar, Union
+from typing import ClassVar
 
 import libcst as cst
 
+from torchdevlint.context import FileContext
 from torchdevlint.diagnostics import Applicability
-
-if TYPE_CHECKING:
-    from torchdevlint.engine import FileContext
+from torchdevlint.edits import NodeEdit, PendingFix
 
 
 @dataclass(frozen=True)
@@ -21,6 +19,8 @@ class Valid:
 
     code: str
     name: str = ""
+    # Shown as the docs' "Use instead" for the rule's documented example when that has no fix.
+    in_docs: bool = False
 
     @property
     def source(self) -> str:
@@ -37,6 +37,9 @@ class Invalid:
     name: str = ""
     # Number of findings expected (defaults to at least one).
     count: int | None = None
+    # The rule's documented example: its docs' "Example" (and, with `fixed`, "Use instead")
+    # sections are rendered from it, so every documented example is one the tests run.
+    in_docs: bool = False
 
     @property
     def source(self) -> str:
@@ -52,65 +55,9 @@ class NoOptions:
     """For rules that take no options."""
 
 
-class EditMode(Enum):
-    REPLACE = "replace"
-    INSERT_BEFORE = "insert before"
-    INSERT_AFTER = "insert after"
-    # A new statement on its own line after the node's last line, indented like the node.
-    INSERT_LINE_AFTER = "insert line after"
-    # A new statement on its own line before the node's first line, indented like the node.
-    INSERT_LINE_BEFORE = "insert line before"
-    # Replace from the node's start up to the start of `until` (keeps `until` itself).
-    REPLACE_UNTIL = "replace until"
-
-
-@dataclass(frozen=True)
-class NodeEdit:
-    """Replace a node's source span with new code, or insert code at one of its ends.
-
-    `replacement` is a string or a node, which is rendered with the file's own formatting.
-    """
-
-    node: cst.CSTNode
-    replacement: Union[str, cst.CSTNode]
-    mode: EditMode = EditMode.REPLACE
-    until: cst.CSTNode | None = None
-
-    @staticmethod
-    def insert_before(node: cst.CSTNode, text: str) -> "NodeEdit":
-        return NodeEdit(node, text, EditMode.INSERT_BEFORE)
-
-    @staticmethod
-    def insert_after(node: cst.CSTNode, text: str) -> "NodeEdit":
-        return NodeEdit(node, text, EditMode.INSERT_AFTER)
-
-    @staticmethod
-    def insert_line_after(statement: cst.CSTNode, text: str) -> "NodeEdit":
-        return NodeEdit(statement, text, EditMode.INSERT_LINE_AFTER)
-
-    @staticmethod
-    def replace_until(node: cst.CSTNode, until: cst.CSTNode, text: str) -> "NodeEdit":
-        """`self.x = value` -> `f(value`: rewrite what precedes a node without re-rendering it."""
-        return NodeEdit(node, text, EditMode.REPLACE_UNTIL, until)
-
-    @staticmethod
-    def insert_line_before(statement: cst.CSTNode, text: str) -> "NodeEdit":
-        return NodeEdit(statement, text, EditMode.INSERT_LINE_BEFORE)
-
-
-@dataclass(frozen=True)
-class PendingFix:
-    """A fix described in nodes; the engine turns it into text edits once positions are known."""
-
-    title: str
-    applicability: Applicability
-    edits: tuple[NodeEdit, ...]
-    required_imports: tuple[tuple[str, str | None], ...] = ()
-
-
 @dataclass(frozen=True)
 class Report:
-    rule: "Rule"
+    rule: Rule
     node: cst.CSTNode
     message: str
     fix: PendingFix | None
@@ -134,11 +81,17 @@ class Rule:
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
     Options: ClassVar[type] = NoOptions
+    # An instance of `Options`; a rule with options narrows this annotation to its own class.
+    options: object
 
-    def __init__(self, context: "FileContext", options: object | None = None) -> None:
+    def __init__(self, context: FileContext, options: object | None = None) -> None:
         self.context = context
         self.options = options if options is not None else self.Options()
         self.reports: list[Report] = []
+        self.setup()
+
+    def setup(self) -> None:
+        """Per-file state, and the shared analyses the rule reads (`self.context.shared(...)`)."""
 
     def report(self, node: cst.CSTNode, *, fix: PendingFix | None = None, message: str | None = None) -> None:
         self.reports.append(Report(self, node, message or self.message, fix))

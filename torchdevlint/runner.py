@@ -14,6 +14,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.cache import FindingsCache, content_digest, settings_digest
 from torchdevlint.diagnostics import FileError, FileResult
 from torchdevlint.engine import RELEVANCE_MARKER, InvalidSource, lint_source
@@ -37,13 +38,14 @@ class RunSettings:
     fix: bool = False
     unsafe_fixes: bool = False
     diff: bool = False
+    # Folder of the findings cache; None disables it.
+    cache_dir: str | None = None
+    # Seconds each file may take before it is reported as not analysed.
+    file_seconds: float = DEFAULT_FILE_SECONDS
 
     def rules(self) -> list[type[Rule]]:
         found = [rule_by_code(code) for code in self.rule_codes]
         return [rule for rule in found if rule is not None]
-
-    # Folder of the findings cache; None disables it.
-    cache_dir: str | None = None
 
     @property
     def rewrites(self) -> bool:
@@ -81,6 +83,7 @@ def _syntax_error(path: str, source: str, error: cst.ParserSyntaxError) -> FileE
 def process_file(path: str, settings: RunSettings) -> FileResult:
     """Lint one file, fixing it if asked. Every failure becomes a FileError, never a raise."""
     result = FileResult(path)
+    deadline = Deadline(settings.file_seconds)
     try:
         data = read_bytes(Path(path))
     except SourceError as error:
@@ -107,7 +110,8 @@ def process_file(path: str, settings: RunSettings) -> FileResult:
     options = dict(settings.rule_options)
     try:
         if settings.rewrites:
-            outcome = fix_source(source.text, path, rules, options, unsafe=settings.unsafe_fixes)
+            outcome = fix_source(source.text, path, rules, options, unsafe=settings.unsafe_fixes,
+                                 deadline=deadline)
             result.diagnostics = outcome.remaining
             result.fixed_count = outcome.fixed_count
             result.fixed_codes = outcome.fixed_codes
@@ -131,13 +135,15 @@ def process_file(path: str, settings: RunSettings) -> FileResult:
             elif cache is not None and not any(d.fix_withheld for d in outcome.remaining):
                 cache.store(digest, outcome.remaining)
         else:
-            result.diagnostics = lint_source(source.text, path, rules, options)
+            result.diagnostics = lint_source(source.text, path, rules, options, deadline=deadline)
             if result.diagnostics:
                 result.source = source.text
             if cache is not None:
                 cache.store(digest, result.diagnostics)
     except InvalidSource as error:
         result.error = FileError(path, error.message, error.line, error.column)
+    except AnalysisTimeout as error:
+        result.error = FileError(path, str(error))
     except cst.ParserSyntaxError as error:
         # LibCST rejected what Python accepted: rare, but never a traceback.
         result.error = _syntax_error(path, source.text, error)

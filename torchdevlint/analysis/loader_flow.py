@@ -23,6 +23,7 @@ from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.analysis.value_kinds import is_device_string, keyword_argument
+from torchdevlint.context import FileContext
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
 _NUM_WORKERS_POSITION = 5
@@ -178,7 +179,7 @@ class LoaderFlow:
     """A shared analysis (`context.shared(LoaderFlow)`), fed by the walk; read `feeds()` at
     leave_Module."""
 
-    def __init__(self, context) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, context: FileContext) -> None:
         self.context = context
         self._loaders: dict[int, LoaderCall] = {}
         # identifier -> every value bound to it in the file.
@@ -542,7 +543,7 @@ def _moves(node: cst.CSTNode) -> bool:
     return False
 
 
-def move_target(context, call: cst.Call) -> Target:  # type: ignore[no-untyped-def]
+def move_target(context: FileContext, call: cst.Call) -> Target:
     """Where `x.to(...)` / `x.cuda(...)` sends `x`: an accelerator, the CPU, or somewhere unclear."""
     func = call.func
     if not isinstance(func, cst.Attribute):
@@ -562,7 +563,7 @@ def move_target(context, call: cst.Call) -> Target:  # type: ignore[no-untyped-d
     return device_expression_target(context, value)
 
 
-def device_expression_target(context, value: cst.BaseExpression) -> Target:  # type: ignore[no-untyped-def]
+def device_expression_target(context: FileContext, value: cst.BaseExpression) -> Target:
     if isinstance(value, cst.SimpleString):
         if not is_device_string(value):
             return Target.OTHER

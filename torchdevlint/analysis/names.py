@@ -32,8 +32,11 @@ class ImportTable:
 
     def __init__(self) -> None:
         self._aliases: dict[str, str] = {}
+        # Bumped by every change, so answers cached from the table know when they are stale.
+        self.generation = 0
 
     def record_import(self, node: cst.Import) -> None:
+        self.generation += 1
         for alias in node.names:
             full = _module_dotted(alias.name)
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
@@ -46,6 +49,7 @@ class ImportTable:
     def record_import_from(self, node: cst.ImportFrom) -> None:
         if node.relative or isinstance(node.names, cst.ImportStar):
             return
+        self.generation += 1
         module = _module_dotted(node.module)
         for alias in node.names:
             name = _module_dotted(alias.name)
@@ -56,6 +60,7 @@ class ImportTable:
 
     def forget(self, local_name: str) -> None:
         """A later plain assignment rebinds the name: it no longer means the import."""
+        self.generation += 1
         self._aliases.pop(local_name, None)
 
     def is_imported(self, local_name: str) -> bool:

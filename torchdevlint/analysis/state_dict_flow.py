@@ -15,6 +15,7 @@ import libcst as cst
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.analysis.value_kinds import Wrapping
+from torchdevlint.context import FileContext
 
 # Nodes a state dict may pass through on its way into a saved object.
 _CONTAINERS = (cst.Dict, cst.DictElement, cst.List, cst.Tuple, cst.Element, cst.Arg)
@@ -45,7 +46,7 @@ class WrappedStateDictSaves:
     """A shared analysis (`context.shared(WrappedStateDictSaves)`): `saved` lists every saved
     wrapped `state_dict()` call once the file has been read (at the rules' leave_Module)."""
 
-    def __init__(self, context) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, context: FileContext) -> None:
         self.context = context
         self.saved: list[SavedStateDict] = []
         # (scope node id, variable name) -> saved-to-be state dicts held in that variable.

@@ -17,6 +17,7 @@ import libcst as cst
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.names import ImportTable, dotted_name
+from torchdevlint.budget import Deadline, NoDeadline
 
 
 class Kind(Enum):
@@ -94,6 +95,9 @@ TENSOR = ValueInfo.of(Kind.TENSOR)
 MODULE = ValueInfo.of(Kind.MODULE)
 DEVICE = ValueInfo.of(Kind.DEVICE)
 
+# How many kinds are computed between two looks at the clock.
+_DEADLINE_CHECK_INTERVAL = 4096
+
 _DEVICE_STRING_PREFIXES = ("cuda", "cpu", "mps", "xpu", "meta")
 
 
@@ -154,17 +158,43 @@ def has_star_arguments(call: cst.Call) -> bool:
 class KindInference:
     """Tracks scopes and bindings during the engine's pass and answers `kind_of`."""
 
-    def __init__(self, imports: ImportTable) -> None:
+    def __init__(self, imports: ImportTable, deadline: Deadline | None = None) -> None:
         self.imports = imports
+        self.deadline = deadline if deadline is not None else NoDeadline()
         self.scopes: list[Scope] = []
+        # Questions answered from scratch; every so many, the file's time budget is checked.
+        self.computed = 0
+        # kind_of answers, per node, valid until the next change of scopes, bindings or imports:
+        # rules ask about every sub-expression of a statement, and a `+` chain asks about its
+        # left operand at each level, so without the memo the cost grows exponentially.
+        self._generation = 0
+        self._memo: dict[int, tuple[cst.BaseExpression, ValueInfo]] = {}
+        self._memo_generation: tuple[int, int] = (0, 0)
+
+    def _changed(self) -> None:
+        self._generation += 1
 
     # ---- scope bookkeeping (called by the engine) ---------------------------------
 
     def push(self, scope: Scope) -> None:
+        self._changed()
         self.scopes.append(scope)
 
     def pop(self) -> Scope:
+        self._changed()
         return self.scopes.pop()
+
+    def declare_class(self, info: ClassInfo) -> None:
+        """A `class` statement in the current scope: the name now means the class."""
+        self._changed()
+        enclosing = self.current
+        enclosing.bindings.pop(info.name, None)
+        enclosing.classes[info.name] = info
+
+    def set_binding(self, scope: Scope, name: str, info: ValueInfo) -> None:
+        """Bind unconditionally (a `def`, a parameter): no join with what came before."""
+        self._changed()
+        scope.bindings[name] = info
 
     @property
     def current(self) -> Scope:
@@ -247,6 +277,7 @@ class KindInference:
         return None
 
     def bind_name(self, name: str, info: ValueInfo) -> None:
+        self._changed()
         scope = self.current
         previous = scope.bindings.get(name)
         if scope.conditional_depth > 0 and previous is not None:
@@ -263,6 +294,7 @@ class KindInference:
             return
         if not (isinstance(target.value, cst.Name) and target.value.value == method.self_name):
             return
+        self._changed()
         attributes = method.owner.attributes
         name = target.attr.value
         previous = attributes.get(name)
@@ -334,6 +366,21 @@ class KindInference:
     # ---- the question rules ask -----------------------------------------------------
 
     def kind_of(self, node: cst.BaseExpression) -> ValueInfo:
+        generation = (self._generation, self.imports.generation)
+        if generation != self._memo_generation:
+            self._memo.clear()
+            self._memo_generation = generation
+        cached = self._memo.get(id(node))
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        self.computed += 1
+        if not self.computed % _DEADLINE_CHECK_INTERVAL:
+            self.deadline.check()
+        info = self._compute_kind(node)
+        self._memo[id(node)] = (node, info)
+        return info
+
+    def _compute_kind(self, node: cst.BaseExpression) -> ValueInfo:
         if isinstance(node, cst.Name):
             found = self.lookup(node.value)
             return found if found is not None else UNKNOWN
@@ -352,11 +399,12 @@ class KindInference:
                 return unwrapped
             return self.kind_of(node.body).join(self.kind_of(node.orelse))
         if isinstance(node, cst.BinaryOperation):
-            if isinstance(node.operator, (cst.MatrixMultiply,)):
-                return TENSOR if self.kind_of(node.left).is_tensor or self.kind_of(node.right).is_tensor else UNKNOWN
-            if self.kind_of(node.left).is_tensor and isinstance(node.right, (cst.Integer, cst.Float)):
-                return TENSOR
-            if self.kind_of(node.left).is_tensor and self.kind_of(node.right).is_tensor:
+            left_is_tensor = self.kind_of(node.left).is_tensor
+            if isinstance(node.operator, cst.MatrixMultiply):
+                return TENSOR if left_is_tensor or self.kind_of(node.right).is_tensor else UNKNOWN
+            if left_is_tensor and (
+                isinstance(node.right, (cst.Integer, cst.Float)) or self.kind_of(node.right).is_tensor
+            ):
                 return TENSOR
             return UNKNOWN
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):

@@ -7,7 +7,8 @@ import libcst as cst
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.value_kinds import ValueInfo
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
+from torchdevlint.edits import NodeEdit
+from torchdevlint.rule import Invalid, Rule, Valid
 
 
 def _move_chain_base(expression: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
@@ -74,7 +75,10 @@ class TensorMoveDiscarded(Rule):
     which does not take item assignment. For a comprehension
     over a tuple of names, the names are rebound by unpacking (safe); over a single name the
     name is rebound to a list (unsafe: a tuple becomes a list). A move whose receiver cannot
-    be assigned to (`torch.zeros(3).cuda()` as a statement) is reported without a fix.
+    be assigned to (`torch.zeros(3).cuda()` as a statement) is reported without a fix, and so
+    is a move of a module-level or enclosing variable inside a function that never assigns
+    it: the assignment would make the name local to the whole function, and its first read
+    would raise UnboundLocalError. Assign the moved tensor to a new name there instead.
 
     ## Options
     None.
@@ -287,6 +291,16 @@ class TensorMoveDiscarded(Rule):
             """,
             name="unassignable-receiver-has-no-fix",
         ),
+        Invalid(
+            """
+            import torch
+            x = torch.zeros(3)
+            def shifted():
+                x.cuda()
+                return x + 1
+            """,
+            name="global-read-in-function-has-no-fix",
+        ),
     ]
 
     def visit_Expr(self, node: cst.Expr) -> None:
@@ -305,7 +319,7 @@ class TensorMoveDiscarded(Rule):
         if not self.context.kinds.kind_of(base).is_tensor:
             return
         fix = None
-        if _is_assignable(base):
+        if self._can_assign_back(base):
             target = self.context.code_for_node(base)
             # `batch[0] = ...` fails when a custom collate_fn returns a tuple; a string key
             # means a dict (or a mapping), which takes item assignment.
@@ -313,6 +327,13 @@ class TensorMoveDiscarded(Rule):
             applicability = Applicability.UNSAFE if positional_item else Applicability.SAFE
             fix = self.make_fix(NodeEdit.insert_before(value, f"{target} = "), applicability=applicability)
         self.report(node, fix=fix)
+
+    def _can_assign_back(self, expression: cst.BaseExpression) -> bool:
+        if not _is_assignable(expression):
+            return False
+        # `x = x.cuda()` in a function that only reads a global `x` makes `x` local to the
+        # function: the read on the right then raises UnboundLocalError.
+        return not isinstance(expression, cst.Name) or self.context.assignment_keeps_variable(expression.value)
 
     def _check_comprehension(self, statement: cst.Expr, comprehension: cst.ListComp) -> None:
         element = comprehension.elt
@@ -330,17 +351,18 @@ class TensorMoveDiscarded(Rule):
             if len(infos) != len(iterable.elements) or not all(info.is_tensor for info in infos):
                 return
             names = [e.value for e in iterable.elements]
-            if all(_is_assignable(name) for name in names):
+            if all(self._can_assign_back(name) for name in names):
                 targets = ", ".join(self.context.code_for_node(name) for name in names)
                 fix = self.make_fix(NodeEdit.insert_before(comprehension, f"{targets} = "))
         elif isinstance(iterable, cst.Name):
             info: ValueInfo = kinds.kind_of(iterable)
             if not info.is_tensor_batch:
                 return
-            fix = self.make_fix(
-                NodeEdit.insert_before(comprehension, f"{iterable.value} = "),
-                applicability=Applicability.UNSAFE,
-            )
+            if self._can_assign_back(iterable):
+                fix = self.make_fix(
+                    NodeEdit.insert_before(comprehension, f"{iterable.value} = "),
+                    applicability=Applicability.UNSAFE,
+                )
         else:
             return
         self.report(statement, fix=fix)

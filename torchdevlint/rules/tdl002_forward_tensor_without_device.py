@@ -8,7 +8,8 @@ from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
+from torchdevlint.edits import NodeEdit
+from torchdevlint.rule import Invalid, Rule, Valid
 
 # A factory immediately followed by one of these is put on a device anyway.
 _DEVICE_SETTING_METHODS = frozenset({"to", "cuda", "type_as"})
@@ -367,8 +368,7 @@ class ForwardTensorWithoutDevice(Rule):
             return None
         return None
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         self._pending: dict[str, tuple[cst.Call, object]] = {}
         self._index_only: set[str] = set()
         self._rebinding: dict[tuple[int, str], bool] = {}

@@ -9,7 +9,8 @@ import libcst as cst
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
+from torchdevlint.edits import NodeEdit
+from torchdevlint.rule import Invalid, Rule, Valid
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class LoadWithoutMapLocation(Rule):
     fix_title = "Pass map_location"
     requires_any_text = ("load",)
     Options = LoadOptions
+    options: LoadOptions
 
     VALID = [
         Valid(
@@ -169,8 +171,7 @@ class LoadWithoutMapLocation(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         # (scope node id, name) of variables holding an in-memory buffer.
         self._buffers: set[tuple[int, str]] = set()
 

@@ -8,7 +8,8 @@ from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.state_dict_flow import WrappedStateDictSaves
 from torchdevlint.analysis.value_kinds import Wrapping
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
 
 
 class DataParallelStateDictSave(Rule):
@@ -213,9 +214,8 @@ class DataParallelStateDictSave(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
-        self._saves = context.shared(WrappedStateDictSaves)
+    def setup(self) -> None:
+        self._saves = self.context.shared(WrappedStateDictSaves)
         # A wrapped model loading a state dict expects the prefix: the fix would break it.
         self._wrapped_model_loads = False
 

@@ -10,7 +10,8 @@ from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.state_dict_flow import WrappedStateDictSaves
 from torchdevlint.analysis.value_kinds import Kind
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
 
 _STRIP_HELPER = "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"
 
@@ -180,9 +181,8 @@ class DataParallelPrefixLoad(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
-        self._saves = context.shared(WrappedStateDictSaves)
+    def setup(self) -> None:
+        self._saves = self.context.shared(WrappedStateDictSaves)
         # (scope node id, variable) -> path text of the torch.load it holds.
         self._loaded: dict[tuple[int, str], str] = {}
         self._loads: list[_Load] = []

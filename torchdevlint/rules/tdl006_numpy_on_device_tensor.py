@@ -14,7 +14,8 @@ from torchdevlint.analysis.devices import (
 )
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
+from torchdevlint.edits import NodeEdit
+from torchdevlint.rule import Invalid, Rule, Valid
 
 # Tensor methods whose result stays where the receiver is. `cpu`, `to` and `type` (which
 # takes a CPU type name) move, and are handled apart.
@@ -222,8 +223,7 @@ class NumpyOnDeviceTensor(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         # Per scope (by id of its node): names holding device tensors, lists of them, modules
         # moved to a device, and devices that are accelerators.
         self._tensors: dict[int, dict[str, _OnDevice]] = {}

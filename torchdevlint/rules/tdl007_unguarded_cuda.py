@@ -16,7 +16,8 @@ from torchdevlint.analysis.devices import (
 )
 from torchdevlint.analysis.value_kinds import ScopeKind
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
 
 # Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
 _CPU_FALLBACK_CHECKS = frozenset(
@@ -225,14 +226,16 @@ class UnguardedCuda(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         self._sites: list[_Site] = []
         self._expects_cpu = False
         # Scopes (by id of their node) where an assert/raise/exit on the GPU came first.
         self._guarded_scopes: set[int] = set()
         # Flags assigned from an availability check: `ok = torch.cuda.is_available()`.
         self._flags: set[str] = set()
+        # id(node) -> whether some ancestor of it guards it, for the flags known so far. A
+        # chain of n CUDA calls has n uses each n ancestors deep: without it, quadratic.
+        self._guarded_above: dict[int, bool] = {}
         # Device variables with a CPU fallback, per binding scope.
         self._fallback_devices: dict[int, set[str]] = {}
 
@@ -247,22 +250,36 @@ class UnguardedCuda(Rule):
         if any(id(scope.node) in self._guarded_scopes for scope in self.context.kinds.scopes):
             return True
         child: cst.CSTNode = node
+        walked: list[int] = []
+        guarded = False
         for ancestor in self.context.ancestors(node):
-            if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
-                if self._is_guard_test(ancestor.test):
-                    return True
-            elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
-                if self._is_guard_test(ancestor.left):
-                    return True
-            elif isinstance(ancestor, (cst.Try, cst.TryStar)) and child is ancestor.body and ancestor.handlers:
-                return True
-            elif isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-                if mentions_any(ancestor.name, _DEVICE_WORDS) or any(self._is_guard_test(d.decorator) for d in ancestor.decorators):
-                    return True
-            elif isinstance(ancestor, (cst.Decorator, cst.Param)):
-                return True  # parametrisations, markers and default values are not uses
+            known = self._guarded_above.get(id(child))
+            if known is not None:
+                guarded = known
+                break
+            walked.append(id(child))
+            if self._guards(ancestor, child):
+                guarded = True
+                break
             child = ancestor
-        return False
+        for node_id in walked:
+            self._guarded_above[node_id] = guarded
+        return guarded
+
+    def _guards(self, ancestor: cst.CSTNode, child: cst.CSTNode) -> bool:
+        """Whether `ancestor` guards what is below it through `child`."""
+        if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
+            return self._is_guard_test(ancestor.test)
+        if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+            return self._is_guard_test(ancestor.left)
+        if isinstance(ancestor, (cst.Try, cst.TryStar)) and child is ancestor.body and ancestor.handlers:
+            return True
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return mentions_any(ancestor.name, _DEVICE_WORDS) or any(
+                self._is_guard_test(d.decorator) for d in ancestor.decorators
+            )
+        # Parametrisations, markers and default values are not uses.
+        return isinstance(ancestor, (cst.Decorator, cst.Param))
 
     @staticmethod
     def _exits(body: cst.BaseSuite) -> bool:
@@ -302,6 +319,7 @@ class UnguardedCuda(Rule):
             name = target.target
             if isinstance(name, (cst.Name, cst.Attribute)) and asks_for_gpu(value, self.context.imports):
                 self._flags.add((name.attr if isinstance(name, cst.Attribute) else name).value.lower())
+                self._guarded_above.clear()
             if isinstance(name, cst.Name) and self._is_fallback_device(value):
                 self._fallback_devices.setdefault(id(self.context.kinds.current.node), set()).add(name.value)
             elif isinstance(name, cst.Name):

@@ -17,7 +17,8 @@ from torchdevlint.analysis.devices import (
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
 
 _VARIABLE = "CUDA_VISIBLE_DEVICES"
 _ENVIRON = "os.environ"
@@ -235,8 +236,7 @@ class CudaVisibleDevicesLate(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         # Scopes (function, lambda, class or module, by id of their node) where CUDA was
         # initialised so far.
         self._initialised_in: set[int] = set()

@@ -10,7 +10,8 @@ from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.loader_flow import names_in
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
+from torchdevlint.edits import NodeEdit
+from torchdevlint.rule import Invalid, Rule, Valid
 
 _DEVICE_MOVES = frozenset({"to", "cuda"})
 
@@ -202,8 +203,7 @@ class TargetNotMoved(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         self._loops: list[_BatchLoop] = []
 
     def visit_For(self, node: cst.For) -> None:

@@ -9,7 +9,8 @@ import libcst as cst
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
+from torchdevlint.edits import NodeEdit
+from torchdevlint.rule import Invalid, Rule, Valid
 
 _REGISTERED_TENSORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer"})
 
@@ -237,8 +238,7 @@ class TensorAttributeNotBuffer(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         self._classes: list[_ModuleClass | None] = []
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, Rule, Valid
+from torchdevlint.edits import NodeEdit
+from torchdevlint.rule import Invalid, Rule, Valid
 
 # Modules that never hold parameters or buffers.
 _PARAMETER_FREE = frozenset(
@@ -219,8 +220,7 @@ class ModulesInPlainContainer(Rule):
         # Decided when __init__ ends: the list may yet be handed to nn.Sequential & co.
         self._candidates.append((target.attr.value, node, fix))
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         self._candidates: list[tuple[str, cst.Assign, object]] = []
         self._registered_later: set[str] = set()
 

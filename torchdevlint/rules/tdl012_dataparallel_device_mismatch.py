@@ -7,7 +7,8 @@ import libcst as cst
 from torchdevlint.analysis.devices import device_literal, integer_value
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
 
 DATA_PARALLEL: frozenset[str] = frozenset(
     {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
@@ -135,8 +136,7 @@ class DataParallelDeviceMismatch(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         # Per binding scope (id of its node): CUDA index of models and devices held in names;
         # for wrappers, the index of their device_ids[0].
         self._models: dict[int, dict[str, int]] = {}

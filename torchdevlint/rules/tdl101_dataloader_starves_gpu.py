@@ -13,7 +13,8 @@ from torchdevlint.analysis.loader_flow import (
     PinMemory,
 )
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
 
 _BOTH = "DataLoader feeding the GPU loads batches in the main process (num_workers=0) into unpinned memory"
 _PIN = "DataLoader feeding the GPU leaves pin_memory off; host-to-device copies cannot overlap compute"
@@ -95,6 +96,7 @@ class DataloaderStarvesGpu(Rule):
     default_enabled = False
     requires_any_text = ("DataLoader",)
     Options = StarvesOptions
+    options: StarvesOptions
 
     VALID = [
         Valid(
@@ -239,9 +241,8 @@ class DataloaderStarvesGpu(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
-        self._flow = context.shared(LoaderFlow)
+    def setup(self) -> None:
+        self._flow = self.context.shared(LoaderFlow)
 
     def leave_Module(self, node: cst.Module) -> None:
         flow = self._flow

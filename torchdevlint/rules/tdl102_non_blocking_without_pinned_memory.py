@@ -14,8 +14,10 @@ from torchdevlint.analysis.loader_flow import (
     move_target,
 )
 from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.context import FileContext
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, NodeEdit, PendingFix, Rule, Valid
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.rules.tdl101_dataloader_starves_gpu import pin_memory_fix
 
 _NO_EFFECT = "non_blocking=True has no effect: the batch comes from a DataLoader without pin_memory=True"
@@ -33,7 +35,7 @@ _SYNCHRONISING_MODULES = ("torch.cuda.", "torch.accelerator.", "torch.distribute
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
-def _is_cpu_copy(context, node: cst.CSTNode) -> bool:  # type: ignore[no-untyped-def]
+def _is_cpu_copy(context: FileContext, node: cst.CSTNode) -> bool:
     return (
         isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
@@ -265,9 +267,8 @@ class NonBlockingWithoutPinnedMemory(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
-        self._flow = context.shared(LoaderFlow)
+    def setup(self) -> None:
+        self._flow = self.context.shared(LoaderFlow)
 
     # ---- a batch from an unpinned loader -------------------------------------------
 

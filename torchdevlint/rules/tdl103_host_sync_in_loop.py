@@ -9,6 +9,7 @@ import libcst as cst
 from torchdevlint.analysis.loader_flow import Target, move_target, names_in
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.context import FileContext
 from torchdevlint.rule import Invalid, Rule, Valid
 
 # Tensor methods that copy to the host and so wait for every queued kernel.
@@ -27,7 +28,7 @@ class _Loop:
     syncs: list[cst.Call] = field(default_factory=list)
 
 
-def _is_sync_call(context, node: cst.CSTNode) -> bool:  # type: ignore[no-untyped-def]
+def _is_sync_call(context: FileContext, node: cst.CSTNode) -> bool:
     if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
         return False
     method = node.func.attr.value
@@ -189,8 +190,7 @@ class HostSyncInLoop(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         self._loops: list[_Loop] = []
 
     def _enter(self, node: cst.For | cst.While) -> None:

@@ -144,8 +144,7 @@ class NvidiaSmiGpuSelection(Rule):
         ),
     ]
 
-    def __init__(self, context, options=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(context, options)
+    def setup(self) -> None:
         # (scope node id, name) -> text of a string assigned to it.
         self._strings: dict[tuple[int, str], str] = {}
 

@@ -48,11 +48,11 @@ def add_verify_parser(commands: argparse._SubParsersAction) -> None:  # type: ig
 
 def run_verify(args: argparse.Namespace) -> int:
     # Deferred: `check` never pays for the verify machinery (which still never imports torch).
-    from torchdevlint.cli import iter_python_files
-    from torchdevlint.config import ConfigError, find_pyproject, load_config
+    from torchdevlint.config import ConfigError
     from torchdevlint.diagnostics import FileError
-    from torchdevlint.registry import UnknownSelector, select_rules
+    from torchdevlint.files import iter_python_files
     from torchdevlint.runner import default_jobs
+    from torchdevlint.settings import load_settings
     from torchdevlint.verify import report
     from torchdevlint.verify.runner import (
         DEFAULT_TIMEOUT,
@@ -68,23 +68,20 @@ def run_verify(args: argparse.Namespace) -> int:
         sys.stderr.write("torchdevlint: error: --jobs must be at least 1\n")
         return EXIT_ERROR
     try:
-        pyproject = args.config if args.config is not None else find_pyproject(Path.cwd())
-        config = load_config(pyproject)
-        rules = select_rules(config.select, ignore=config.ignore, extend_select=config.extend_select)
-    except (ConfigError, UnknownSelector) as error:
+        loaded = load_settings(Path.cwd(), args.config)
+    except ConfigError as error:
         sys.stderr.write(f"torchdevlint: error: {error}\n")
         return EXIT_ERROR
-    root = pyproject.parent if pyproject is not None else Path.cwd()
     errors: list[FileError] = []
-    files = list(iter_python_files(args.paths or list(DEFAULT_PATHS), config, root, errors))
+    files = list(iter_python_files(args.paths or list(DEFAULT_PATHS), loaded.config, loaded.root, errors))
     try:
         accelerator = choose_accelerator(DeviceChoice(args.device))
     except VerifyError as error:
         sys.stderr.write(f"torchdevlint: error: {error}\n")
         return EXIT_ERROR
     settings = VerifySettings(
-        rules=tuple(rules),
-        rule_options=dict(config.rule_options),
+        rules=loaded.rules,
+        rule_options=loaded.rule_options,
         accelerator=accelerator,
         timeout=args.timeout or DEFAULT_TIMEOUT,
         jobs=args.jobs or min(4, default_jobs()),

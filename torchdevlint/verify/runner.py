@@ -22,6 +22,7 @@ from enum import Enum
 from pathlib import Path
 
 import torchdevlint
+from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.diagnostics import Diagnostic, FileError
 from torchdevlint.engine import lint_source
 from torchdevlint.fixer import fix_source
@@ -552,11 +553,18 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
     try:
         text = read_source(Path(path)).text
         spec = read_directive(text)
-        findings = tuple(lint_source(text, path, settings.rules, settings.rule_options))
+        deadline = Deadline(DEFAULT_FILE_SECONDS)
+        findings = tuple(lint_source(text, path, settings.rules, settings.rule_options, deadline=deadline))
+        fixed_text = text
+        if proven_findings(findings):
+            fixed_text = fix_source(text, path, settings.rules, settings.rule_options, unsafe=True,
+                                    deadline=deadline).text
     except SourceError as error:
         return FileError(path, str(error))
     except DirectiveError as error:
         return FileError(path, f"bad `# verify:` directive: {error}")
+    except AnalysisTimeout as error:
+        return FileError(path, str(error))
     except Exception as error:  # noqa: BLE001 - a syntax error or a linter bug: report, go on
         message = str(getattr(error, "message", None) or error).strip()
         return FileError(path, f"cannot lint: {type(error).__name__}: {message.splitlines()[0] if message else ''}")
@@ -564,7 +572,6 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
     item = _Pending(path, spec, findings, accelerator, note)
     if not proven_findings(findings):
         return item
-    fixed_text = fix_source(text, path, settings.rules, settings.rule_options, unsafe=True).text
 
     def run(source: str, where: RunHost) -> Future[RunOutcome]:
         return pool.submit(launcher.run, source, path, where, spec.gpus, settings.timeout)

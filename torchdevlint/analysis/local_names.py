@@ -1,0 +1,112 @@
+"""Which names a function binds itself, so a fix knows whether `name = ...` is safe there.
+
+Python decides at compile time that a name assigned anywhere in a function is local to all
+of it. A fix that writes `x = x.cuda()` into a function that only reads a module-level (or
+enclosing) `x` makes `x` local, and the read on its right raises UnboundLocalError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from torchdevlint.analysis.tree import child_nodes
+
+# Their loop variables are their own; a walrus inside still binds in the function.
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+@dataclass(frozen=True)
+class FunctionBindings:
+    # Bound in the body or as a parameter.
+    local: frozenset[str]
+    # Declared `global` or `nonlocal`: an assignment rebinds the outer variable.
+    declared_outer: frozenset[str]
+
+    def assignment_keeps_variable(self, name: str) -> bool:
+        """Whether `name = ...` anywhere in the function still names the variable it reads."""
+        return name in self.local or name in self.declared_outer
+
+
+def function_bindings(function: cst.FunctionDef) -> FunctionBindings:
+    local: set[str] = set()
+    declared: set[str] = set()
+    params = function.params
+    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+        local.add(param.name.value)
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            local.add(star.name.value)
+    pending: list[cst.CSTNode] = [function.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            local.add(node.name.value)
+            continue
+        if isinstance(node, cst.Lambda):
+            continue
+        if isinstance(node, (cst.Global, cst.Nonlocal)):
+            declared.update(item.name.value for item in node.names)
+            continue
+        _collect_bound(node, local)
+        pending.extend(_children_in_function(node))
+    return FunctionBindings(frozenset(local - declared), frozenset(declared))
+
+
+def _children_in_function(node: cst.CSTNode) -> list[cst.CSTNode]:
+    if isinstance(node, _COMPREHENSIONS):
+        # Only walruses in a comprehension bind in the function; its targets do not.
+        return [child for child in child_nodes(node) if not isinstance(child, cst.CompFor)] + (
+            _comprehension_clauses(node.for_in)
+        )
+    return list(child_nodes(node))
+
+
+def _comprehension_clauses(clause: cst.CompFor) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = [clause.iter, *(condition.test for condition in clause.ifs)]
+    if clause.inner_for_in is not None:
+        found.extend(_comprehension_clauses(clause.inner_for_in))
+    return found
+
+
+def _collect_bound(node: cst.CSTNode, local: set[str]) -> None:
+    if isinstance(node, cst.Assign):
+        for target in node.targets:
+            _add_target(target.target, local)
+    elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+        _add_target(node.target, local)
+    elif isinstance(node, cst.For):
+        _add_target(node.target, local)
+    elif isinstance(node, cst.NamedExpr):
+        _add_target(node.target, local)
+    elif isinstance(node, cst.WithItem) and node.asname is not None:
+        _add_target(node.asname.name, local)
+    elif isinstance(node, cst.ExceptHandler) and node.name is not None:
+        _add_target(node.name.name, local)
+    elif isinstance(node, cst.Del):
+        _add_target(node.target, local)
+    elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
+        for alias in node.names:
+            if alias.asname is not None:
+                _add_target(alias.asname.name, local)
+            else:
+                # `import a.b` binds `a`.
+                bound: cst.BaseExpression = alias.name
+                while isinstance(bound, cst.Attribute):
+                    bound = bound.value
+                _add_target(bound, local)
+    elif isinstance(node, (cst.MatchAs, cst.MatchStar)) and node.name is not None:
+        local.add(node.name.value)
+    elif isinstance(node, cst.MatchMapping) and node.rest is not None:
+        local.add(node.rest.value)
+
+
+def _add_target(target: cst.BaseExpression, local: set[str]) -> None:
+    if isinstance(target, cst.Name):
+        local.add(target.value)
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            _add_target(element.value, local)
+    elif isinstance(target, cst.StarredElement):
+        _add_target(target.value, local)

@@ -1,0 +1,95 @@
+"""What a rule may ask about the file it is reading, while the single pass is under way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar, cast
+
+import libcst as cst
+
+from torchdevlint.analysis.local_names import FunctionBindings, function_bindings
+from torchdevlint.analysis.names import ImportTable
+from torchdevlint.analysis.value_kinds import ClassInfo, KindInference
+from torchdevlint.budget import Deadline, NoDeadline
+
+_SharedT = TypeVar("_SharedT")
+
+
+class FileContext:
+    """The file, its imports and value kinds as read so far, and the path to the current node."""
+
+    def __init__(self, module: cst.Module, path: str, deadline: Deadline | None = None) -> None:
+        self.module = module
+        self.path = path
+        self.deadline = deadline if deadline is not None else NoDeadline()
+        self.imports = ImportTable()
+        self.kinds = KindInference(self.imports, self.deadline)
+        # The node being visited and all its ancestors, outermost first.
+        self.stack: list[cst.CSTNode] = []
+        # id(node) -> parent, for every node walked (positions need the way up).
+        self.parents: dict[int, cst.CSTNode] = {}
+        # Analyses several rules share, one instance per file, fed by the walk itself.
+        self._shared: dict[Callable[[FileContext], object], object] = {}
+        self._function_bindings: dict[int, FunctionBindings] = {}
+
+    def shared(self, analysis: Callable[[FileContext], _SharedT]) -> _SharedT:
+        """The file's one instance of a shared analysis (built on first request).
+
+        Ask for it in a rule's `setup`: the walk then calls its `visit_*`/`leave_*` methods,
+        before the rules' own visits and before their leaves, so every rule reads the same
+        state and the work is done once however many rules use it.
+        """
+        instance = self._shared.get(analysis)
+        if instance is None:
+            instance = self._shared[analysis] = analysis(self)
+        # The dictionary maps each factory to what it built.
+        return cast(_SharedT, instance)
+
+    @property
+    def shared_analyses(self) -> tuple[object, ...]:
+        return tuple(self._shared.values())
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The parent of a node on the current path (the node being visited or an ancestor)."""
+        for index in range(len(self.stack) - 1, 0, -1):
+            if self.stack[index] is node:
+                return self.stack[index - 1]
+        return None
+
+    def ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """Ancestors of a node on the current path, nearest first."""
+        for index in range(len(self.stack) - 1, -1, -1):
+            if self.stack[index] is node:
+                return list(reversed(self.stack[:index]))
+        return []
+
+    def code_for_node(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def enclosing_function(self) -> cst.FunctionDef | None:
+        for node in reversed(self.stack):
+            if isinstance(node, cst.FunctionDef):
+                return node
+        return None
+
+    def assignment_keeps_variable(self, name: str) -> bool:
+        """Whether a statement `name = ...` added here would rebind the variable `name` reads.
+
+        At module and class level it always does; in a function only if the function binds
+        `name` itself or declares it global/nonlocal. Otherwise the new assignment would make
+        `name` local to the whole function, and every earlier read of it would fail.
+        """
+        function = self.kinds.current.node
+        if not isinstance(function, cst.FunctionDef):
+            return True
+        bindings = self._function_bindings.get(id(function))
+        if bindings is None:
+            bindings = self._function_bindings[id(function)] = function_bindings(function)
+        return bindings.assignment_keeps_variable(name)
+
+    def enclosing_method_class(self) -> tuple[cst.FunctionDef, ClassInfo] | None:
+        """The method (outermost function directly in a class body) we are in, and its class."""
+        scope = self.kinds.enclosing_method()
+        if scope is None or scope.owner is None or not isinstance(scope.node, cst.FunctionDef):
+            return None
+        return scope.node, scope.owner
