@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic_corpus import build  # noqa: E402
+from synthetic_corpus import build
 
 _PARSE_ALL = """
 import sys, pathlib, libcst

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from conftest import run_cli
 
 from torchdevlint.engine import analyse_module, lint_source
 from torchdevlint.fixer import fix_source
 from torchdevlint.registry import all_rules
-
-from conftest import run_cli
 
 RULES = list(all_rules())
 

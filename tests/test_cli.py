@@ -124,12 +124,6 @@ def test_syntax_error_is_reported_and_other_files_still_linted(tmp_path: Path) -
     assert "pkg/train.py:3:1: TDL001" in result.stdout
 
 
-def test_missing_path_exits_2(tmp_path: Path) -> None:
-    result = run_cli("check", "nope.py", cwd=tmp_path)
-    assert result.returncode == 2
-    assert "nope.py: error: no such file or directory" in result.stdout
-
-
 def test_folders_are_walked_and_virtualenvs_skipped(tmp_path: Path) -> None:
     write(tmp_path, "src/model/train.py", BUGGY)
     write(tmp_path, ".venv/lib/site.py", BUGGY)
@@ -154,18 +148,8 @@ def test_config_select_ignore_exclude_and_rule_options(tmp_path: Path) -> None:
     assert "map_location=\"meta\"" in path.read_text()
 
 
-def test_broken_config_names_the_key(tmp_path: Path) -> None:
-    write(tmp_path, "pyproject.toml", '[tool.torchdevlint]\nselekt = ["TDL001"]\n')
-    write(tmp_path, "train.py", BUGGY)
-    result = run_cli("check", "train.py", cwd=tmp_path)
-    assert result.returncode == 2
-    assert "selekt" in result.stderr and "Traceback" not in result.stderr
-
-
-def test_rule_command_prints_docs_and_list() -> None:
-    docs = run_cli("rule", "TDL003")
-    assert docs.returncode == 0
-    assert "## Why is this bad?" in docs.stdout and "map_location" in docs.stdout
+def test_rule_all_lists_every_rule() -> None:
+    # `rule CODE` printing the page is tested with the docs (test_rule_docs.py).
     listing = run_cli("rule", "--all")
     from torchdevlint.registry import all_rules
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, ROOT, run_cli
 from roundtrip import run as round_trip
 
@@ -39,6 +38,7 @@ def _wait_until(condition: Callable[[], bool], process: subprocess.Popen[str]) -
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_interrupted_fix_leaves_each_file_untouched_or_fully_fixed(tmp_path: Path) -> None:
     folder = tmp_path / "many"
     folder.mkdir()

@@ -16,6 +16,9 @@ from torchdevlint.engine import InvalidSource, lint_source
 from torchdevlint.fixer import fix_source
 from torchdevlint.registry import all_rules
 
+# Whole module: property-based fuzzing; `-m "not slow"` skips it.
+pytestmark = pytest.mark.slow
+
 RULES = list(all_rules())
 
 

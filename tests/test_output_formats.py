@@ -144,7 +144,7 @@ def test_sarif_on_the_fixtures_is_valid_and_complete() -> None:
     ]
     assert found == [(i["code"], Path(i["path"]).relative_to(ROOT).as_posix(), i["line"], i["column"]) for i in cli]
     assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in run["results"])
-    with_fix = [r for r, i in zip(run["results"], cli) if i["fix"] is not None]
+    with_fix = [r for r, i in zip(run["results"], cli, strict=True) if i["fix"] is not None]
     assert with_fix and all("fixes" in r for r in with_fix)
 
 
@@ -175,7 +175,7 @@ def test_sarif_fixes_make_the_same_change_as_the_fixer(tmp_path: Path) -> None:
     results = log["runs"][0]["results"]
     diagnostics = lint_source(text, "train.py", select_rules())
     assert [r["ruleId"] for r in results] == [d.code for d in diagnostics]
-    for result, diagnostic in zip(results, diagnostics):
+    for result, diagnostic in zip(results, diagnostics, strict=True):
         assert diagnostic.fix is not None
         (fix,) = result["fixes"]
         assert fix["description"]["text"] == diagnostic.fix.title

@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_cli
 
+# Whole module: real pre-commit/git runs or property-based fuzzing; `-m "not slow"` skips it.
+pytestmark = pytest.mark.slow
+
 BUGGY = "import torch\n\nx = torch.zeros(3)\nx.cuda()\n"
 FIXED = "import torch\n\nx = torch.zeros(3)\nx = x.cuda()\n"
 GIT_IDENTITY = {

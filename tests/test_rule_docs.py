@@ -5,9 +5,13 @@ from __future__ import annotations
 import pytest
 from conftest import ROOT, run_cli
 
+from torchdevlint.diagnostics import Applicability
 from torchdevlint.registry import all_rules
 from torchdevlint.rule import Rule
 from torchdevlint.ruledocs import doc_sections, page_path, rule_page, stale_files
+
+# ruff's sections, in ruff's order, as every page shows them before the tests' examples.
+RUFF_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "Options")
 
 
 def test_generated_docs_are_current() -> None:
@@ -35,8 +39,31 @@ def test_page_holds_the_docstring_and_every_example(rule: type[Rule]) -> None:
                 f"Use instead ({example.applicability.value} fix):\n\n```python\n{example.fixed_source.rstrip()}\n```"
                 in page
             )
-    for example in rule.VALID:
-        assert f"```python\n{example.source.rstrip()}\n```" in page
+    for valid in rule.VALID:
+        assert f"```python\n{valid.source.rstrip()}\n```" in page
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)
+def test_page_renders_the_documented_example_in_ruff_order(rule: type[Rule]) -> None:
+    page = rule_page(rule)
+    own_part = page.split("\n## Examples from the tests\n", 1)[0]
+    headings = [line[3:] for line in own_part.splitlines() if line.startswith("## ")]
+    shown = [title for title in headings if title in RUFF_SECTIONS]
+    assert shown == list(RUFF_SECTIONS), f"sections {shown}, want {list(RUFF_SECTIONS)}"
+
+    [example] = [example for example in rule.INVALID if example.in_docs]
+    assert f"## Example\n```python\n{example.source.rstrip()}\n```\n\n## Use instead\n" in own_part
+    if example.fixed_source is not None:
+        assert example.applicability is not None
+        use_instead = f"## Use instead\n```python\n{example.fixed_source.rstrip()}\n```\n\n"
+        assert use_instead in own_part
+        fix_line = own_part.split(use_instead, 1)[1].splitlines()[0]
+        assert example.applicability.value in fix_line
+        if example.applicability is Applicability.SAFE:
+            assert "unsafe" not in fix_line
+    else:
+        [valid] = [valid for valid in rule.VALID if valid.in_docs]
+        assert f"## Use instead\n```python\n{valid.source.rstrip()}\n```\n\n## Fix safety\n" in own_part
 
 
 def test_rule_command_prints_the_page() -> None:

@@ -182,6 +182,7 @@ def proven_findings_in(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [f for f in report["findings"] if f["code"].startswith("TDL0")]
 
 
+@pytest.mark.slow
 def test_every_fixture_with_findings_is_fix_verified_and_the_exit_code_is_0(corpus: Corpus) -> None:
     result, reports = corpus.result, corpus.reports
     assert result.returncode == 0, result.stdout + result.stderr
@@ -204,6 +205,24 @@ def test_fixture_original_fails_with_pytorchs_own_error(corpus: Corpus, name: st
     assert FIXTURE_ERRORS[name] in report["original"]["error"]["message"]
     assert "torchdevlint's emulation" not in report["original"]["error"]["message"]
     assert report["fixed"]["status"] == "ok" and report["fixed"]["error"] is None
+
+
+def test_non_blocking_copy_read_early_fails_on_the_emulated_gpu_and_its_fix_runs(corpus: Corpus) -> None:
+    report = corpus.reports["tdl013_anomaly_scores_read_before_sync.py"]
+    assert [(f["code"], f["line"]) for f in proven_findings_in(report)] == [("TDL013", 55), ("TDL013", 68)]
+    assert report["verdict"] == "fix verified", report
+    # CUDA raises nothing for this race: the emulation's model of it does, and says so.
+    error = report["original"]["error"]
+    assert (error["type"], error["line"]) == ("RuntimeError", 56)  # `float(epoch_loss)`, the first early read
+    assert error["message"].startswith(
+        "emulated GPU: a non_blocking copy to the CPU was read before synchronising; its data may not have arrived"
+    )
+    assert "torchdevlint's emulation" in error["message"]
+    # The copies the rule leaves alone (stashed, counted with len(), read after
+    # torch.cuda.synchronize()) run in the fixed program without tripping the check.
+    assert report["fixed"]["status"] == "ok"
+    assert report["comparison"]["status"] == "match"
+    assert report["fixed"]["result"] == report["reference"]["result"] == "epochs=3 scored=512 codes_shape=(512, 4)"
 
 
 def test_future_rule_fixture_is_no_finding_until_its_rule_exists(corpus: Corpus) -> None:
@@ -322,6 +341,7 @@ VERDICT_PROGRAMS = {
 }
 
 
+@pytest.mark.slow
 def test_verdicts_text_output_and_no_torch_in_the_parent(tmp_path: Path) -> None:
     for name, text in VERDICT_PROGRAMS.items():
         (tmp_path / name).write_text(textwrap.dedent(text) if name != "verified.py" else text)
@@ -497,6 +517,10 @@ def test_each_rule_predicts_its_own_error() -> None:
     assert verdict(["TDL004"], checkpoint) is Verdict.BUG_NOT_REPRODUCED
     no_gpu = outcome(RunStatus.ERROR, error="Torch not compiled with CUDA enabled", host=RunHost.CPU)
     assert verdict(["TDL007"], no_gpu) is Verdict.FIX_VERIFIED
+    read_early = outcome(RunStatus.ERROR, error=(
+        "emulated GPU: a non_blocking copy to the CPU was read before synchronising; its data may not have arrived"))
+    assert verdict(["TDL013"], read_early) is Verdict.FIX_VERIFIED
+    assert verdict(["TDL001"], read_early) is Verdict.BUG_NOT_REPRODUCED
 
 
 # -- the emulated GPU itself (torch in this process) ----------------------------------------------
@@ -641,6 +665,109 @@ def test_values_read_from_the_emulated_gpu_are_placeholders_and_recorded() -> No
     assert {"Tensor.item()", "Tensor.__format__", "Tensor.__bool__()", "Tensor.cpu()"} <= set(mode.placeholder_reads)
 
 
+READ_EARLY = "emulated GPU: a non_blocking copy to the CPU was read before synchronising"
+# Ways a program reads the values of a CPU tensor.
+VALUE_READS: dict[str, Callable[[Any], Any]] = {
+    "numpy()": lambda copy: copy.numpy(),
+    "tolist()": lambda copy: copy.tolist(),
+    "item()": lambda copy: copy[0].item(),
+    "print": print,
+    "format": lambda copy: f"{copy.sum():.3f}",
+    "float()": lambda copy: float(copy.sum()),
+    "argmax": lambda copy: copy.argmax(),
+    "torch.cat": lambda copy: torch.cat([copy, copy]),
+    "arithmetic": lambda copy: copy * 2,
+    "iteration": list,
+}
+# What waits for the GPU's stream: after it, every copy queued before has arrived.
+SYNCHRONISATIONS: dict[str, Callable[[Any], Any]] = {
+    "torch.cuda.synchronize()": lambda gpu: torch.cuda.synchronize(),
+    "torch.accelerator.synchronize()": lambda gpu: torch.accelerator.synchronize(),
+    "current stream synchronize()": lambda gpu: torch.cuda.current_stream().synchronize(),
+    "event synchronize()": lambda gpu: torch.cuda.Event().synchronize(),
+    "event query() answering True": lambda gpu: torch.cuda.Event().query(),
+    "item() of a GPU tensor": lambda gpu: gpu.sum().item(),
+    "cpu() of a GPU tensor": lambda gpu: gpu.cpu(),
+    "tolist() of a GPU tensor": lambda gpu: gpu.tolist(),
+    "blocking to('cpu') of a GPU tensor": lambda gpu: gpu.to("cpu"),
+    "blocking copy to the GPU": lambda gpu: torch.ones(2).to("cuda"),
+}
+
+
+@pytest.mark.parametrize("read", sorted(VALUE_READS))
+def test_non_blocking_copy_to_the_cpu_read_before_a_sync_fails_on_the_emulated_gpu(read: str) -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu():
+        scores = torch.randn(4, device="cuda").softmax(0)
+        copy = scores.to("cpu", non_blocking=True)
+        with pytest.raises(RuntimeError, match=READ_EARLY):
+            VALUE_READS[read](copy)
+
+
+@pytest.mark.parametrize("synchronisation", sorted(SYNCHRONISATIONS))
+def test_non_blocking_copy_read_after_a_sync_runs(synchronisation: str) -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu():
+        scores = torch.randn(4, device="cuda").softmax(0)
+        copy = scores.to("cpu", non_blocking=True)
+        SYNCHRONISATIONS[synchronisation](scores)
+        assert copy.tolist() == [1.0, 1.0, 1.0, 1.0]  # the emulated GPU's placeholder values
+
+
+def test_metadata_of_a_copy_in_flight_can_be_read() -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu():
+        copy = torch.randn(4, 3, device="cuda").to("cpu", non_blocking=True)
+        assert copy.shape == (4, 3) and copy.size(0) == 4 and len(copy) == 4
+        assert copy.dtype == torch.float32 and copy.device.type == "cpu"
+        assert copy.dim() == copy.ndim == 2 and copy.numel() == 12
+        results = [copy]  # stashed, not read
+        torch.cuda.synchronize()
+        assert torch.cat(results).shape == (4, 3)
+
+
+def test_only_non_blocking_copies_from_the_gpu_are_in_flight() -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu():
+        gpu = torch.randn(3, device="cuda")
+        assert gpu.to("cpu").sum().item() == 3.0  # blocking
+        assert torch.ones(3).to("cpu", non_blocking=True).sum().item() == 3.0  # already on the CPU
+        assert gpu.to("cuda", non_blocking=True).is_meta  # to the GPU: nothing to read on the host
+        buffer = torch.empty(3)
+        buffer.copy_(gpu, non_blocking=True)
+        with pytest.raises(RuntimeError, match=READ_EARLY):
+            buffer.mean()
+        synchronize = torch.cuda.synchronize
+    assert torch.cuda.synchronize is not synchronize  # the emulation's wrappers are gone
+
+
+def test_read_before_sync_check_for_real_gpus_ignores_host_copies_and_is_undone() -> None:
+    from torchdevlint.verify.emulation import host_copy_race_check
+
+    before = (torch.cuda.synchronize, torch.cuda.Event.synchronize, torch.cuda.Stream.synchronize)
+    with host_copy_race_check(on_cuda=True):
+        assert torch.cuda.synchronize is not before[0]
+        assert torch.ones(2).to("cpu", non_blocking=True).sum().item() == 2.0  # host to host: no race
+    assert (torch.cuda.synchronize, torch.cuda.Event.synchronize, torch.cuda.Stream.synchronize) == before
+
+
+@pytest.mark.cuda
+def test_read_before_sync_fails_on_a_real_gpu_and_a_sync_clears_it() -> None:
+    from torchdevlint.verify.emulation import host_copy_race_check
+
+    with host_copy_race_check(on_cuda=True):
+        gpu = torch.randn(1024, device="cuda")
+        copy = gpu.to("cpu", non_blocking=True)
+        with pytest.raises(RuntimeError, match="CUDA: a non_blocking copy to the CPU was read before synchronising"):
+            copy.sum()
+        torch.cuda.synchronize()
+        assert torch.equal(copy, gpu.cpu())
+
+
 def test_gpu_trained_checkpoint_fails_to_load_on_a_cpu_host(tmp_path: Path) -> None:
     from torchdevlint.verify.host import gpu_trained_checkpoints
 
@@ -654,6 +781,7 @@ def test_gpu_trained_checkpoint_fails_to_load_on_a_cpu_host(tmp_path: Path) -> N
     assert torch.equal(torch.load(tmp_path / "ckpt.pt", map_location="cpu")["w"], weights["w"])
 
 
+@pytest.mark.slow
 def test_common_gpu_path_calls_work_on_the_emulated_gpu(tmp_path):  # type: ignore[no-untyped-def]
     import json
 

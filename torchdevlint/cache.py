@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from torchdevlint import __version__
 from torchdevlint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
@@ -47,7 +48,8 @@ def _encode(diagnostic: Diagnostic) -> dict[str, object]:
     }
 
 
-def _decode(item: dict, path: str) -> Diagnostic:  # type: ignore[type-arg]
+def _decode(item: dict[str, Any], path: str) -> Diagnostic:
+    """A cached finding back from JSON; a malformed entry raises KeyError/TypeError/ValueError."""
     fix = None
     raw_fix = item["fix"]
     if raw_fix is not None:

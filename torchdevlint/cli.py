@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from torchdevlint import __version__
 from torchdevlint.budget import DEFAULT_FILE_SECONDS
@@ -35,7 +36,7 @@ SUBCOMMANDS = ("check", "rule", "verify")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         sys.stderr.write(f"torchdevlint: error: {message}\n")
         raise SystemExit(EXIT_ERROR)
@@ -169,11 +170,11 @@ def _run_rule(args: argparse.Namespace) -> int:
             fixable = "fixable" if rule.is_fixable() else "no fix"
             sys.stdout.write(f"{rule.code}  {rule.slug:<36} {state:<15} {fixable}\n")
         return EXIT_CLEAN
-    rule = rule_by_code(args.code)
-    if rule is None:
+    chosen = rule_by_code(args.code)
+    if chosen is None:
         sys.stderr.write(f"torchdevlint: error: unknown rule {args.code!r}\n")
         return EXIT_ERROR
-    sys.stdout.write(rule_page(rule))
+    sys.stdout.write(rule_page(chosen))
     return EXIT_CLEAN
 
 

@@ -26,7 +26,6 @@ else:  # pragma: no cover
 
 from torchdevlint.registry import (
     UnknownSelector,
-    all_rules,
     rule_by_code,
     validate_selector,
 )
@@ -82,12 +81,6 @@ class Config:
             if self.is_excluded(current, root):
                 return True
         return False
-
-    def fingerprint(self) -> str:
-        """A stable description of everything that affects findings (for the cache)."""
-        return repr((self.select, self.extend_select, self.ignore, sorted(
-            (code, repr(options)) for code, options in self.rule_options.items())))
-
 
 def _relative(path: Path, root: Path) -> str:
     """The path relative to the root, lexically: symlinks (even looping ones) are not followed."""
@@ -169,5 +162,3 @@ def load_config(pyproject: Path | None) -> Config:
     )
 
 
-def known_rule_codes() -> list[str]:
-    return [rule.code for rule in all_rules()]

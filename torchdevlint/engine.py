@@ -352,7 +352,7 @@ def check_syntax(source: str, path: str) -> ast.Module:
         # SyntaxWarnings about the user's code ("is" with a literal...) are not ours to print.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)  # type: ignore[no-any-return]
+            return ast.parse(source, path)
     except SyntaxError as error:
         message = error.msg
         try:

@@ -99,10 +99,7 @@ def _parses(text: str) -> bool:
 def _made_progress(before: Sequence[Diagnostic], after: Sequence[Diagnostic], unsafe: bool) -> bool:
     """Whether a round removed at least one fixable finding (by code, counted)."""
     remaining = Counter(d.code for d in after if is_applicable(d.fix, unsafe))
-    for code, count in Counter(d.code for d in before).items():
-        if remaining.get(code, 0) < count:
-            return True
-    return False
+    return any(remaining.get(code, 0) < count for code, count in Counter(d.code for d in before).items())
 
 
 def fix_source(

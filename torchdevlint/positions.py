@@ -12,7 +12,7 @@ statement, the whole-module provider answers instead.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import libcst as cst
 from libcst._position import CodeRange
@@ -26,11 +26,8 @@ _COMPOUND_BODIES = (cst.If, cst.For, cst.While, cst.Try, cst.TryStar, cst.With, 
                     cst.ClassDef, cst.Match)
 
 
-class _Collector:
-    """Stands in for the provider the codegen state writes into."""
-
-    def __init__(self) -> None:
-        self._computed: dict[cst.CSTNode, CodeRange] = {}
+class _Collector(PositionProvider):
+    """The provider the codegen state writes into, used on its own, outside any wrapper."""
 
 
 class StatementPositions:
@@ -43,7 +40,7 @@ class StatementPositions:
         self._lines: LineIndex | None = None
         self._cache: dict[cst.CSTNode, CodeRange] = {}
         self._rendered: set[int] = set()
-        self._whole_module: object | None = None
+        self._whole_module: Mapping[cst.CSTNode, CodeRange] | None = None
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
         found = self._cache.get(node)
@@ -56,14 +53,14 @@ class StatementPositions:
             found = self._cache.get(node)
             if found is not None:
                 return found
-        return self._fallback()[node]  # type: ignore[index]
+        return self._fallback()[node]
 
     @property
     def used_whole_module(self) -> bool:
         """Whether some node needed LibCST's whole-module positions (the slow path)."""
         return self._whole_module is not None
 
-    def _fallback(self) -> object:
+    def _fallback(self) -> Mapping[cst.CSTNode, CodeRange]:
         if self._whole_module is None:
             self._whole_module = MetadataWrapper(self._module, unsafe_skip_copy=True).resolve(PositionProvider)
         return self._whole_module
@@ -102,11 +99,13 @@ class StatementPositions:
         state = PositionProvidingCodegenState(
             default_indent=self._module.default_indent,
             default_newline=self._module.default_newline,
-            provider=collector,  # type: ignore[arg-type]
+            provider=collector,
         )
         state.indent_tokens = indents
         statement._codegen(state)
-        own = collector._computed.get(statement)
+        # The codegen state stores plain CodeRanges (LibCST types the slot for lazy values too).
+        computed = {node: found for node, found in collector._computed.items() if isinstance(found, CodeRange)}
+        own = computed.get(statement)
         if own is None:
             return
         python_line = _first_line(python_node)
@@ -115,7 +114,7 @@ class StatementPositions:
         start = self._offset(1 + delta, 0)
         if start is None or self._source[start : start + len(rendered)] != rendered:
             return  # the mapping is off somehow: let the whole-module provider answer
-        for node, code_range in collector._computed.items():
+        for node, code_range in computed.items():
             self._cache[node] = CodeRange(
                 (code_range.start.line + delta, code_range.start.column),
                 (code_range.end.line + delta, code_range.end.column),
@@ -130,8 +129,10 @@ class StatementPositions:
 
     def _python_counterpart(self, path: list[cst.CSTNode]) -> ast.AST | None:
         """Follow the same bodies down Python's ast as the path goes down LibCST's tree."""
-        python: ast.AST = self._python_ast  # type: ignore[assignment]
-        statements: list[ast.stmt] = python.body  # type: ignore[attr-defined]
+        if self._python_ast is None:
+            return None
+        python: ast.AST = self._python_ast
+        statements: list[ast.stmt] = self._python_ast.body
         cst_body: tuple[cst.CSTNode, ...] = tuple(self._module.body)
         index = 1
         while index < len(path):
@@ -157,7 +158,9 @@ class StatementPositions:
         return None
 
     @staticmethod
-    def _descend(node: cst.CSTNode, python: ast.AST, rest: list[cst.CSTNode]):  # type: ignore[no-untyped-def]
+    def _descend(
+        node: cst.CSTNode, python: ast.AST, rest: list[cst.CSTNode]
+    ) -> tuple[tuple[cst.CSTNode, ...], list[ast.stmt], int, ast.AST | None] | None:
         """The LibCST body and ast body the path continues in, and how many path nodes that took."""
         if not rest:
             return None
@@ -165,7 +168,7 @@ class StatementPositions:
         for cst_slot, ast_slot in _slots(node, python):
             if cst_slot is child:
                 block = cst_slot
-                if isinstance(block, (cst.Else, cst.Finally)) or isinstance(block, (cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase)):
+                if isinstance(block, (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase)):
                     inner = block.body
                     if len(rest) < 2 or rest[1] is not inner or not isinstance(inner, cst.IndentedBlock):
                         return None
@@ -178,24 +181,38 @@ class StatementPositions:
         return None
 
 
-def _slots(node: cst.CSTNode, python: ast.AST) -> Iterator[tuple[cst.CSTNode, list]]:  # type: ignore[type-arg]
+def _statements(python: ast.AST, field: str) -> list[ast.stmt]:
+    """An ast node's statement list (`body`, `orelse`, `finalbody`); empty if it has none."""
+    value = getattr(python, field, None)
+    return [item for item in value if isinstance(item, ast.stmt)] if isinstance(value, list) else []
+
+
+def _children(python: ast.AST, field: str) -> list[ast.AST]:
+    """An ast node's list of sub-nodes (`handlers`, `cases`)."""
+    value = getattr(python, field, None)
+    return [item for item in value if isinstance(item, ast.AST)] if isinstance(value, list) else []
+
+
+def _slots(node: cst.CSTNode, python: ast.AST) -> Iterator[tuple[cst.CSTNode, list[ast.stmt]]]:
+    # `_same_kind` has matched `python` to `node`, so the fields read here exist on it; a
+    # count that differs anyway ends the pairing and the whole-module positions answer.
     if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.With)):
-        yield node.body, python.body  # type: ignore[attr-defined]
+        yield node.body, _statements(python, "body")
     elif isinstance(node, (cst.If, cst.For, cst.While)):
-        yield node.body, python.body  # type: ignore[attr-defined]
+        yield node.body, _statements(python, "body")
         if node.orelse is not None:
-            yield node.orelse, python.orelse  # type: ignore[attr-defined]
+            yield node.orelse, _statements(python, "orelse")
     elif isinstance(node, (cst.Try, cst.TryStar)):
-        yield node.body, python.body  # type: ignore[attr-defined]
-        for handler, python_handler in zip(node.handlers, python.handlers):  # type: ignore[attr-defined]
-            yield handler, python_handler.body
+        yield node.body, _statements(python, "body")
+        for handler, python_handler in zip(node.handlers, _children(python, "handlers"), strict=False):
+            yield handler, _statements(python_handler, "body")
         if node.orelse is not None:
-            yield node.orelse, python.orelse  # type: ignore[attr-defined]
+            yield node.orelse, _statements(python, "orelse")
         if node.finalbody is not None:
-            yield node.finalbody, python.finalbody  # type: ignore[attr-defined]
+            yield node.finalbody, _statements(python, "finalbody")
     elif isinstance(node, cst.Match):
-        for case, python_case in zip(node.cases, python.cases):  # type: ignore[attr-defined]
-            yield case, python_case.body
+        for case, python_case in zip(node.cases, _children(python, "cases"), strict=False):
+            yield case, _statements(python_case, "body")
 
 
 def _statement_index(body: tuple[cst.CSTNode, ...], statement: cst.CSTNode) -> int | None:
@@ -231,4 +248,5 @@ def _same_kind(node: cst.CSTNode, python: ast.AST) -> bool:
 
 def _first_line(python: ast.AST) -> int:
     """The line LibCST's position of the statement starts on (decorators excluded, as there)."""
-    return python.lineno  # type: ignore[attr-defined]
+    line = getattr(python, "lineno", None)
+    return line if isinstance(line, int) else 1

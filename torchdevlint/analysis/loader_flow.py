@@ -256,8 +256,8 @@ class LoaderFlow:
 
     def _dataset_source(self, node: cst.BaseExpression, depth: int) -> DatasetSource:
         if isinstance(node, cst.Name) and depth > 0:
-            value = self._lookup_value(node.value)
-            return DatasetSource.UNKNOWN if value is None else self._dataset_source(value, depth - 1)
+            bound = self._lookup_value(node.value)
+            return DatasetSource.UNKNOWN if bound is None else self._dataset_source(bound, depth - 1)
         if not isinstance(node, cst.Call):
             return DatasetSource.UNKNOWN
         qualified = self.context.imports.qualified_name(node.func) or ""
@@ -337,7 +337,7 @@ class LoaderFlow:
 
     def visit_For(self, node: cst.For) -> None:
         iterable = node.iter
-        target = node.target
+        target: cst.BaseExpression = node.target
         while isinstance(iterable, cst.Call) and iterable.args and not iterable.args[0].keyword:
             callee = iterable.func
             name = callee.value if isinstance(callee, cst.Name) else self.context.imports.qualified_name(callee)
@@ -567,7 +567,8 @@ def device_expression_target(context: FileContext, value: cst.BaseExpression) ->
     if isinstance(value, cst.SimpleString):
         if not is_device_string(value):
             return Target.OTHER
-        return Target.CPU if value.evaluated_value.split(":", 1)[0] == "cpu" else Target.ACCELERATOR
+        text = value.evaluated_value
+        return Target.CPU if isinstance(text, str) and text.split(":", 1)[0] == "cpu" else Target.ACCELERATOR
     if isinstance(value, cst.Integer):
         return Target.ACCELERATOR
     if isinstance(value, cst.Call):

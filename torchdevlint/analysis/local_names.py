@@ -74,11 +74,7 @@ def _collect_bound(node: cst.CSTNode, local: set[str]) -> None:
     if isinstance(node, cst.Assign):
         for target in node.targets:
             _add_target(target.target, local)
-    elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
-        _add_target(node.target, local)
-    elif isinstance(node, cst.For):
-        _add_target(node.target, local)
-    elif isinstance(node, cst.NamedExpr):
+    elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.NamedExpr)):
         _add_target(node.target, local)
     elif isinstance(node, cst.WithItem) and node.asname is not None:
         _add_target(node.asname.name, local)

@@ -66,9 +66,6 @@ class ImportTable:
     def is_imported(self, local_name: str) -> bool:
         return local_name in self._aliases
 
-    def mentions_module(self, top_level: str) -> bool:
-        return any(q == top_level or q.startswith(top_level + ".") for q in self._aliases.values())
-
     def local_name_for(self, module: str) -> str | None:
         """The name this file binds to a module (`T` for `import torch as T`), if any."""
         for local, qualified in self._aliases.items():

@@ -93,7 +93,7 @@ class WrappedStateDictSaves:
                     return helper, ancestor.args.index(child)
                 return None
             if isinstance(ancestor, cst.Assign) and len(ancestor.targets) == 1:
-                target = ancestor.targets[0].target
+                target: cst.BaseExpression = ancestor.targets[0].target
                 if isinstance(target, cst.Subscript):
                     target = target.value
                 return target.value if isinstance(target, cst.Name) else None

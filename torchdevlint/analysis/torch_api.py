@@ -145,9 +145,7 @@ def is_module_constructor(qualified_name: str) -> bool:
         return last[:1].islower() and not last.startswith("get_") or last[:1].isupper() and not last.endswith("Weights")
     if head.startswith("timm") and last == "create_model":
         return True
-    if head.startswith("torchmetrics") and last[:1].isupper():
-        return True
-    return False
+    return head.startswith("torchmetrics") and last[:1].isupper()
 
 
 def is_tensor_function(qualified_name: str) -> bool:

@@ -151,10 +151,6 @@ def keyword_argument(call: cst.Call, name: str) -> cst.Arg | None:
     return None
 
 
-def has_star_arguments(call: cst.Call) -> bool:
-    return any(arg.star for arg in call.args)
-
-
 class KindInference:
     """Tracks scopes and bindings during the engine's pass and answers `kind_of`."""
 
@@ -205,12 +201,6 @@ class KindInference:
 
     def leave_conditional(self) -> None:
         self.current.conditional_depth -= 1
-
-    def enclosing_class_scope(self) -> Scope | None:
-        for scope in reversed(self.scopes):
-            if scope.kind is ScopeKind.CLASS:
-                return scope
-        return None
 
     def enclosing_method(self) -> Scope | None:
         """The outermost function scope that is a method of a class, if we are inside one."""
@@ -332,7 +322,7 @@ class KindInference:
                     isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)
                 ):
                     infos = [self.kind_of(e.value) for e in value.elements]
-                    for element, info in zip(target.elements, infos):
+                    for element, info in zip(target.elements, infos, strict=True):
                         self.bind_target(element.value, info)
                     continue
             self.bind_target(target, self.kind_of(value))

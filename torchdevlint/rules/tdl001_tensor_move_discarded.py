@@ -54,20 +54,6 @@ class TensorMoveDiscarded(Rule):
     `model.to(device)` is fine and is never reported; nor are objects whose `.to` works in
     place (Hugging Face `BatchEncoding`, torchmetrics metrics) or values of unknown kind.
 
-    ## Example
-    ```python
-    for inputs, targets in loader:
-        inputs.to(device)
-        loss = criterion(model(inputs), targets)
-    ```
-
-    ## Use instead
-    ```python
-    for inputs, targets in loader:
-        inputs = inputs.to(device)
-        loss = criterion(model(inputs), targets)
-    ```
-
     ## Fix safety
     Assigning the result back (`x = x.to(device)`, also for `self.h` and `batch["x"]`) is
     safe: the statement had no effect, and now it has the intended one. For a positional item
@@ -149,6 +135,29 @@ class TensorMoveDiscarded(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=64)
+            for inputs, targets in loader:
+                inputs.to(device)
+                loss = criterion(model(inputs), targets)
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=64)
+            for inputs, targets in loader:
+                inputs = inputs.to(device)
+                loss = criterion(model(inputs), targets)
+            """,
+            applicability=Applicability.SAFE,
+            name="documented-batch-input-moved-and-discarded",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch

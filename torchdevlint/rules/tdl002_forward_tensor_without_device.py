@@ -8,7 +8,7 @@ from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.edits import NodeEdit
+from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 # A factory immediately followed by one of these is put on a device anyway.
@@ -28,12 +28,10 @@ def _binds_name(body: cst.CSTNode, name: str) -> bool:
         targets: list[cst.BaseExpression] = []
         if isinstance(node, cst.Assign):
             targets = [t.target for t in node.targets]
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr, cst.Del)):
             targets = [node.target]
-        elif isinstance(node, cst.Del):
-            targets = [node.target]
-        elif isinstance(node, cst.AsName):
-            targets = [node.name]  # type: ignore[list-item]
+        elif isinstance(node, cst.AsName) and isinstance(node.name, cst.BaseExpression):
+            targets = [node.name]
         for target in targets:
             pending: list[cst.CSTNode] = [target]
             while pending:
@@ -80,7 +78,7 @@ def _is_host_use(name: cst.Name, ancestors: list[cst.CSTNode]) -> bool:
     )
 
 
-def _is_index_use(name: cst.Name, ancestors: list[cst.CSTNode]) -> bool:
+def _is_index_use(node: cst.BaseExpression, ancestors: list[cst.CSTNode]) -> bool:
     """`x[r]`, `x[:, r]`: CPU index tensors are accepted for tensors on any device."""
     return (
         len(ancestors) >= 3
@@ -116,22 +114,6 @@ class ForwardTensorWithoutDevice(Rule):
     factory immediately followed by `.to(...)`, `.cuda()` or `.type_as(...)`, a
     `torch.tensor` of a single number (0-dimensional CPU tensors mix with any device),
     tensors built in `__init__`, and `forward` of classes that are not Modules.
-
-    ## Example
-    ```python
-    class Encoder(nn.Module):
-        def forward(self, x):
-            h0 = torch.zeros(self.num_layers, x.size(0), self.hidden_size)
-            return self.rnn(x, h0)
-    ```
-
-    ## Use instead
-    ```python
-    class Encoder(nn.Module):
-        def forward(self, x):
-            h0 = torch.zeros(self.num_layers, x.size(0), self.hidden_size, device=x.device)
-            return self.rnn(x, h0)
-    ```
 
     ## Fix safety
     The fix adds `device=<input>.device`, using the first parameter of `forward` after
@@ -232,6 +214,31 @@ class ForwardTensorWithoutDevice(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Encoder(nn.Module):
+                def forward(self, x):
+                    h0 = torch.zeros(self.num_layers, x.size(0), self.hidden_size)
+                    return self.rnn(x, h0)
+            """,
+            fixed="""
+            import torch
+            from torch import nn
+
+
+            class Encoder(nn.Module):
+                def forward(self, x):
+                    h0 = torch.zeros(self.num_layers, x.size(0), self.hidden_size, device=x.device)
+                    return self.rnn(x, h0)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="documented-rnn-hidden-state",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch
@@ -336,7 +343,7 @@ class ForwardTensorWithoutDevice(Rule):
             parent.attr.value in _DEVICE_SETTING_METHODS or parent.attr.value in _HOST_ONLY_ATTRIBUTES
         ):
             return
-        if _is_index_use(node, ancestors) or _is_sequence_lengths(node, ancestors):  # type: ignore[arg-type]
+        if _is_index_use(node, ancestors) or _is_sequence_lengths(node, ancestors):
             return
         fix = self._fix(node, function)
         name = self._assigned_name(ancestors)
@@ -369,7 +376,7 @@ class ForwardTensorWithoutDevice(Rule):
         return None
 
     def setup(self) -> None:
-        self._pending: dict[str, tuple[cst.Call, object]] = {}
+        self._pending: dict[str, tuple[cst.Call, PendingFix | None]] = {}
         self._index_only: set[str] = set()
         self._rebinding: dict[tuple[int, str], bool] = {}
 
@@ -383,7 +390,7 @@ class ForwardTensorWithoutDevice(Rule):
             self._index_only.add(node.value)
             return
         call, fix = self._pending.pop(node.value)
-        self.report(call, fix=fix)  # type: ignore[arg-type]
+        self.report(call, fix=fix)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value != "forward":
@@ -391,7 +398,7 @@ class ForwardTensorWithoutDevice(Rule):
         # Created and never read as a value: still a CPU tensor in a device model; report.
         for name, (call, fix) in self._pending.items():
             if name not in self._index_only:
-                self.report(call, fix=fix)  # type: ignore[arg-type]
+                self.report(call, fix=fix)
         self._pending.clear()
         self._index_only.clear()
 
@@ -404,7 +411,7 @@ class ForwardTensorWithoutDevice(Rule):
             cached = self._rebinding[key] = _binds_name(forward.body, name)
         return cached
 
-    def _fix(self, call: cst.Call, forward: cst.FunctionDef):
+    def _fix(self, call: cst.Call, forward: cst.FunctionDef) -> PendingFix | None:
         params = [*forward.params.posonly_params, *forward.params.params][1:]
         if not params:
             return None

@@ -43,16 +43,6 @@ class LoadWithoutMapLocation(Rule):
     object on a CUDA device but torch.cuda.is_available() is False". On a machine with
     several GPUs everything lands on the saving process's GPU.
 
-    ## Example
-    ```python
-    model.load_state_dict(torch.load("model.pt"))
-    ```
-
-    ## Use instead
-    ```python
-    model.load_state_dict(torch.load("model.pt", map_location="cpu"))
-    ```
-
     ## Fix safety
     The fix adds `map_location=` with the device variable in scope (a name containing
     "device" bound to a `torch.device` or a device string), or else with the configured
@@ -129,6 +119,21 @@ class LoadWithoutMapLocation(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            model.load_state_dict(torch.load("model.pt"))
+            """,
+            fixed="""
+            import torch
+
+            model.load_state_dict(torch.load("model.pt", map_location="cpu"))
+            """,
+            applicability=Applicability.SAFE,
+            name="documented-load-into-state-dict",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch

@@ -29,18 +29,6 @@ class DataParallelStateDictSave(Rule):
     Not reported: `model.module.state_dict()`, or an unwrap helper such as
     `getattr(model, "module", model)` or `model.module if hasattr(model, "module") else model`.
 
-    ## Example
-    ```python
-    model = nn.DataParallel(model)
-    torch.save(model.state_dict(), "model.pt")
-    ```
-
-    ## Use instead
-    ```python
-    model = nn.DataParallel(model)
-    torch.save(model.module.state_dict(), "model.pt")
-    ```
-
     ## Fix safety
     A surely wrapped model gets `.module`; a maybe wrapped one gets
     `getattr(model, "module", model)`, which is the bare model in both cases. The saved keys
@@ -94,6 +82,25 @@ class DataParallelStateDictSave(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            model = nn.DataParallel(model)
+            torch.save(model.state_dict(), "model.pt")
+            """,
+            fixed="""
+            import torch
+            from torch import nn
+
+            model = nn.DataParallel(model)
+            torch.save(model.module.state_dict(), "model.pt")
+            """,
+            applicability=Applicability.SAFE,
+            name="documented-wrapped-model-saved",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch

@@ -34,6 +34,9 @@ class DataParallelPrefixLoad(Rule):
     stripped; also with `strict=False`. The save and the load are matched by the path
     expression they use. Reported at the `load_state_dict(...)` call.
 
+    Stripping the prefix at the load, as the fix does, repairs one loader; saving
+    `model.module.state_dict()` in the first place (see TDL004) repairs every one.
+
     ## Why is this bad?
     The wrapper saved every key as `module.<name>`; the bare model expects `<name>`. The load
     fails with "Missing key(s) in state_dict … Unexpected key(s) in state_dict:
@@ -43,21 +46,6 @@ class DataParallelPrefixLoad(Rule):
     Not reported when the prefix is stripped first (`consume_prefix_in_state_dict_if_present`,
     a comprehension with `removeprefix` or slicing: any rebinding of the loaded dict), when
     the loading model is wrapped the same way, or when the saving side saved `.module`.
-
-    ## Example
-    ```python
-    torch.save(nn.DataParallel(net).state_dict(), "net.pt")
-    fresh = Net()
-    fresh.load_state_dict(torch.load("net.pt", map_location="cpu"))
-    ```
-
-    ## Use instead
-    ```python
-    state = torch.load("net.pt", map_location="cpu")
-    torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(state, "module.")
-    fresh.load_state_dict(state)
-    ```
-    (Better still, save `model.module.state_dict()`: see TDL004.)
 
     ## Fix safety
     The fix strips the prefix in place just before the load, with
@@ -114,6 +102,36 @@ class DataParallelPrefixLoad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            from torchvision.models import resnet18
+
+            model = nn.DataParallel(resnet18())
+            torch.save(model.state_dict(), "model.pt")
+
+            fresh = resnet18()
+            state = torch.load("model.pt", map_location="cpu")
+            fresh.load_state_dict(state)
+            """,
+            fixed="""
+            import torch
+            from torch import nn
+            from torchvision.models import resnet18
+
+            model = nn.DataParallel(resnet18())
+            torch.save(model.state_dict(), "model.pt")
+
+            fresh = resnet18()
+            state = torch.load("model.pt", map_location="cpu")
+            torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(state, "module.")
+            fresh.load_state_dict(state)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="documented-wrapped-save-bare-load",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch

@@ -69,20 +69,6 @@ class NumpyOnDeviceTensor(Rule):
     and `.numpy()` of anything not known to be a torch tensor on a device (a device held in
     a variable counts only when it is assigned a GPU device in the file).
 
-    ## Example
-    ```python
-    model = Net().to("cuda")
-    logits = model(images)
-    predictions = logits.argmax(dim=1).numpy()
-    ```
-
-    ## Use instead
-    ```python
-    model = Net().to("cuda")
-    logits = model(images)
-    predictions = logits.argmax(dim=1).cpu().numpy()
-    ```
-
     ## Fix safety
     Safe: the fix inserts `.cpu()` before `.numpy()`, and `.detach()` too when the value may
     require grad (a model output outside `torch.no_grad()`). On the CPU both return the tensor
@@ -144,6 +130,27 @@ class NumpyOnDeviceTensor(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            from torchvision.models import resnet18
+
+            model = resnet18().to("cuda")
+            logits = model(images)
+            predictions = logits.argmax(dim=1).numpy()
+            """,
+            fixed="""
+            import torch
+            from torchvision.models import resnet18
+
+            model = resnet18().to("cuda")
+            logits = model(images)
+            predictions = logits.argmax(dim=1).cpu().numpy()
+            """,
+            applicability=Applicability.SAFE,
+            name="documented-predictions-of-a-gpu-model",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch
@@ -391,7 +398,7 @@ class NumpyOnDeviceTensor(Rule):
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, site: cst.CSTNode) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
             if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements):
-                for left, right in zip(target.elements, value.elements):
+                for left, right in zip(target.elements, value.elements, strict=True):
                     self._bind(left.value, right.value, site)
                 return
             evidence = self._on_device(value, site)

@@ -67,22 +67,6 @@ class UnguardedCuda(Rule):
     compiled with CUDA enabled" or "RuntimeError: Found no NVIDIA driver on your system",
     although the program was written to fall back to the CPU.
 
-    ## Example
-    ```python
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = Net().to(device)
-    for images, labels in loader:
-        images, labels = images.cuda(), labels.to("cuda")
-    ```
-
-    ## Use instead
-    ```python
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = Net().to(device)
-    for images, labels in loader:
-        images, labels = images.to(device), labels.to(device)
-    ```
-
     ## Fix safety
     Unsafe. Where a device variable with a CPU fallback is in scope, `.cuda()` becomes
     `.to(device)`, the `"cuda"` string becomes that variable, and `torch.cuda.FloatTensor(...)`
@@ -175,6 +159,28 @@ class UnguardedCuda(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            for images, labels in loader:
+                images, labels = images.cuda(), labels.to("cuda")
+            """,
+            fixed="""
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            for images, labels in loader:
+                images, labels = images.to(device), labels.to(device)
+            """,
+            applicability=Applicability.UNSAFE,
+            count=2,
+            name="documented-cuda-beside-a-cpu-fallback",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch

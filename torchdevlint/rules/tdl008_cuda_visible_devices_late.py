@@ -83,18 +83,6 @@ class CudaVisibleDevicesLate(Rule):
     raises "TypeError: str expected, not int", and so does `setdefault` without a value when
     the variable is unset.
 
-    ## Example
-    ```python
-    print("GPU:", torch.cuda.is_available())
-    os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu  # parser.add_argument("--gpu", type=int)
-    ```
-
-    ## Use instead
-    ```python
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu)
-    print("GPU:", torch.cuda.is_available())
-    ```
-
     ## Fix safety
     A non-string value that is an integer is wrapped in `str(...)`, and a list or tuple of
     integer literals becomes the comma-separated string: safe, the line failed before and now
@@ -112,6 +100,18 @@ class CudaVisibleDevicesLate(Rule):
     requires_any_text = (_VARIABLE,)
 
     VALID = [
+        Valid(
+            """
+            import os
+
+            import torch
+
+            os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu
+            print("GPU:", torch.cuda.is_available())
+            """,
+            name="documented-set-before-cuda-initialises",
+            in_docs=True,
+        ),
         Valid(
             """
             import os
@@ -165,6 +165,18 @@ class CudaVisibleDevicesLate(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import os
+
+            import torch
+
+            print("GPU:", torch.cuda.is_available())
+            os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu
+            """,
+            name="documented-set-after-is-available",
+            in_docs=True,
+        ),
         Invalid(
             """
             import os

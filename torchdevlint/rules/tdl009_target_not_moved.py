@@ -9,8 +9,9 @@ import libcst as cst
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.loader_flow import names_in
 from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.value_kinds import ValueInfo
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.edits import NodeEdit
+from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 _DEVICE_MOVES = frozenset({"to", "cuda"})
@@ -23,9 +24,7 @@ def _device_move(expression: cst.BaseExpression) -> tuple[cst.BaseExpression, cs
         method = expression.func.attr.value
         if method not in torch_api.MOVE_METHODS:
             return None
-        if method in _DEVICE_MOVES and expression.args:
-            move = expression
-        elif method == "cuda":
+        if method in _DEVICE_MOVES and expression.args or method == "cuda":
             move = expression
         expression = expression.func.value
     return (expression, move) if move is not None else None
@@ -63,6 +62,10 @@ class _BatchLoop:
         return set(self.batch_names) - self.moved - self.untracked - self.reported
 
 
+
+def _is_tensor(info: ValueInfo | None) -> bool:
+    return info is not None and info.is_tensor
+
 class TargetNotMoved(Rule):
     """
     ## What it does
@@ -77,21 +80,6 @@ class TargetNotMoved(Rule):
     CPU-only machine the code runs, so the bug ships.
 
     A target whose `.to()` result is thrown away is reported by TDL001 instead.
-
-    ## Example
-    ```python
-    for inputs, targets in loader:
-        inputs = inputs.to(device)
-        loss = criterion(model(inputs), targets)
-    ```
-
-    ## Use instead
-    ```python
-    for inputs, targets in loader:
-        inputs = inputs.to(device)
-        targets = targets.to(device)
-        loss = criterion(model(inputs), targets)
-    ```
 
     ## Fix safety
     The fix moves the target right after the inputs, with the same arguments. It is unsafe:
@@ -161,6 +149,30 @@ class TargetNotMoved(Rule):
             """
             import torch
             from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=64)
+            for inputs, targets in loader:
+                inputs = inputs.to(device)
+                loss = criterion(model(inputs), targets)
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=64)
+            for inputs, targets in loader:
+                inputs = inputs.to(device)
+                targets = targets.to(device)
+                loss = criterion(model(inputs), targets)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="documented-target-left-on-the-cpu",
+            in_docs=True,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
             loader = DataLoader([])
             device = torch.device("cuda")
             for inputs, targets in loader:
@@ -226,7 +238,7 @@ class TargetNotMoved(Rule):
             return ()
         names = tuple(e.value.value for e in target.elements if isinstance(e.value, cst.Name))
         kinds = self.context.kinds
-        if len(names) < 2 or not all(kinds.lookup(name) is not None and kinds.lookup(name).is_tensor for name in names):  # type: ignore[union-attr]
+        if len(names) < 2 or not all(_is_tensor(kinds.lookup(name)) for name in names):
             return ()
         return names
 
@@ -254,11 +266,12 @@ class TargetNotMoved(Rule):
     def _record_assignment(self, loop: _BatchLoop, line: cst.SimpleStatementLine, node: cst.Assign) -> None:
         pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
         for target in node.targets:
-            left = target.target
-            if isinstance(left, cst.Tuple) and isinstance(node.value, cst.Tuple) and len(left.elements) == len(node.value.elements):
-                pairs.extend((l.value, r.value) for l, r in zip(left.elements, node.value.elements))
+            whole = target.target
+            if isinstance(whole, cst.Tuple) and isinstance(node.value, cst.Tuple) and len(whole.elements) == len(node.value.elements):
+                pairs.extend((mine.value, theirs.value)
+                             for mine, theirs in zip(whole.elements, node.value.elements, strict=True))
             else:
-                pairs.append((left, node.value))
+                pairs.append((whole, node.value))
         for left, right in pairs:
             if not isinstance(left, cst.Name):
                 continue
@@ -308,7 +321,7 @@ class TargetNotMoved(Rule):
                         return
             stack.extend(child_nodes(node))
 
-    def _fix(self, loop: _BatchLoop, name: str, meeting_line: cst.SimpleStatementLine):  # type: ignore[no-untyped-def]
+    def _fix(self, loop: _BatchLoop, name: str, meeting_line: cst.SimpleStatementLine) -> PendingFix | None:
         if loop.first_move is None:
             return None
         line, move = loop.first_move

@@ -9,7 +9,7 @@ import libcst as cst
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.value_kinds import keyword_argument
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.edits import NodeEdit
+from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 _REGISTERED_TENSORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer"})
@@ -87,28 +87,6 @@ class TensorAttributeNotBuffer(Rule):
     and tensors that `forward` never reads, or reads only in device-safe ways
     (`self.mean.to(x.device)`, `.item()`, `float(self.low)`).
 
-    ## Example
-    ```python
-    class Normalize(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
-
-        def forward(self, x):
-            return x - self.mean
-    ```
-
-    ## Use instead
-    ```python
-    class Normalize(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1), persistent=False)
-
-        def forward(self, x):
-            return x - self.mean
-    ```
-
     ## Fix safety
     Safe: `register_buffer(..., persistent=False)` makes the tensor follow the module's moves
     and dtype casts without adding it to the state dict, so saved checkpoints and
@@ -174,6 +152,37 @@ class TensorAttributeNotBuffer(Rule):
         Invalid(
             """
             import torch
+            from torch import nn
+
+
+            class Normalize(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
+
+                def forward(self, x):
+                    return x - self.mean
+            """,
+            fixed="""
+            import torch
+            from torch import nn
+
+
+            class Normalize(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1), persistent=False)
+
+                def forward(self, x):
+                    return x - self.mean
+            """,
+            applicability=Applicability.SAFE,
+            name="documented-normalisation-constant",
+            in_docs=True,
+        ),
+        Invalid(
+            """
+            import torch
             import torch.nn as nn
             class Normalize(nn.Module):
                 def __init__(self):
@@ -193,7 +202,7 @@ class TensorAttributeNotBuffer(Rule):
                     return x - self.mean
             """,
             applicability=Applicability.SAFE,
-            name="normalisation-constant",
+            name="trailing-comment-survives-the-fix",
         ),
         Invalid(
             """
@@ -257,6 +266,11 @@ class TensorAttributeNotBuffer(Rule):
                     fix = self._fix(name, assignment, Applicability.UNSAFE if unsafe else Applicability.SAFE)
                 self.report(assignment, fix=fix)
 
+    def _current_class(self) -> _ModuleClass:
+        current = self._classes[-1]
+        assert current is not None, "asked only where _method() found a module class"
+        return current
+
     def _method(self) -> tuple[str, str | None] | None:
         if not self._classes or self._classes[-1] is None:
             return None
@@ -296,14 +310,14 @@ class TensorAttributeNotBuffer(Rule):
         if where is None:
             return
         if where[0] == "__init__" and _is_module_init_call(node):
-            self._classes[-1].module_initialised = True  # type: ignore[union-attr]
+            self._current_class().module_initialised = True
             return
         if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "register_buffer"):
             return
         if node.args and isinstance(node.args[0].value, cst.SimpleString):
             value = node.args[0].value.evaluated_value
             if isinstance(value, str):
-                self._classes[-1].registered.add(value)  # type: ignore[union-attr]
+                self._current_class().registered.add(value)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         where = self._method()
@@ -311,10 +325,13 @@ class TensorAttributeNotBuffer(Rule):
             return
         name = _self_attribute(node, where[1])
         if name is not None and not _device_safe_use(node, self.context.ancestors(node)):
-            self._classes[-1].used_in_forward.add(name)  # type: ignore[union-attr]
+            self._current_class().used_in_forward.add(name)
 
-    def _fix(self, name: str, assignment: cst.Assign, applicability: Applicability):  # type: ignore[no-untyped-def]
-        self_name = assignment.targets[0].target.value.value  # type: ignore[attr-defined]
+    def _fix(self, name: str, assignment: cst.Assign, applicability: Applicability) -> PendingFix:
+        target = assignment.targets[0].target
+        # Candidates are `self.name = ...` assignments, recorded by leave_Assign.
+        assert isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+        self_name = target.value.value
         # Edit around the value rather than re-render it: a multi-line value keeps its layout.
         return self.make_fix(
             NodeEdit.replace_until(assignment, assignment.value, f'{self_name}.register_buffer("{name}", '),

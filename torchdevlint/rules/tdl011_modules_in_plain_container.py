@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.edits import NodeEdit
+from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 # Modules that never hold parameters or buffers.
@@ -59,16 +59,6 @@ class ModulesInPlainContainer(Rule):
     trains them), and the state dict does not save them.
 
     Lists of modules that are registered elsewhere (`[self.conv1, self.conv2]`) are fine.
-
-    ## Example
-    ```python
-    self.blocks = [nn.Linear(64, 64) for _ in range(4)]
-    ```
-
-    ## Use instead
-    ```python
-    self.blocks = nn.ModuleList([nn.Linear(64, 64) for _ in range(4)])
-    ```
 
     ## Fix safety
     Offered for lists, and for dicts whose keys are string literals without dots that are not
@@ -126,6 +116,29 @@ class ModulesInPlainContainer(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            from torch import nn
+
+
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.blocks = [nn.Linear(64, 64) for _ in range(4)]
+            """,
+            fixed="""
+            from torch import nn
+
+
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.blocks = nn.ModuleList([nn.Linear(64, 64) for _ in range(4)])
+            """,
+            applicability=Applicability.UNSAFE,
+            name="documented-list-of-blocks",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch.nn as nn
@@ -221,7 +234,7 @@ class ModulesInPlainContainer(Rule):
         self._candidates.append((target.attr.value, node, fix))
 
     def setup(self) -> None:
-        self._candidates: list[tuple[str, cst.Assign, object]] = []
+        self._candidates: list[tuple[str, cst.Assign, PendingFix | None]] = []
         self._registered_later: set[str] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -244,7 +257,7 @@ class ModulesInPlainContainer(Rule):
             return
         for name, assignment, fix in self._candidates:
             if name not in self._registered_later:
-                self.report(assignment, fix=fix)  # type: ignore[arg-type]
+                self.report(assignment, fix=fix)
         self._candidates.clear()
         self._registered_later.clear()
 
@@ -273,10 +286,15 @@ class ModulesInPlainContainer(Rule):
         container = self._container_kind(value)
         if container is None:
             return None
+        elements: list[cst.BaseExpression]
         if isinstance(value, (cst.List, cst.Dict)):
             elements = [e.value for e in value.elements]
+        elif isinstance(value, cst.DictComp):
+            elements = [value.value]
+        elif isinstance(value, cst.ListComp):
+            elements = [value.elt]
         else:
-            elements = [value.value if isinstance(value, cst.DictComp) else value.elt]  # type: ignore[union-attr]
+            return None
         return container if any(self._may_hold_tensors(e) for e in elements) else None
 
     def _container_kind(self, value: cst.BaseExpression) -> str | None:

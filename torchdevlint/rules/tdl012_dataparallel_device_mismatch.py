@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import libcst as cst
 
 from torchdevlint.analysis.devices import device_literal, integer_value
@@ -32,18 +34,6 @@ class DataParallelDeviceMismatch(Rule):
     parameters and buffers on device cuda:0 (device_ids[0]) but found one of them on device:
     cuda:1". On a single-GPU or CPU-only machine nothing happens, so the bug shows only on the
     multi-GPU box.
-
-    ## Example
-    ```python
-    model = Net().to("cuda:1")
-    model = nn.DataParallel(model)
-    ```
-
-    ## Use instead
-    ```python
-    model = Net().to("cuda:1")
-    model = nn.DataParallel(model, device_ids=[1, 2, 3])
-    ```
 
     ## Fix safety
     Where `device_ids` is not given and the model is on `cuda:N` (N > 0), the fix passes
@@ -90,6 +80,25 @@ class DataParallelDeviceMismatch(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            model = Net().to("cuda:1")
+            model = nn.DataParallel(model)
+            """,
+            fixed="""
+            import torch
+            from torch import nn
+
+            model = Net().to("cuda:1")
+            model = nn.DataParallel(model, device_ids=list(range(1, torch.cuda.device_count())))
+            """,
+            applicability=Applicability.UNSAFE,
+            name="documented-model-on-cuda-1-wrapped",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch
@@ -231,7 +240,7 @@ class DataParallelDeviceMismatch(Rule):
             return 0 if len(ids.args) == 1 else integer_value(ids.args[0].value)
         return None
 
-    def _is_data_parallel(self, node: cst.BaseExpression) -> bool:
+    def _is_data_parallel(self, node: cst.BaseExpression) -> TypeGuard[cst.Call]:
         return isinstance(node, cst.Call) and self.context.imports.qualified_name(node.func) in DATA_PARALLEL
 
     # ---- visiting ----------------------------------------------------------------------
@@ -258,14 +267,14 @@ class DataParallelDeviceMismatch(Rule):
         # `DataParallel(...).to(...)` and `wrapper.cuda(n)`: the wrapper moved after wrapping.
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("to", "cuda"):
             receiver = node.func.value
-            first = self._first_device_id(receiver) if self._is_data_parallel(receiver) else self._lookup(self._wrappers, receiver)  # type: ignore[arg-type]
+            first = self._first_device_id(receiver) if self._is_data_parallel(receiver) else self._lookup(self._wrappers, receiver)
             placed = self._move_index(node)
             if first is not None and placed is not None and first != placed:
                 self.report(node)
             elif isinstance(receiver, cst.Name) and placed is not None and self._is_statement(node):
-                scope = self._binding_scope(receiver.value)
-                if scope is not None and self.context.kinds.kind_of(receiver).is_module_like:
-                    self._models.setdefault(scope, {})[receiver.value] = placed
+                binding_scope = self._binding_scope(receiver.value)
+                if binding_scope is not None and self.context.kinds.kind_of(receiver).is_module_like:
+                    self._models.setdefault(binding_scope, {})[receiver.value] = placed
 
     def _fix(self, call: cst.Call, placed: int) -> PendingFix | None:
         """No device_ids: use the GPUs from the model's onwards (the ones not left to others)."""
@@ -291,7 +300,7 @@ class DataParallelDeviceMismatch(Rule):
         value = node.value
         model_index = self._model_index(value)
         device_index = self._device_value(value)
-        wrapper_first = self._first_device_id(value) if self._is_data_parallel(value) else None  # type: ignore[arg-type]
+        wrapper_first = self._first_device_id(value) if self._is_data_parallel(value) else None
         for target in node.targets:
             if not isinstance(target.target, cst.Name):
                 continue

@@ -59,20 +59,6 @@ class DataloaderStarvesGpu(Rule):
     Off by default: it is a performance hint, and most scripts it fires on (tutorials,
     small in-memory datasets) lose little. Enable it with `extend-select = ["TDL101"]`.
 
-    ## Example
-    ```python
-    loader = DataLoader(train_set, batch_size=64, shuffle=True)
-    for images, labels in loader:
-        images, labels = images.to(device), labels.to(device)
-    ```
-
-    ## Use instead
-    ```python
-    loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4, pin_memory=True)
-    for images, labels in loader:
-        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-    ```
-
     ## Fix safety
     The fix adds `pin_memory=True`; `num_workers` is left to you (workers need a picklable
     dataset, an `if __name__ == "__main__":` guard on spawn platforms, and memory). Pinning
@@ -164,6 +150,33 @@ class DataloaderStarvesGpu(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            loader = DataLoader(train_set, batch_size=64, shuffle=True)
+            for images, labels in loader:
+                images, labels = images.to(device), labels.to(device)
+                loss = criterion(model(images), labels)
+                loss.backward()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            loader = DataLoader(train_set, batch_size=64, shuffle=True, pin_memory=True)
+            for images, labels in loader:
+                images, labels = images.to(device), labels.to(device)
+                loss = criterion(model(images), labels)
+                loss.backward()
+            """,
+            applicability=Applicability.UNSAFE,
+            name="documented-training-loop-loader",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch

@@ -81,29 +81,6 @@ class HostSyncInLoop(Rule):
     sits idle while Python prepares the next step. Done on every step, it can cost a large
     share of the throughput.
 
-    ## Example
-    ```python
-    for images, labels in loader:
-        images, labels = images.to(device), labels.to(device)
-        loss = criterion(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        running_loss += loss.item()
-    ```
-
-    ## Use instead
-    ```python
-    running_loss = torch.zeros((), device=device)
-    for step, (images, labels) in enumerate(loader):
-        images, labels = images.to(device), labels.to(device)
-        loss = criterion(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        running_loss += loss.detach()
-        if step % log_every == 0:
-            print(running_loss.item() / (step + 1))
-    ```
-
     ## Fix safety
     No fix: accumulating on the device changes the type of the accumulator (a tensor, not a
     float), which the code after the loop may not expect.
@@ -119,6 +96,23 @@ class HostSyncInLoop(Rule):
     requires_any_text = ("backward",)
 
     VALID = [
+        Valid(
+            """
+            import torch
+
+            running_loss = torch.zeros((), device=device)
+            for step, (images, labels) in enumerate(loader):
+                images, labels = images.to(device), labels.to(device)
+                loss = criterion(model(images), labels)
+                loss.backward()
+                optimizer.step()
+                running_loss += loss.detach()
+                if step % log_every == 0:
+                    print(running_loss.item() / (step + 1))
+            """,
+            name="documented-accumulated-on-the-device",
+            in_docs=True,
+        ),
         Valid(
             """
             import torch
@@ -158,6 +152,20 @@ class HostSyncInLoop(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            for images, labels in loader:
+                images, labels = images.to(device), labels.to(device)
+                loss = criterion(model(images), labels)
+                loss.backward()
+                optimizer.step()
+                running_loss += loss.item()
+            """,
+            name="documented-loss-item-every-step",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch
@@ -236,7 +244,7 @@ class HostSyncInLoop(Rule):
         if isinstance(func, cst.Attribute) and func.attr.value == "backward":
             loop.trains = True
             return
-        if not (loop.on_device or any(l.on_device for l in self._loops)):
+        if not (loop.on_device or any(outer.on_device for outer in self._loops)):
             return
         if isinstance(func, cst.Name) and func.value == "print" and self.context.kinds.lookup("print") is None:
             if any(isinstance(arg.value, cst.Name) and arg.value.value in self._on_device() for arg in node.args):

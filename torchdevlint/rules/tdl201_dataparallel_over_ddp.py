@@ -37,21 +37,6 @@ class DataParallelOverDdp(Rule):
     prefixes state dict keys with `module.` (see TDL004) and does not work with most newer
     features (`torch.compile`, FSDP, mixed-device models).
 
-    ## Example
-    ```python
-    model = nn.DataParallel(model).cuda()
-    ```
-
-    ## Use instead
-    ```python
-    # launched with `torchrun --nproc-per-node=NUM_GPUS train.py`
-    dist.init_process_group("nccl")
-    local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
-    model = DistributedDataParallel(model.cuda(local_rank), device_ids=[local_rank])
-    # and a DistributedSampler for the DataLoader
-    ```
-
     ## Fix safety
     No fix: DDP needs a launcher, a process group and a distributed sampler, which are
     changes to how the program is run, not to one line.
@@ -69,6 +54,24 @@ class DataParallelOverDdp(Rule):
     VALID = [
         Valid(
             """
+            import os
+
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel
+
+            # launched with `torchrun --nproc-per-node=NUM_GPUS train.py`
+            dist.init_process_group("nccl")
+            local_rank = int(os.environ["LOCAL_RANK"])
+            torch.cuda.set_device(local_rank)
+            model = DistributedDataParallel(model.cuda(local_rank), device_ids=[local_rank])
+            # and a DistributedSampler for the DataLoader
+            """,
+            name="documented-distributed-data-parallel",
+            in_docs=True,
+        ),
+        Valid(
+            """
             import torch
             from torch.nn.parallel import DistributedDataParallel as DDP
             model = DDP(model.cuda(rank), device_ids=[rank])
@@ -79,6 +82,15 @@ class DataParallelOverDdp(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            from torch import nn
+
+            model = nn.DataParallel(model).cuda()
+            """,
+            name="documented-dataparallel",
+            in_docs=True,
+        ),
         Invalid(
             """
             import torch

@@ -45,6 +45,12 @@ class NvidiaSmiGpuSelection(Rule):
     command may be a string, a list, or a variable holding the string. Calls of `nvidia-smi`
     that only log statistics are not reported.
 
+    Ask CUDA instead: `torch.cuda.mem_get_info(i)` uses CUDA's own numbering and honours
+    `CUDA_VISIBLE_DEVICES` (it creates a context on each GPU it asks). NVML (`pynvml`) avoids
+    the subprocess and the file but numbers GPUs as `nvidia-smi` does: set
+    `CUDA_DEVICE_ORDER=PCI_BUS_ID` if you use it. Better still, let the scheduler or
+    `torchrun` assign GPUs.
+
     ## Why is this bad?
     `nvidia-smi` numbers GPUs in PCI bus order and ignores `CUDA_VISIBLE_DEVICES`; CUDA
     numbers the visible GPUs fastest first. In a job that was given a subset of the GPUs
@@ -53,23 +59,6 @@ class NvidiaSmiGpuSelection(Rule):
     device ordinal"). The program also fails where `nvidia-smi` is not installed (many
     containers, ROCm, Apple silicon), and a fixed temporary file in the working directory is
     overwritten by concurrent jobs and left behind.
-
-    ## Example
-    ```python
-    os.system("nvidia-smi -q -d Memory | grep -A4 GPU | grep Free > tmp")
-    free = [int(line.split()[2]) for line in open("tmp").readlines()]
-    device = torch.device(f"cuda:{int(np.argmax(free))}")
-    ```
-
-    ## Use instead
-    ```python
-    free = [torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())]
-    device = torch.device(f"cuda:{max(range(len(free)), key=free.__getitem__)}")
-    ```
-    `torch.cuda.mem_get_info` uses CUDA's own numbering and honours `CUDA_VISIBLE_DEVICES`
-    (it creates a context on each GPU it asks). NVML (`pynvml`) avoids the subprocess and the
-    file but numbers GPUs as `nvidia-smi` does: set `CUDA_DEVICE_ORDER=PCI_BUS_ID` if you use it.
-    Better still, let the scheduler or `torchrun` assign GPUs.
 
     ## Fix safety
     No fix: the replacement spans several statements and changes which GPU is picked.
@@ -84,6 +73,16 @@ class NvidiaSmiGpuSelection(Rule):
     requires_any_text = ("nvidia-smi",)
 
     VALID = [
+        Valid(
+            """
+            import torch
+
+            free = [torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())]
+            device = torch.device(f"cuda:{max(range(len(free)), key=free.__getitem__)}")
+            """,
+            name="documented-free-memory-from-cuda",
+            in_docs=True,
+        ),
         Valid(
             """
             import subprocess
@@ -119,6 +118,20 @@ class NvidiaSmiGpuSelection(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import os
+
+            import numpy as np
+            import torch
+
+            os.system("nvidia-smi -q -d Memory | grep -A4 GPU | grep Free > tmp")
+            free = [int(line.split()[2]) for line in open("tmp").readlines()]
+            device = torch.device(f"cuda:{int(np.argmax(free))}")
+            """,
+            name="documented-free-memory-from-nvidia-smi",
+            in_docs=True,
+        ),
         Invalid(
             """
             import os

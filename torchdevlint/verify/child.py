@@ -19,7 +19,7 @@ import traceback
 import types
 from pathlib import Path
 
-from torchdevlint.verify.protocol import ChildReport, ErrorInfo, RunHost, RunStatus
+from torchdevlint.verify.protocol import ChildReport, ErrorInfo, RunHost, RunStatus, string_map
 
 
 def probe() -> int:
@@ -53,7 +53,7 @@ def run_program(source: str, path: str, kind: RunHost, gpus: int) -> ChildReport
     """Execute `source` as the `__main__` of `path`, the way `python path` would."""
     main = types.ModuleType("__main__")
     main.__file__ = path
-    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    main.__dict__["__builtins__"] = __builtins__
     sys.argv = [path]
     sys.path[0] = os.path.dirname(path)
     sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the program
@@ -85,8 +85,7 @@ def _run_forked(request: dict[str, object]) -> None:
         os.setsid()  # its own process group, which a timeout kills as a whole
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(str(request["cwd"]))
-        for key, value in dict(request.get("env") or {}).items():  # type: ignore[call-overload]
-            os.environ[str(key)] = str(value)
+        os.environ.update(string_map(request.get("env")))
         write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         redirections = ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], write), (2, request["stderr"], write))
         for fd, name, flags in redirections:
@@ -115,10 +114,10 @@ def serve() -> int:
     {"id", "cwd", "source", "stdout", "stderr", "report", "path", "host", "gpus", "timeout", "env"};
     answers: {"id", "returncode", "timed_out"}. End of input: live runs are killed, then exit.
     """
-    import torch  # noqa: F401 - the point of the server
+    import torch
     import torch._dynamo  # noqa: F401 - the first optimizer step imports it: another ~2 s a run
 
-    import torchdevlint.verify.emulation  # noqa: F401 - imports torch.nn, data, optim
+    import torchdevlint.verify.emulation
     import torchdevlint.verify.host  # noqa: F401
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the server by closing its input

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 DEFAULT_PATHS = ("fixtures/",)
 EXIT_VERIFIED = 0
@@ -24,7 +25,10 @@ def _positive_seconds(value: str) -> float:
     return seconds
 
 
-def add_verify_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+_ParserT = TypeVar("_ParserT", bound=argparse.ArgumentParser)
+
+
+def add_verify_parser(commands: argparse._SubParsersAction[_ParserT]) -> None:
     verify = commands.add_parser(
         "verify", help="run each program before and after its fixes, on CUDA or an emulated GPU",
         description=(
@@ -90,8 +94,8 @@ def run_verify(args: argparse.Namespace) -> int:
     out = sys.stdout
     if text:
         out.write(report.header(accelerator))
-        for error in errors:
-            report.write_error(out, error)
+        for file_error in errors:
+            report.write_error(out, file_error)
         out.flush()
     programs: list[ProgramReport] = []
     for item in verify_programs(files, settings):
@@ -107,8 +111,8 @@ def run_verify(args: argparse.Namespace) -> int:
     if text:
         out.write(report.summary(programs, errors))
     else:
-        for error in errors:
-            report.write_error(sys.stderr, error)
+        for file_error in errors:
+            report.write_error(sys.stderr, file_error)
         report.write_json(out, programs)
     if errors:
         return EXIT_ERROR

@@ -23,18 +23,26 @@ DataParallel (one replica does the work) keeps its check that the module sits on
 `.cpu()`, `if tensor:`), ones stand in (True for booleans: a length, a count or a divisor of
 1 keeps most code running where 0 would not) and the read is recorded, so the report can say
 why a result that depends on values was not compared.
+
+A copy to the CPU made with `non_blocking=True` is asynchronous on CUDA and reading it before a
+synchronisation races with it; `meta` copies nothing. `HostCopyRaceMode` models the race
+deterministically (such a copy is pending until something synchronises, and reading a pending
+copy raises), inside the emulated GPU and, installed alone by `host_copy_race_check`, on a real
+GPU, where the race shows only now and then.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
+from torch.serialization import STORAGE
 from torch.utils.weak import WeakIdKeyDictionary
 
 EMULATED_DEVICE = torch.device("meta")
@@ -172,7 +180,7 @@ class EmulatedGpuMode(TorchFunctionMode):
         """Arguments with CUDA devices made `meta`, and the GPU they named."""
         indices = [self.cuda_index(arg) for arg in args]
         named = [index for index in indices if index is not None]
-        args = tuple(arg if index is None else EMULATED_DEVICE for arg, index in zip(args, indices))
+        args = tuple(arg if index is None else EMULATED_DEVICE for arg, index in zip(args, indices, strict=True))
         if "device" in kwargs:
             index = self.cuda_index(kwargs["device"], int_is_device=True)
             if index is not None:
@@ -187,7 +195,10 @@ class EmulatedGpuMode(TorchFunctionMode):
     # match any GPU.
 
     def gpu_of(self, tensor: Tensor) -> int | None:
-        return self._gpu.get(tensor) if self.multi_gpu and tensor.is_meta else None
+        if not (self.multi_gpu and tensor.is_meta and tensor in self._gpu):
+            return None
+        index: int = self._gpu[tensor]
+        return index
 
     def place(self, result: Any, index: int | None) -> Any:
         if self.multi_gpu and index is not None:
@@ -253,14 +264,15 @@ class EmulatedGpuMode(TorchFunctionMode):
 
     def _parse_to(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """`Module.to`'s parser: CUDA devices stay (each tensor's `.to` maps them, knowing which GPU)."""
-        args, kwargs = list(args), dict(kwargs)
+        positional, kwargs = list(args), dict(kwargs)
         # A bare index means a CUDA device, which a CPU-only build cannot parse.
-        if args and self.cuda_index(args[0], int_is_device=True) is not None and isinstance(args[0], int):
-            args[0] = torch.device("cuda", args[0])
+        first = positional[0] if positional else None
+        if isinstance(first, int) and self.cuda_index(first, int_is_device=True) is not None:
+            positional[0] = torch.device("cuda", first)
         device = kwargs.get("device")
         if self.cuda_index(device, int_is_device=True) is not None and isinstance(device, int):
             kwargs["device"] = torch.device("cuda", device)
-        return func(*args, **kwargs)
+        return func(*positional, **kwargs)
 
     def _cuda(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self_ = args[0]
@@ -330,7 +342,7 @@ class EmulatedGpuMode(TorchFunctionMode):
         if not (tensor.is_meta or mask.is_meta):
             return func(*args, **kwargs)
         self._record("torch.masked_select")
-        selected, _ = torch.broadcast_tensors(tensor, mask)
+        selected, _ = torch.broadcast_tensors(tensor, mask)  # type: ignore[no-untyped-call]  # unannotated in torch
         return selected.reshape(-1)
 
     def _data_dependent_index(self, index: Any) -> Any:
@@ -347,24 +359,23 @@ class EmulatedGpuMode(TorchFunctionMode):
     def _indexing(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self_ = args[0]
         self._check_indexing(self_, args[1] if len(args) > 1 else kwargs.get("indices"))
-        args = list(args)
-        if len(args) > 1:
-            args[1] = self._data_dependent_index(args[1])
-        if _name(func) == "__setitem__" and len(args) > 2 and isinstance(args[2], Tensor):
-            if args[2].is_meta and not self_.is_meta:
-                args[2] = self.host_copy(args[2], "assignment into a CPU tensor")
-        return func(*args, **kwargs)
+        operands = list(args)
+        if len(operands) > 1:
+            operands[1] = self._data_dependent_index(operands[1])
+        value = operands[2] if _name(func) == "__setitem__" and len(operands) > 2 else None
+        if isinstance(value, Tensor) and value.is_meta and not self_.is_meta:
+            operands[2] = self.host_copy(value, "assignment into a CPU tensor")
+        return func(*operands, **kwargs)
 
     # -- strictness ------------------------------------------------------------------------
 
     def _check_indexing(self, self_: Any, index: Any) -> None:
         """CUDA takes CPU indices for a CUDA tensor, not CUDA indices for a CPU tensor."""
-        if isinstance(self_, Tensor) and self_.device.type == "cpu":
-            if any(t.is_meta for t in _tensors(index)):
-                raise RuntimeError(
-                    "indices should be either on cpu or on the same device as the indexed tensor (cpu) "
-                    f"({_EMULATION_NOTE})"
-                )
+        if isinstance(self_, Tensor) and self_.device.type == "cpu" and any(t.is_meta for t in _tensors(index)):
+            raise RuntimeError(
+                "indices should be either on cpu or on the same device as the indexed tensor (cpu) "
+                f"({_EMULATION_NOTE})"
+            )
 
     def _check_devices(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         """Raise CUDA's error where CUDA would; return the emulated GPU the operands share."""
@@ -397,7 +408,9 @@ class EmulatedGpuMode(TorchFunctionMode):
             self.place(result, named if named is not None else gpu)
         return result
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         handler = self._handlers.get(func)
         if handler is not None:
@@ -549,7 +562,7 @@ def _patch_cuda_api(patches: _Patches, mode: EmulatedGpuMode) -> None:
     original_new = parameter.__new__
 
     def new_parameter(cls: type, data: Tensor | None = None, requires_grad: bool = True) -> Tensor:
-        created = original_new(cls, data, requires_grad)
+        created: Tensor = original_new(cls, data, requires_grad)
         if isinstance(data, Tensor):
             mode.place(created, mode.gpu_of(data))
         return created
@@ -569,7 +582,7 @@ def _patch_data_parallel(patches: _Patches, mode: EmulatedGpuMode) -> None:
 
     original_forward = cls.forward
 
-    def __init__(self: torch.nn.DataParallel, *args: Any, **kwargs: Any) -> None:  # type: ignore[type-arg]
+    def __init__(self: torch.nn.DataParallel[Any], *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
         if self.device_ids:
             self.src_device_obj = EMULATED_DEVICE
@@ -608,25 +621,210 @@ def _patch_data_parallel(patches: _Patches, mode: EmulatedGpuMode) -> None:
     patches.set(cls, "gather", gather)
 
 
+# -- copies to the host that have not arrived -------------------------------------------------
+# On CUDA, `gpu_tensor.to("cpu", non_blocking=True)` queues the copy on the stream and returns a
+# CPU tensor (in pinned memory) at once; its values are there only once the stream has caught
+# up. Reading it earlier sees whatever the buffer held: no error, wrong numbers now and then.
+# `meta` copies nothing, and even on CUDA the race is a matter of timing, so both hosts run a
+# deterministic model of it: such a copy is "pending" until something synchronises, and a
+# pending tensor whose values are read raises. What synchronises is what TDL013 counts as one,
+# so the rule and the run agree.
+
+HOST_COPY_READ_EARLY = "a non_blocking copy to the CPU was read before synchronising; its data may not have arrived"
+_EMULATED_RACE_NOTE = (
+    "raised by torchdevlint's emulation: on CUDA this read races with the copy and may see stale values"
+)
+_CUDA_RACE_NOTE = (
+    "raised by torchdevlint's read-before-sync check: CUDA itself raises nothing, the read races with the copy "
+    "and may see stale values"
+)
+# Reading these says nothing about a tensor's values.
+_METADATA_PROPERTIES = (
+    "shape", "dtype", "device", "ndim", "layout", "names", "is_cuda", "is_cpu", "is_meta", "requires_grad",
+    "is_leaf", "grad_fn", "itemsize", "nbytes", "is_sparse", "is_quantized", "is_nested", "is_mkldnn",
+)
+_METADATA_METHODS = (
+    "size", "dim", "ndimension", "numel", "nelement", "element_size", "stride", "storage_offset", "is_pinned",
+    "is_contiguous", "is_floating_point", "is_complex", "get_device", "data_ptr", "__len__", "__hash__",
+)
+# Calls that bring a GPU tensor's values to the host and wait for them: they wait for the whole
+# stream, so every copy queued before them has arrived too.
+_BLOCKING_HOST_READS = (
+    "item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "__complex__",
+    "__format__", "__repr__", "__array__", "nonzero", "argwhere", "masked_select", "equal", "allclose",
+)
+
+
+def _metadata_functions() -> frozenset[object]:
+    """What a `TorchFunctionMode` receives for `t.shape`, `t.size()`, `len(t)`."""
+    found: set[object] = set()
+    for name in _METADATA_PROPERTIES:
+        descriptor = getattr(Tensor, name, None)
+        if descriptor is not None and hasattr(descriptor, "__get__"):
+            found.add(descriptor.__get__)
+    found.update(getattr(Tensor, name) for name in _METADATA_METHODS if hasattr(Tensor, name))
+    return frozenset(found)
+
+
+def _blocking_reads() -> frozenset[object]:
+    found: set[object] = {getattr(Tensor, name) for name in _BLOCKING_HOST_READS if hasattr(Tensor, name)}
+    found.update(getattr(torch, name) for name in _BLOCKING_HOST_READS if hasattr(torch, name))
+    return frozenset(found)
+
+
+_METADATA = _metadata_functions()
+_SYNCHRONISING_READS = _blocking_reads()
+
+
+def _on_accelerator(value: Any) -> bool:
+    return isinstance(value, Tensor) and value.device.type != "cpu"
+
+
+def _on_host(value: Any) -> bool:
+    return isinstance(value, Tensor) and value.device.type == "cpu"
+
+
+class HostCopyRaceMode(TorchFunctionMode):
+    """Marks non-blocking device-to-host copies pending until a synchronisation; a read of one raises.
+
+    Entered inside the emulated GPU's mode (it must see the program's calls before the emulation
+    rewrites them), or alone on a real GPU.
+    """
+
+    def __init__(self, who: str, note: str) -> None:
+        super().__init__()
+        self._who = who
+        self._note = note
+        # Keyed by identity, held weakly: a copy that is dropped unread is no longer pending.
+        self._pending: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+    def is_pending(self, tensor: Tensor) -> bool:
+        return tensor in self._pending
+
+    def arrived(self) -> None:
+        """Something waited for the stream: every copy queued so far is complete."""
+        self._pending.clear()
+
+    def _check_read(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if any(tensor in self._pending for tensor in (*_tensors(args), *_tensors(kwargs))):
+            where = resolve_name(func) or _name(func) or repr(func)
+            raise RuntimeError(f"{self._who}: {HOST_COPY_READ_EARLY} (in {where}; {self._note})")
+
+    def _transfer(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        """`.to`, `.cuda` and `copy_` between host and device: queue a pending copy, or wait."""
+        if func is Tensor.copy_:
+            destination, source = args[0], args[1] if len(args) > 1 else kwargs.get("src")
+            non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        else:
+            destination, source = result, args[0]
+            if func is Tensor.cuda:
+                non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+            else:
+                parse_kwargs = {key: value for key, value in kwargs.items() if key != "copy"}
+                non_blocking = bool(torch._C._nn._parse_to(*args[1:], **parse_kwargs)[2])
+        if _on_accelerator(source) and _on_host(destination):
+            if non_blocking:
+                self._pending[destination] = True
+            else:
+                self.arrived()  # a blocking copy waits for the stream, earlier copies included
+        elif _on_host(source) and _on_accelerator(destination) and not non_blocking:
+            self.arrived()  # from pageable memory too: the copy is queued, then the host waits
+
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        if self._pending and func not in _METADATA:
+            self._check_read(func, tuple(args), kwargs)
+        result = func(*args, **kwargs)
+        if func is Tensor.to or func is Tensor.cuda or func is Tensor.copy_:
+            self._transfer(func, tuple(args), kwargs, result)
+        elif func in _SYNCHRONISING_READS and any(_on_accelerator(t) for t in _tensors(args)):
+            self.arrived()
+        return result
+
+
+def _patch_synchronisations(patches: _Patches, race: HostCopyRaceMode, classes: tuple[type, ...]) -> None:
+    """Explicit synchronisations mark every pending copy arrived.
+
+    `torch.cuda.synchronize`, `torch.accelerator.synchronize`, and a stream's or event's
+    `synchronize()`, `wait()` and a `query()` that answers True. (On CUDA `Event.wait()` only makes
+    a stream wait; TDL013 counts it as a synchronisation, and so does the model: it errs toward
+    silence.)
+    """
+
+    def arriving(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def synchronised(*args: Any, **kwargs: Any) -> Any:
+            result = function(*args, **kwargs)
+            race.arrived()
+            return result
+
+        return synchronised
+
+    def arriving_when_done(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def queried(*args: Any, **kwargs: Any) -> Any:
+            done = function(*args, **kwargs)
+            if done:
+                race.arrived()
+            return done
+
+        return queried
+
+    patches.set(torch.cuda, "synchronize", arriving(torch.cuda.synchronize))
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "synchronize"):
+        patches.set(accelerator, "synchronize", arriving(accelerator.synchronize))
+    for cls in classes:
+        own = vars(cls)
+        for name in ("synchronize", "wait"):
+            if name in own:
+                patches.set(cls, name, arriving(own[name]))
+        if "query" in own:
+            patches.set(cls, "query", arriving_when_done(own["query"]))
+
+
+@contextmanager
+def host_copy_race_check(on_cuda: bool = True) -> Iterator[HostCopyRaceMode]:
+    """The read-before-sync check on a real GPU (`on_cuda`), or inside `emulated_gpu`."""
+    if on_cuda:
+        race = HostCopyRaceMode("CUDA", _CUDA_RACE_NOTE)
+        classes: tuple[type, ...] = (torch.cuda.Stream, torch.cuda.Event)
+    else:
+        race = HostCopyRaceMode("emulated GPU", _EMULATED_RACE_NOTE)
+        classes = (_EmulatedStream, _EmulatedEvent)
+    patches = _Patches()
+    with ExitStack() as stack:
+        stack.callback(patches.undo)
+        _patch_synchronisations(patches, race, classes)
+        stack.enter_context(race)
+        yield race
+
+
 @contextmanager
 def _serialization(mode: EmulatedGpuMode) -> Iterator[None]:
     """Checkpoints on the emulated GPU: CUDA locations load onto `meta`; `meta` loads onto the CPU as zeros."""
 
-    def tag(storage: object) -> None:
+    def tag(storage: STORAGE) -> str | None:
         return None  # `meta` storages keep their own tag; the loader below treats it as the GPU
 
-    def restore(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage | None:
+    def restore(storage: STORAGE, location: str) -> STORAGE | None:
         match = _CUDA_STRING.fullmatch(location)
         if match:
             mode._cuda_ordinal(int(match.group(1) or 0))
-            return torch.UntypedStorage(storage.nbytes(), device=EMULATED_DEVICE)
+            # torch.UntypedStorage's constructor is unannotated.
+            on_gpu: STORAGE = torch.UntypedStorage(storage.nbytes(), device=EMULATED_DEVICE)  # type: ignore[no-untyped-call]  # unannotated in torch
+            return on_gpu
         if location == "cpu" and storage.device.type == "meta":
             mode._record("torch.load of GPU tensors onto the CPU")
-            return torch.UntypedStorage(storage.nbytes()).fill_(0)
+            zeros: STORAGE = torch.UntypedStorage(storage.nbytes())  # type: ignore[no-untyped-call]  # unannotated
+            zeros.fill_(0)  # type: ignore[union-attr]  # every storage type has fill_; the stubs omit it
+            return zeros
         return None
 
     entry = (_SERIALIZATION_PRIORITY, tag, restore)
-    torch.serialization.register_package(*entry)
+    torch.serialization.register_package(_SERIALIZATION_PRIORITY, tag, restore)
     try:
         yield
     finally:
@@ -644,4 +842,6 @@ def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedGpuMode]:
         _patch_data_parallel(patches, mode)
         stack.enter_context(_serialization(mode))
         stack.enter_context(mode)
+        # Entered last, so it sees each call before the emulation rewrites CUDA to `meta`.
+        stack.enter_context(host_copy_race_check(on_cuda=False))
         yield mode

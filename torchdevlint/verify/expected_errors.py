@@ -48,6 +48,9 @@ NO_GPU = re.compile(
 NUMPY_ON_DEVICE = re.compile(r"can't convert \S+ device type tensor to numpy")
 # CUDA_VISIBLE_DEVICES set too late can only fail where it is set to something not a string.
 ENVIRONMENT_NOT_A_STRING = re.compile(r"str expected, not \w+")
+# A non-blocking copy to the CPU read too early: CUDA raises nothing, so the emulated GPU (and, on
+# a real GPU, verify's own check) model the race and raise this (emulation.HOST_COPY_READ_EARLY).
+HOST_COPY_READ_EARLY = re.compile(r"a non_blocking copy to the CPU was read before synchronising")
 PREFIXED_STATE_DICT = re.compile(
     r"Error\(s\) in loading state_dict(?s:.*)(Unexpected|Missing) key\(s\) in state_dict: \"module\."
 )
@@ -61,6 +64,7 @@ EXPECTED_BY_RULE: dict[str, re.Pattern[str]] = {
     "TDL006": NUMPY_ON_DEVICE,
     "TDL007": NO_GPU,
     "TDL008": ENVIRONMENT_NOT_A_STRING,
+    "TDL013": HOST_COPY_READ_EARLY,
 }
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+from torch.serialization import STORAGE
 
 from torchdevlint.verify.protocol import RunHost
 
@@ -36,14 +37,14 @@ def gpu_trained_checkpoints() -> Iterator[None]:
     `map_location` raises PyTorch's own "Attempting to deserialize object on a CUDA device".
     """
 
-    def tag(storage: torch.UntypedStorage) -> str | None:
+    def tag(storage: STORAGE) -> str | None:
         return "cuda:0" if storage.device.type == "cpu" else None
 
-    def restore(storage: torch.UntypedStorage, location: str) -> None:
+    def restore(storage: STORAGE, location: str) -> STORAGE | None:
         return None  # loading is left to PyTorch's own deserializers
 
     entry = (_GPU_CHECKPOINT_PRIORITY, tag, restore)
-    torch.serialization.register_package(*entry)
+    torch.serialization.register_package(_GPU_CHECKPOINT_PRIORITY, tag, restore)
     try:
         yield
     finally:
@@ -63,6 +64,14 @@ def host(kind: RunHost, gpus: int) -> Iterator[HostState]:
     elif kind is RunHost.CPU_LOADS_GPU_CHECKPOINT:
         with gpu_trained_checkpoints():
             yield state
+    elif kind is RunHost.CUDA:
+        # The machine as it is, plus the emulation's read-before-sync check: on a real GPU a
+        # non_blocking copy to the CPU read too early returns stale values only now and then,
+        # never an error, so TDL013 would be proven by luck. The check makes it deterministic.
+        from torchdevlint.verify.emulation import host_copy_race_check
+
+        with host_copy_race_check(on_cuda=True):
+            yield state
     else:
-        # CUDA and CPU are the machine as it is (the parent hides GPUs from a CPU run).
+        # The CPU is the machine as it is (the parent hides GPUs from a CPU run).
         yield state

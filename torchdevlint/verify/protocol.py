@@ -90,3 +90,10 @@ class ChildReport:
 def last_result(stdout: str) -> str | None:
     matches = RESULT_LINE.findall(stdout.replace("\r\n", "\n"))
     return matches[-1] if matches else None
+
+
+def string_map(value: object) -> dict[str, str]:
+    """A JSON object of environment variables from a run request, as strings."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(key): str(item) for key, item in value.items()}

@@ -42,6 +42,7 @@ from torchdevlint.verify.protocol import (
     RunHost,
     RunStatus,
     last_result,
+    string_map,
 )
 
 DEFAULT_TIMEOUT = 300.0
@@ -192,16 +193,25 @@ def gpu_device_nodes_present() -> bool:
     return any(Path(node).exists() for node in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg"))
 
 
+def seconds(value: object) -> float:
+    """A run request's timeout (a JSON number)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise VerifyError(f"a run request's timeout must be a number, not {value!r}")
+
+
 def probe_cuda(timeout: float = 120.0) -> dict[str, object]:
     """Ask torch, in a child process, what CUDA this machine has."""
     completed = subprocess.run(
         _child_command("--probe"), capture_output=True, text=True, timeout=timeout,
-        env=_child_env(RunHost.CUDA, 1),
+        env=_child_env(RunHost.CUDA, 1), check=False,
     )
     try:
-        data = json.loads(completed.stdout.strip().splitlines()[-1])
+        data: object = json.loads(completed.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         raise VerifyError(f"cannot ask torch about CUDA: {completed.stderr.strip()[-500:]}") from None
+    if not isinstance(data, dict):
+        raise VerifyError(f"cannot ask torch about CUDA: unexpected answer {data!r}")
     if data.get("torch") is None:
         raise VerifyError(f"torchdevlint verify needs PyTorch: {data.get('error')}")
     return data
@@ -216,7 +226,8 @@ def choose_accelerator(choice: DeviceChoice) -> AcceleratorInfo:
         return AcceleratorInfo(Accelerator.EMULATED, 0, "--device auto: this machine has no GPU device")
     data = probe_cuda()
     if data.get("cuda_available"):
-        count = int(data.get("device_count") or 1)
+        reported = data.get("device_count")
+        count = reported if isinstance(reported, int) and reported > 0 else 1
         name = str(data.get("device_name") or "CUDA GPU")
         return AcceleratorInfo(Accelerator.CUDA, count, f"--device {choice.value}: {count} x {name}", name)
     if choice is DeviceChoice.CUDA:
@@ -258,7 +269,7 @@ class _ForkServer:
         self._waiting: dict[int, tuple[threading.Event, list[_Finished]]] = {}
         self._next_id = 0
         self._failure: str | None = None
-        self._log = tempfile.TemporaryFile()
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the launcher, closed by close()
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._process is None:
@@ -335,7 +346,7 @@ class _Spawner:
     def run(self, request: dict[str, object], jobs: int) -> _Finished:
         command = _child_command("--host", str(request["host"]), "--gpus", str(request["gpus"]),
                                  "--path", str(request["path"]), "--report", str(request["report"]))
-        env = {**_child_env(RunHost.CPU, jobs, hide_gpus=False), **dict(request["env"])}  # type: ignore[call-overload]
+        env = {**_child_env(RunHost.CPU, jobs, hide_gpus=False), **string_map(request["env"])}
         with open(str(request["source"]), "rb") as source, open(str(request["stdout"]), "wb") as out, \
                 open(str(request["stderr"]), "wb") as err:
             process = subprocess.Popen(command, cwd=str(request["cwd"]), env=env, stdin=source, stdout=out,
@@ -343,7 +354,7 @@ class _Spawner:
             with self._lock:
                 self._live.add(process)
             try:
-                process.wait(timeout=float(request["timeout"]))  # type: ignore[arg-type]
+                process.wait(timeout=seconds(request["timeout"]))
                 return _Finished(process.returncode, False)
             except subprocess.TimeoutExpired:
                 _kill_group(process.pid)
@@ -433,7 +444,7 @@ def results_agree(expected: str, actual: str) -> bool:
         return False
     return all(
         math.isclose(float(a), float(b), rel_tol=_REL_TOLERANCE, abs_tol=_ABS_TOLERANCE)
-        for a, b in zip(expected_numbers, actual_numbers)
+        for a, b in zip(expected_numbers, actual_numbers, strict=True)
     )
 
 

@@ -1,0 +1,111 @@
+"""The package's layers: config -> registry -> engine -> fixer -> reporting, front ends at the
+edges. Read from the source, every import counts (deferred and type-checking ones too)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+PACKAGE = ROOT / "torchdevlint"
+FRONT_ENDS = frozenset({"torchdevlint.cli", "torchdevlint.flake8_plugin", "torchdevlint.verify.command"})
+
+
+def _module_name(path_parts: tuple[str, ...]) -> str:
+    parts = list(path_parts)
+    parts[-1] = parts[-1].removesuffix(".py")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["torchdevlint", *parts])
+
+
+@cache
+def sources() -> dict[str, Path]:
+    return {_module_name(path.relative_to(PACKAGE).parts): path for path in PACKAGE.rglob("*.py")}
+
+
+@cache
+def modules() -> dict[str, frozenset[str]]:
+    """Every module of the package -> the package modules it imports."""
+    graph: dict[str, frozenset[str]] = {}
+    for name, path in sources().items():
+        imported: set[str] = set()
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], base]).strip(".")
+                imported.add(base)
+                # `from torchdevlint import rules` imports a module, not a name.
+                imported.update(f"{base}.{alias.name}" for alias in node.names)
+        graph[name] = frozenset(module for module in imported if module in sources() and module != name)
+    return graph
+
+
+def reachable(start: str) -> set[str]:
+    graph = modules()
+    seen: set[str] = set()
+    pending = [start]
+    while pending:
+        current = pending.pop()
+        for imported in graph[current]:
+            if imported not in seen:
+                seen.add(imported)
+                pending.append(imported)
+    return seen
+
+
+def test_no_module_takes_part_in_an_import_cycle() -> None:
+    cyclic = sorted(name for name in modules() if name in reachable(name))
+    # `torchdevlint` and `torchdevlint.rules` (packages) import nothing that imports them back.
+    assert cyclic == [], f"modules in an import cycle: {cyclic}"
+
+
+def test_rules_and_analysis_never_import_a_front_end() -> None:
+    core = [name for name in modules() if name.startswith(("torchdevlint.rules", "torchdevlint.analysis"))]
+    assert core
+    for name in core:
+        assert not reachable(name) & FRONT_ENDS, f"{name} reaches a front end: {reachable(name) & FRONT_ENDS}"
+
+
+def test_the_engine_never_reaches_verify_or_a_front_end() -> None:
+    for name in ("torchdevlint.engine", "torchdevlint.fixer", "torchdevlint.runner", "torchdevlint.reporting"):
+        reached = reachable(name)
+        assert not {module for module in reached if module.startswith("torchdevlint.verify")}, name
+        assert not reached & FRONT_ENDS, name
+
+
+def test_only_verify_imports_torch() -> None:
+    for name, path in sources().items():
+        if name.startswith("torchdevlint.verify"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                imported = [node.module or ""]
+            else:
+                continue
+            assert not any(n == "torch" or n.startswith("torch.") for n in imported), f"{name} imports torch"
+
+
+@pytest.mark.slow
+def test_every_module_imports_on_its_own() -> None:
+    # One fresh interpreter per module: an import cycle or a missing import shows as a failure
+    # only when the module is the first one imported.
+    failures = []
+    # `__main__` runs the command line when imported: that is its job.
+    for name in sorted(set(modules()) - {"torchdevlint.__main__"}):
+        result = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True,
+                                timeout=120, check=False)
+        if result.returncode != 0:
+            failures.append(f"{name}: {result.stderr.strip()[-300:]}")
+    assert failures == []

@@ -1,0 +1,159 @@
+"""Configuration, rule selection and `# noqa`, in-process: what a pyproject.toml or a command
+line selects, and which lines a suppression comment silences."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchdevlint.config import Config, ConfigError, find_pyproject, load_config
+from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, select_rules, validate_selector
+from torchdevlint.rules.tdl003_load_without_map_location import LoadOptions
+from torchdevlint.settings import CommandLineSelection, load_settings, resolve_rules
+from torchdevlint.suppression import is_suppressed
+
+ON_BY_DEFAULT = {rule.code for rule in all_rules() if rule.default_enabled}
+OFF_BY_DEFAULT = {rule.code for rule in all_rules() if not rule.default_enabled}
+
+
+def codes(rules: object) -> set[str]:
+    assert isinstance(rules, (list, tuple))
+    return {rule.code for rule in rules}
+
+
+def write_config(folder: Path, table: str) -> Path:
+    path = folder / "pyproject.toml"
+    path.write_text(f"[tool.torchdevlint]\n{table}\n", encoding="utf-8")
+    return path
+
+
+# ---- registry ---------------------------------------------------------------------------
+
+def test_default_selection_is_every_rule_on_by_default() -> None:
+    assert codes(select_rules()) == ON_BY_DEFAULT
+    assert OFF_BY_DEFAULT, "some rules are off by default"
+
+
+def test_a_prefix_selects_its_rules_that_are_on_by_default_and_a_full_code_any_rule() -> None:
+    correctness = codes(select_rules(["TDL0"]))
+    assert correctness == {code for code in ON_BY_DEFAULT if code.startswith("TDL0")}
+    off = sorted(OFF_BY_DEFAULT)[0]
+    assert off not in codes(select_rules([off[:4]]))
+    assert codes(select_rules([off])) == {off}
+    assert codes(select_rules(["ALL"])) == ON_BY_DEFAULT | OFF_BY_DEFAULT
+
+
+def test_the_more_specific_selector_wins() -> None:
+    chosen = codes(select_rules(["TDL"], ignore=["TDL0"], extend_select=["TDL001"]))
+    assert "TDL001" in chosen and "TDL002" not in chosen
+
+
+@pytest.mark.parametrize("selector", ["TDL9", "E501", "TDL0001", "noqa", ""])
+def test_a_selector_that_names_no_rule_is_refused(selector: str) -> None:
+    with pytest.raises(UnknownSelector):
+        validate_selector(selector)
+
+
+def test_rules_are_found_by_code_or_slug_in_any_case() -> None:
+    rule = all_rules()[0]
+    assert rule_by_code(rule.code.lower()) is rule
+    assert rule_by_code(rule.slug) is rule
+    assert rule_by_code("TDL999") is None
+
+
+# ---- configuration ----------------------------------------------------------------------
+
+def test_no_pyproject_means_defaults() -> None:
+    assert load_config(None) == Config()
+    assert codes(resolve_rules(Config())) == ON_BY_DEFAULT
+
+
+def test_the_nearest_pyproject_is_found_from_a_subfolder(tmp_path: Path) -> None:
+    path = write_config(tmp_path, 'ignore = ["TDL004"]')
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    assert find_pyproject(tmp_path / "src" / "pkg") == path.resolve()
+
+
+def test_lists_and_rule_options_are_read(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, (
+        'select = ["TDL0"]\nextend-select = ["TDL103"]\nignore = ["TDL004"]\n'
+        'exclude = ["legacy/"]\nextend-exclude = ["*_pb2.py"]\n'
+        '[tool.torchdevlint.load-without-map-location]\nmap-location = "cuda"\n'
+    )))
+    assert config.select == ("TDL0",) and config.extend_select == ("TDL103",) and config.ignore == ("TDL004",)
+    assert config.exclude == ("legacy/", "*_pb2.py")
+    assert config.rule_options["TDL003"] == LoadOptions(map_location="cuda")
+
+
+@pytest.mark.parametrize(
+    ("table", "named"),
+    [
+        ('selct = ["TDL0"]', "'selct'"),
+        ('select = "TDL0"', "select must be a list of strings"),
+        ('select = ["TDL9"]', "'TDL9'"),
+        ('[tool.torchdevlint.TDL001]\nbogus = 1', "'bogus'"),
+        ('[tool.torchdevlint.load-without-map-location]\nmap-locaton = "cpu"', "known: "),
+    ],
+)
+def test_a_broken_setting_is_an_error_naming_the_key(tmp_path: Path, table: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=named.replace("(", r"\(")) as error:
+        load_config(write_config(tmp_path, table))
+    assert str(tmp_path / "pyproject.toml") in str(error.value)
+
+
+def test_exclude_matches_names_and_paths_below_the_root(tmp_path: Path) -> None:
+    config = Config(exclude=("legacy/", "*_pb2.py"))
+    assert config.is_excluded(tmp_path / "legacy", tmp_path)
+    assert config.is_excluded(tmp_path / "src" / "model_pb2.py", tmp_path)
+    assert config.is_excluded(tmp_path / ".venv", tmp_path)
+    assert not config.is_excluded(tmp_path / "src" / "train.py", tmp_path)
+    assert config.excludes_file(tmp_path / "legacy" / "old" / "train.py", tmp_path)
+
+
+# ---- the one path from configuration and command line to rules --------------------------
+
+def test_a_command_line_select_replaces_the_configured_selection(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, 'select = ["TDL0"]\nignore = ["TDL001"]'))
+    assert "TDL001" not in codes(resolve_rules(config))
+    assert codes(resolve_rules(config, CommandLineSelection(select=("TDL001",)))) == {"TDL001"}
+
+
+def test_command_line_ignore_and_extend_select_add_to_the_configuration(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, 'ignore = ["TDL002"]'))
+    chosen = codes(resolve_rules(config, CommandLineSelection(ignore=("TDL003",), extend_select=("TDL103",))))
+    assert "TDL002" not in chosen and "TDL003" not in chosen and "TDL103" in chosen
+
+
+def test_load_settings_finds_the_config_and_its_root(tmp_path: Path) -> None:
+    write_config(tmp_path, 'ignore = ["TDL001"]')
+    (tmp_path / "sub").mkdir()
+    settings = load_settings(tmp_path / "sub")
+    assert settings.root == tmp_path.resolve()
+    assert "TDL001" not in codes(settings.rules)
+
+
+def test_load_settings_turns_a_bad_command_line_selector_into_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="TDL9"):
+        load_settings(tmp_path, selection=CommandLineSelection(select=("TDL9",)))
+
+
+# ---- suppression ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("line", "suppressed"),
+    [
+        ("x.cuda()  # noqa", True),
+        ("x.cuda()  # NOQA", True),
+        ("x.cuda()  # noqa: TDL001", True),
+        ("x.cuda()  # noqa:TDL001,TDL004", True),
+        ("x.cuda()  # noqa: TDL004 TDL001", True),
+        ("x.cuda()  # noqa: TDL", True),
+        ("x.cuda()  # noqa: TDL004", False),
+        ("x.cuda()  # noqa: E501", False),
+        ("x.cuda()  # a comment about noqa-less code", False),
+        ("x.cuda()", False),
+    ],
+)
+def test_noqa_comments(line: str, suppressed: bool) -> None:
+    assert is_suppressed(line, "TDL001") is suppressed
