@@ -184,22 +184,24 @@ class TensorAttributeNotBuffer(Rule):
             """
             import torch
             import torch.nn as nn
-            class Normalize(nn.Module):
-                def __init__(self):
+            class Gate(nn.Module):
+                def __init__(self, width):
                     super().__init__()
-                    self.mean = torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1)  # ImageNet-ish
+                    self.half = torch.full((width,), 0.5)  # halves each channel
                 def forward(self, x):
-                    return x - self.mean
+                    gated = x * self.half
+                    return torch.relu(gated)
             """,
             fixed="""
             import torch
             import torch.nn as nn
-            class Normalize(nn.Module):
-                def __init__(self):
+            class Gate(nn.Module):
+                def __init__(self, width):
                     super().__init__()
-                    self.register_buffer("mean", torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1), persistent=False)  # ImageNet-ish
+                    self.register_buffer("half", torch.full((width,), 0.5), persistent=False)  # halves each channel
                 def forward(self, x):
-                    return x - self.mean
+                    gated = x * self.half
+                    return torch.relu(gated)
             """,
             applicability=Applicability.SAFE,
             name="trailing-comment-survives-the-fix",
