@@ -194,15 +194,16 @@ class _Walker:
         stack = self._context.stack
         parents = self._context.parents
         deadline = self._context.deadline
-        self._enter(root)
-        pending: list[Iterator[cst.CSTNode]] = [child_nodes(root)]
+        # Per open node: its remaining children and its leave handlers (looked up once).
+        pending: list[tuple[Iterator[cst.CSTNode], tuple[Handler, ...]]] = [(child_nodes(root), self._enter(root))]
         walked = 0
         while pending:
-            child = next(pending[-1], None)
+            children, leave = pending[-1]
+            child = next(children, None)
             if child is None:
                 pending.pop()
                 node = stack[-1]
-                for handler in self._handlers_for(type(node))[1]:
+                for handler in leave:
                     handler(node)
                 stack.pop()
                 continue
@@ -210,13 +211,15 @@ class _Walker:
             if not walked % _DEADLINE_CHECK_INTERVAL:
                 deadline.check()
             parents[id(child)] = stack[-1]
-            self._enter(child)
-            pending.append(child_nodes(child))
+            pending.append((child_nodes(child), self._enter(child)))
 
-    def _enter(self, node: cst.CSTNode) -> None:
+    def _enter(self, node: cst.CSTNode) -> tuple[Handler, ...]:
+        """Visit the node; return its leave handlers."""
         self._context.stack.append(node)
-        for handler in self._handlers_for(type(node))[0]:
+        visit, leave = self._handlers_for(type(node))
+        for handler in visit:
             handler(node)
+        return leave
 
 
 @dataclass(frozen=True)

@@ -813,7 +813,6 @@ def _serialization(mode: EmulatedGpuMode) -> Iterator[None]:
         match = _CUDA_STRING.fullmatch(location)
         if match:
             mode._cuda_ordinal(int(match.group(1) or 0))
-            # torch.UntypedStorage's constructor is unannotated.
             on_gpu: STORAGE = torch.UntypedStorage(storage.nbytes(), device=EMULATED_DEVICE)  # type: ignore[no-untyped-call]  # unannotated in torch
             return on_gpu
         if location == "cpu" and storage.device.type == "meta":
