@@ -18,21 +18,23 @@ from torchdevlint import __version__
 from torchdevlint.budget import DEFAULT_FILE_SECONDS
 from torchdevlint.cache import CACHE_DIR_NAME
 from torchdevlint.config import ConfigError
+from torchdevlint.debug import flow_lines
 from torchdevlint.diagnostics import Diagnostic, FileError
+from torchdevlint.engine import InvalidSource, check_syntax
 from torchdevlint.files import iter_python_files
 from torchdevlint.registry import all_rules, rule_by_code
 from torchdevlint.reporting import CheckReport, OutputFormat, write_report
 from torchdevlint.ruledocs import rule_page
 from torchdevlint.runner import RunSettings, default_jobs, run
 from torchdevlint.settings import CommandLineSelection, load_settings
-from torchdevlint.sourcefile import SourceTexts
+from torchdevlint.sourcefile import SourceError, SourceTexts, read_source
 from torchdevlint.verify.command import add_verify_parser, run_verify
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 
-SUBCOMMANDS = ("check", "rule", "verify")
+SUBCOMMANDS = ("check", "rule", "verify", "debug")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,6 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     rule.add_argument("--all", action="store_true", help="list every rule")
 
     add_verify_parser(commands)
+
+    debug = commands.add_parser("debug", help="show what the analysis concluded about a file")
+    views = debug.add_subparsers(dest="view", parser_class=_Parser, required=True)
+    flow = views.add_parser(
+        "flow", help="each binding's kind and placement, line by line",
+        description="Print, per line, each name bound there with its kind and where it lives "
+                    "(host, a device, the module's device), and where host data meets accelerator data.",
+    )
+    flow.add_argument("target", metavar="FILE[:LINE]", help="a Python file, optionally one line of it")
     return parser
 
 
@@ -163,6 +174,28 @@ def _run_check(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _run_debug(args: argparse.Namespace) -> int:
+    target: str = args.target
+    path, colon, line_text = target.rpartition(":")
+    if not colon or not line_text.isdigit():
+        path, line = target, None
+    else:
+        line = int(line_text)
+    try:
+        source = read_source(Path(path)).text
+    except SourceError as error:
+        sys.stderr.write(f"torchdevlint: error: {path}: {error}\n")
+        return EXIT_ERROR
+    try:
+        check_syntax(source, path)
+        lines = flow_lines(source, path, line)
+    except InvalidSource as error:
+        sys.stderr.write(f"torchdevlint: error: {path}: {error.message}\n")
+        return EXIT_ERROR
+    sys.stdout.write("".join(f"{text}\n" for text in lines))
+    return EXIT_CLEAN
+
+
 def _run_rule(args: argparse.Namespace) -> int:
     if args.all or args.code is None:
         for rule in all_rules():
@@ -192,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_rule(args)
         if args.command == "verify":
             return run_verify(args)
+        if args.command == "debug":
+            return _run_debug(args)
         return _run_check(args)
     except KeyboardInterrupt:
         sys.stderr.write("torchdevlint: interrupted\n")

@@ -7,6 +7,7 @@ from typing import TypeVar, cast
 
 import libcst as cst
 
+from torchdevlint.analysis.flow.model import FlowModel, Scope
 from torchdevlint.analysis.local_names import FunctionBindings, function_bindings
 from torchdevlint.analysis.names import ImportTable
 from torchdevlint.analysis.value_kinds import ClassInfo, KindInference
@@ -31,6 +32,31 @@ class FileContext:
         # Analyses several rules share, one instance per file, fed by the walk itself.
         self._shared: dict[Callable[[FileContext], object], object] = {}
         self._function_bindings: dict[int, FunctionBindings] = {}
+        self._flow: FlowModel | None = None
+
+    @property
+    def flow(self) -> FlowModel:
+        """The device-flow model of the file, interpreted lazily, function by function."""
+        if self._flow is None:
+            self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline)
+        return self._flow
+
+    def enclosing_scope(self, node: cst.CSTNode) -> Scope:
+        """The function (or the module) whose body evaluates the node."""
+        current = node
+        while True:
+            parent = self.parents.get(id(current))
+            if parent is None:
+                break
+            if isinstance(parent, (cst.FunctionDef, cst.Module)):
+                return parent
+            current = parent
+        if current is not self.module:
+            # Not walked yet: a part of the node being visited.
+            for ancestor in reversed(self.stack):
+                if ancestor is not node and isinstance(ancestor, (cst.FunctionDef, cst.Module)):
+                    return ancestor
+        return self.module
 
     def shared(self, analysis: Callable[[FileContext], _SharedT]) -> _SharedT:
         """The file's one instance of a shared analysis (built on first request).

@@ -61,6 +61,12 @@ TENSOR_RETURNING_METHODS: frozenset[str] = frozenset(
         "new_ones", "new_empty", "new_full", "new_tensor", "float_power", "squeeze_",
         "unsqueeze_", "to_dense", "to_sparse", "requires_grad_", "nan_to_num", "round",
         "floor", "ceil", "eq", "ne", "gt", "lt", "ge", "le", "logical_not", "any", "all",
+        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "log2", "log10", "log1p", "expm1",
+        "rsqrt", "reciprocal", "sign", "trunc", "frac", "cumprod", "tril", "triu", "diag", "square",
+        "clamp_min", "clamp_max", "amax", "amin", "logsumexp", "masked_select", "index_fill", "scatter",
+        "scatter_add", "where", "maximum", "minimum", "lerp", "addmm", "baddbmm", "outer", "dot",
+        "logical_and", "logical_or", "isnan", "isinf", "nonzero", "sort_values", "movedim",
+        "swapaxes", "swapdims", "mT", "abs_", "clamp_", "fill_", "zero_", "normal_", "uniform_",
     }
 )
 
@@ -155,3 +161,58 @@ def is_tensor_function(qualified_name: str) -> bool:
     if head == "torch.nn.functional":
         return not last.startswith("_") and last not in NON_TENSOR_FUNCTIONAL
     return False
+
+
+# ---- tables the device-flow model reads ------------------------------------------------
+
+# torch.nn modules that hold no parameters or buffers: they run wherever their inputs are.
+# Losses hold a buffer only when given a `weight`/`pos_weight` (see STATEFUL_LOSS_KEYWORDS).
+_STATELESS_MODULE_PREFIXES = (
+    "ReLU", "ReLU6", "GELU", "SiLU", "Mish", "ELU", "SELU", "CELU", "LeakyReLU", "Sigmoid", "Tanh",
+    "Softmax", "LogSoftmax", "Softmin", "Softplus", "Softsign", "Hardtanh", "Hardswish", "Hardsigmoid",
+    "Tanhshrink", "Threshold", "GLU", "LogSigmoid", "Dropout", "AlphaDropout", "FeatureAlphaDropout",
+    "Identity", "Flatten", "Unflatten", "MaxPool", "AvgPool", "AdaptiveAvgPool", "AdaptiveMaxPool",
+    "LPPool", "FractionalMaxPool", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+    "PixelShuffle", "PixelUnshuffle", "ZeroPad", "ConstantPad", "ReflectionPad", "ReplicationPad",
+    "CircularPad", "CosineSimilarity", "PairwiseDistance", "ChannelShuffle", "Fold", "Unfold",
+)
+STATEFUL_LOSS_KEYWORDS: frozenset[str] = frozenset({"weight", "pos_weight"})
+
+
+def is_stateless_module(qualified_name: str) -> bool:
+    """`torch.nn.MSELoss`, `torch.nn.ReLU`, `torch.nn.MaxPool2d`: no tensors of their own."""
+    head, _, last = qualified_name.rpartition(".")
+    if not (head in ("torch.nn", "torch.nn.modules") or head.startswith("torch.nn.modules.")):
+        return False
+    if last.endswith("Loss"):
+        return True
+    return any(last == prefix or (last.startswith(prefix) and last[len(prefix):] in ("1d", "2d", "3d", ""))
+               for prefix in _STATELESS_MODULE_PREFIXES)
+
+
+DTYPE_NAMES: frozenset[str] = frozenset(
+    {"float", "float32", "float64", "double", "float16", "half", "bfloat16", "int", "int32", "int64",
+     "long", "int16", "short", "int8", "uint8", "bool", "complex64", "complex128", "cfloat", "cdouble"}
+)
+
+# Tensor methods whose tensor arguments must be on the receiver's device.
+TENSOR_METHODS_WITH_TENSOR_OPERANDS: frozenset[str] = frozenset(
+    {"add", "sub", "mul", "div", "matmul", "mm", "bmm", "dot", "eq", "ne", "gt", "lt", "ge", "le",
+     "masked_fill", "masked_fill_", "add_", "sub_", "mul_", "div_", "type_as", "expand_as", "view_as",
+     "where", "maximum", "minimum", "pow", "gather", "index_select", "scatter", "scatter_", "scatter_add",
+     "scatter_add_", "lerp", "lerp_", "addmm", "baddbmm", "cross", "outer"}
+)
+# Tensor methods that take a tensor only for its shape, dtype or device.
+SHAPE_ONLY_TENSOR_METHODS: frozenset[str] = frozenset({"expand_as", "view_as", "reshape_as", "type_as"})
+
+# Reductions whose result, called without arguments, has no dimensions.
+FULL_REDUCTIONS: frozenset[str] = frozenset(
+    {"sum", "mean", "prod", "std", "var", "max", "min", "norm", "any", "all", "amax", "amin", "median"}
+)
+
+# torch functions whose tensor arguments must be on one device (the rest of torch.* and
+# torch.nn.functional too, except for the host-only arguments below).
+HOST_ARGUMENT_FUNCTIONS: dict[str, tuple[int, str]] = {
+    # name -> (position, keyword) of an argument PyTorch wants on the CPU.
+    "pack_padded_sequence": (1, "lengths"),
+}

@@ -4,105 +4,22 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
-from torchdevlint.analysis.tree import child_nodes
-from torchdevlint.analysis.value_kinds import keyword_argument
+from torchdevlint.analysis.flow.interpreter import Env
+from torchdevlint.analysis.flow.model import OriginSite
+from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
-
-# A factory immediately followed by one of these is put on a device anyway.
-_DEVICE_SETTING_METHODS = frozenset({"to", "cuda", "type_as"})
-# Functions whose `lengths` argument must be a CPU tensor.
-_CPU_LENGTH_FUNCTIONS = frozenset({"pack_padded_sequence"})
-# Reading only these never meets device data.
-_HOST_ONLY_ATTRIBUTES = frozenset(
-    {"dtype", "shape", "size", "dim", "ndim", "numel", "tolist", "item", "numpy", "is_floating_point"}
-)
-
-
-def _binds_name(body: cst.CSTNode, name: str) -> bool:
-    stack: list[cst.CSTNode] = [body]
-    while stack:
-        node = stack.pop()
-        targets: list[cst.BaseExpression] = []
-        if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets]
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr, cst.Del)):
-            targets = [node.target]
-        elif isinstance(node, cst.AsName) and isinstance(node.name, cst.BaseExpression):
-            targets = [node.name]
-        for target in targets:
-            pending: list[cst.CSTNode] = [target]
-            while pending:
-                part = pending.pop()
-                if isinstance(part, cst.Name) and part.value == name:
-                    return True
-                if isinstance(part, (cst.Tuple, cst.List)):
-                    pending.extend(e.value for e in part.elements)
-                elif isinstance(part, (cst.StarredElement, cst.Element)):
-                    pending.append(part.value)
-        stack.extend(child_nodes(node))
-    return False
-
-
-def _is_sequence_lengths(node: cst.CSTNode, ancestors: list[cst.CSTNode]) -> bool:
-    """`pack_padded_sequence(x, lengths)`: PyTorch requires the lengths on the CPU."""
-    if len(ancestors) < 2 or not isinstance(ancestors[0], cst.Arg) or not isinstance(ancestors[1], cst.Call):
-        return False
-    arg, call = ancestors[0], ancestors[1]
-    func = call.func
-    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-    if name not in _CPU_LENGTH_FUNCTIONS:
-        return False
-    return arg.keyword is not None and arg.keyword.value == "lengths" or (call.args.index(arg) == 1 if arg in call.args else False)
-
-
-def _is_host_use(name: cst.Name, ancestors: list[cst.CSTNode]) -> bool:
-    """`for i in n:` (Python ints for slicing), `n.tolist()`, `len(n)`: values read on the host."""
-    if not ancestors:
-        return False
-    if _is_sequence_lengths(name, ancestors):
-        return True
-    parent = ancestors[0]
-    if isinstance(parent, cst.For) and parent.iter is name:
-        return True
-    if isinstance(parent, cst.Attribute) and parent.attr.value in _HOST_ONLY_ATTRIBUTES:
-        return True
-    return (
-        len(ancestors) >= 2
-        and isinstance(parent, cst.Arg)
-        and isinstance(ancestors[1], cst.Call)
-        and isinstance(ancestors[1].func, cst.Name)
-        and ancestors[1].func.value in ("len", "int", "float", "range")
-    )
-
-
-def _is_index_use(node: cst.BaseExpression, ancestors: list[cst.CSTNode]) -> bool:
-    """`x[r]`, `x[:, r]`: CPU index tensors are accepted for tensors on any device."""
-    return (
-        len(ancestors) >= 3
-        and isinstance(ancestors[0], cst.Index)
-        and isinstance(ancestors[1], cst.SubscriptElement)
-        and isinstance(ancestors[2], cst.Subscript)
-    )
-
-
-def _is_scalar_literal(node: cst.BaseExpression) -> bool:
-    if isinstance(node, cst.UnaryOperation):
-        node = node.expression
-    if isinstance(node, cst.Name):
-        return node.value in ("True", "False")
-    return isinstance(node, (cst.Integer, cst.Float))
 
 
 class ForwardTensorWithoutDevice(Rule):
     """
     ## What it does
     Finds tensor factories (`torch.zeros`, `ones`, `empty`, `full`, `rand`, `randn`,
-    `randint`, `arange`, `linspace`, `logspace`, `eye`, `tensor`, …) called inside the
-    `forward` method of an `nn.Module` subclass without a `device=` argument, including in
-    nested functions, lambdas and comprehensions there.
+    `randint`, `arange`, `linspace`, `eye`, `tensor`, …) called without `device=` in the
+    methods of an `nn.Module` (`forward`, `init_hidden`, mask builders) or in same-file helper
+    functions, whose CPU result then meets the model's data: its inputs, submodules,
+    parameters or buffers, or is returned from `forward`.
 
     ## Why is this bad?
     Such a tensor is always created on the CPU. Once the model is moved to a GPU, its inputs
@@ -110,16 +27,19 @@ class ForwardTensorWithoutDevice(Rule):
     not at the same device", arithmetic with "Expected all tensors to be on the same device".
     The model works in a CPU-only test and fails on the first GPU run.
 
-    Not reported: `*_like` factories and `Tensor.new_*` (they follow their source tensor), a
-    factory immediately followed by `.to(...)`, `.cuda()` or `.type_as(...)`, a
-    `torch.tensor` of a single number (0-dimensional CPU tensors mix with any device),
-    tensors built in `__init__`, and `forward` of classes that are not Modules.
+    Not reported: tensors moved before they meet the model's data (`h = h.to(device)`, a
+    factory moved at the end of its chain, `if use_gpu: h = h.cuda()`), `*_like` factories
+    and `Tensor.new_*`, tensors used only as indices, for their shape or dtype, or as the
+    CPU lengths of `pack_padded_sequence`, 0-dimensional tensors in arithmetic, and tensors
+    made in `__init__` (TDL010 covers attributes). `torchdevlint debug flow FILE` shows where
+    the analysis puts each value.
 
     ## Fix safety
-    The fix adds `device=<input>.device`, using the first parameter of `forward` after
-    `self`. It is safe when that parameter is annotated as a Tensor; otherwise it is unsafe,
-    because the first input may be something without a `.device` (a list, a dict). No fix is
-    offered when `forward` takes no parameter or the name is shadowed where the call is.
+    The fix adds `device=<input>.device`, using a parameter of the method that holds the
+    model's data where the tensor is made (even if it is rebound later). It is safe when that
+    parameter is annotated as a Tensor, unsafe otherwise (it may be a list or a dict). With no
+    such input at hand it uses `next(self.parameters()).device`, unsafe (a module without
+    parameters has none). Factories in helper functions get no fix.
 
     ## Options
     None.
@@ -127,7 +47,7 @@ class ForwardTensorWithoutDevice(Rule):
 
     code = "TDL002"
     slug = "forward-tensor-without-device"
-    message = "Tensor created in forward without device=; it stays on the CPU when the model moves"
+    message = "Tensor created in a model without device=; it stays on the CPU when the model moves"
     fix_title = "Create the tensor on the input's device"
     requires_any_text = ("forward",)
 
@@ -212,6 +132,42 @@ class ForwardTensorWithoutDevice(Rule):
             """,
             name="sequence-lengths-must-stay-on-the-cpu",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            class CharRNN(nn.Module):
+                def __init__(self, use_gpu):
+                    super().__init__()
+                    self.use_gpu = use_gpu
+                    self.rnn = nn.LSTM(16, 32)
+                def forward(self, x):
+                    hidden = torch.zeros(1, x.size(1), 32)
+                    hidden = hidden.to(device)
+                    cell = torch.zeros(1, x.size(1), 32)
+                    if self.use_gpu:
+                        cell = cell.cuda()
+                    return self.rnn(x, (hidden, cell))
+            """,
+            name="moved-later-as-the-tutorials-teach",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class Embed(nn.Module):
+                def __init__(self, device):
+                    super().__init__()
+                    self.device = device
+                    self.pos = nn.Embedding(512, 64)
+                def forward(self, tokens):
+                    b, n = tokens.shape
+                    ids = torch.arange(n).unsqueeze(0).repeat(b, 1).to(self.device)
+                    return tokens + self.pos(ids)
+            """,
+            name="moved-at-the-end-of-its-chain",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -278,7 +234,7 @@ class ForwardTensorWithoutDevice(Rule):
                         4,
                         4,
                     ) for _ in range(2)]
-                    return tokens + positions
+                    return tokens + positions + noise[0]
             """,
             fixed="""
             import torch as T
@@ -292,7 +248,7 @@ class ForwardTensorWithoutDevice(Rule):
                         4,
                         4, device=tokens.device,
                     ) for _ in range(2)]
-                    return tokens + positions
+                    return tokens + positions + noise[0]
             """,
             applicability=Applicability.UNSAFE,
             count=2,
@@ -302,11 +258,89 @@ class ForwardTensorWithoutDevice(Rule):
             """
             import torch
             import torch.nn as nn
+            class Tagger(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lstm = nn.LSTM(8, 16)
+                def init_hidden(self, batch):
+                    return (torch.zeros(1, batch, 16), torch.zeros(1, batch, 16))
+                def forward(self, x):
+                    return self.lstm(x, self.init_hidden(x.size(1)))
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Tagger(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lstm = nn.LSTM(8, 16)
+                def init_hidden(self, batch):
+                    return (torch.zeros(1, batch, 16, device=next(self.parameters()).device), torch.zeros(1, batch, 16, device=next(self.parameters()).device))
+                def forward(self, x):
+                    return self.lstm(x, self.init_hidden(x.size(1)))
+            """,
+            applicability=Applicability.UNSAFE,
+            count=2,
+            name="hidden-state-from-a-helper-method",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            def causal_mask(n):
+                return torch.triu(torch.ones(n, n), diagonal=1).bool()
+            class Decoder(nn.Module):
+                def forward(self, x):
+                    scores = x @ x.transpose(1, 2)
+                    return scores.masked_fill(causal_mask(x.size(1)), float("-inf"))
+            """,
+            name="mask-from-a-helper-function",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.pos = nn.Embedding(512, 64)
+                def forward(self, x: torch.Tensor):
+                    positions = torch.arange(x.size(1))
+                    x = x + self.pos(positions)
+                    return x
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.pos = nn.Embedding(512, 64)
+                def forward(self, x: torch.Tensor):
+                    positions = torch.arange(x.size(1), device=x.device)
+                    x = x + self.pos(positions)
+                    return x
+            """,
+            applicability=Applicability.SAFE,
+            name="input-rebound-after-the-factory",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
             class Net(nn.Module):
                 def forward(self):
                     return torch.ones(3)
             """,
-            name="no-input-no-fix",
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def forward(self):
+                    return torch.ones(3, device=next(self.parameters()).device)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="no-input-uses-the-module-device",
         ),
         Invalid(
             """
@@ -317,120 +351,114 @@ class ForwardTensorWithoutDevice(Rule):
                     x = x.tolist()
                     return torch.tensor(x)
             """,
-            name="input-rebound-in-forward-has-no-fix",
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def forward(self, x: torch.Tensor):
+                    x = x.tolist()
+                    return torch.tensor(x, device=next(self.parameters()).device)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="input-rebound-before-uses-the-module-device",
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
-        qualified = self.context.imports.qualified_name(node.func)
-        if qualified not in torch_api.TENSOR_FACTORIES:
-            return
-        if keyword_argument(node, "device") is not None or keyword_argument(node, "out") is not None:
-            return
-        if any(arg.star == "**" for arg in node.args):
-            return
-        if qualified == "torch.tensor" and node.args and _is_scalar_literal(node.args[0].value):
-            return
-        method = self.context.enclosing_method_class()
-        if method is None:
-            return
-        function, owner = method
-        if function.name.value != "forward" or not owner.is_module:
-            return
-        ancestors = self.context.ancestors(node)
-        parent = ancestors[0] if ancestors else None
-        if isinstance(parent, cst.Attribute) and (
-            parent.attr.value in _DEVICE_SETTING_METHODS or parent.attr.value in _HOST_ONLY_ATTRIBUTES
-        ):
-            return
-        if _is_index_use(node, ancestors) or _is_sequence_lengths(node, ancestors):
-            return
-        fix = self._fix(node, function)
-        name = self._assigned_name(ancestors)
-        if name is not None:
-            # Decide at the first use: a tensor used only for host bookkeeping (an index, a
-            # loop over its values) is harmless.
-            self._pending[name] = (node, fix)
-            self._index_only.discard(name)
-            return
-        self.report(node, fix=fix)
-
-    def _assigned_name(self, ancestors: list[cst.CSTNode]) -> str | None:
-        """The name the tensor is stored in, directly or through torch ops applied to it:
-        `n = torch.tensor(...)`, `n = torch.cumsum(torch.tensor(...), 0)[1]`."""
-        for ancestor in ancestors:
-            if isinstance(ancestor, (cst.Arg, cst.Index, cst.SubscriptElement, cst.Subscript)):
-                continue
-            if isinstance(ancestor, cst.Call):
-                qualified = self.context.imports.qualified_name(ancestor.func)
-                if qualified is not None and qualified.startswith("torch.") and not qualified.startswith("torch.nn."):
+    def leave_Module(self, node: cst.Module) -> None:
+        flow = self.context.flow
+        reported: set[int] = set()
+        for found in flow.host_meetings():
+            meeting_class = self._module_class_of(found.flow.node)
+            for origin_id in sorted(found.host.value.origins):
+                site = flow.origin_site(origin_id)
+                if site is None or id(site.call) in reported or not self._owns(site, meeting_class):
                     continue
+                reported.add(id(site.call))
+                self.report(site.call, fix=self._fix(site))
+
+    def _module_class_of(self, scope: cst.CSTNode) -> cst.ClassDef | None:
+        if not isinstance(scope, cst.FunctionDef):
+            return None
+        owner = self.context.flow.class_of_method(scope)
+        return owner if owner is not None and self.context.flow.is_module_class(owner) else None
+
+    @staticmethod
+    def _owns(site: OriginSite, meeting_class: cst.ClassDef | None) -> bool:
+        """Factories in a Module's methods (its `__init__` aside: TDL010 covers attributes), and
+        in plain helper functions whose result meets the data inside a Module's method."""
+        if not site.is_factory:
+            return False
+        if site.module_class is not None:
+            return site.function_name != "__init__"
+        return not site.in_method and meeting_class is not None
+
+    def _fix(self, site: OriginSite) -> PendingFix | None:
+        scope = site.scope
+        if site.module_class is None or not isinstance(scope, cst.FunctionDef):
+            return None
+        env = self._env_at(site.call, scope)
+        if env is None:
+            return None
+        params = [*scope.params.posonly_params, *scope.params.params]
+        self_name = params[0].name.value if params else None
+        shadowed = self._names_bound_around(site.call, scope)
+        device: str | None = None
+        applicability = Applicability.UNSAFE
+        for param in params[1:]:
+            name = param.name.value
+            value = env.get(name)
+            if name in shadowed or value is None or not value.is_tensor_like:
+                continue
+            if value.places != frozenset({MODULE_DEVICE_PLACE}):
+                continue
+            device = f"{name}.device"
+            if value.is_tensor:
+                applicability = Applicability.SAFE
+            break
+        if device is None:
+            if self_name is None or self_name in shadowed or self_name not in env:
                 return None
-            if (
-                isinstance(ancestor, cst.Assign)
-                and len(ancestor.targets) == 1
-                and isinstance(ancestor.targets[0].target, cst.Name)
-            ):
-                return ancestor.targets[0].target.value
-            return None
-        return None
-
-    def setup(self) -> None:
-        self._pending: dict[str, tuple[cst.Call, PendingFix | None]] = {}
-        self._index_only: set[str] = set()
-        self._rebinding: dict[tuple[int, str], bool] = {}
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value not in self._pending:
-            return
-        ancestors = self.context.ancestors(node)
-        if ancestors and isinstance(ancestors[0], cst.AssignTarget):
-            return
-        if _is_index_use(node, ancestors) or _is_host_use(node, ancestors):
-            self._index_only.add(node.value)
-            return
-        call, fix = self._pending.pop(node.value)
-        self.report(call, fix=fix)
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if node.name.value != "forward":
-            return
-        # Created and never read as a value: still a CPU tensor in a device model; report.
-        for name, (call, fix) in self._pending.items():
-            if name not in self._index_only:
-                self.report(call, fix=fix)
-        self._pending.clear()
-        self._index_only.clear()
-
-    def _rebound_in(self, forward: cst.FunctionDef, name: str) -> bool:
-        """Whether forward's body assigns, loops over, deletes or `with ... as` the name: then
-        `name.device` may not be the input's device (or exist) where the tensor is made."""
-        key = (id(forward), name)
-        cached = self._rebinding.get(key)
-        if cached is None:
-            cached = self._rebinding[key] = _binds_name(forward.body, name)
-        return cached
-
-    def _fix(self, call: cst.Call, forward: cst.FunctionDef) -> PendingFix | None:
-        params = [*forward.params.posonly_params, *forward.params.params][1:]
-        if not params:
-            return None
-        first = params[0]
-        name = first.name.value
-        kinds = self.context.kinds
-        # The name must still mean forward's parameter where the call is.
-        for scope in reversed(kinds.scopes):
-            if name in scope.bindings:
-                if scope.node is not forward:
-                    return None
-                break
-        if self._rebound_in(forward, name):
-            return None
-        safe = kinds.annotation_kind(first.annotation).is_tensor
-        applicability = Applicability.SAFE if safe else Applicability.UNSAFE
-        device = f"device={name}.device"
+            # No input at hand: the module's own device (fails only on a module without parameters).
+            device = f"next({self_name}.parameters()).device"
+        call = site.call
         if call.args:
-            edit = NodeEdit.insert_after(call.args[-1].value, f", {device}")
+            edit = NodeEdit.insert_after(call.args[-1].value, f", device={device}")
         else:
-            edit = NodeEdit(call, f"{self.context.code_for_node(call.func)}({device})")
+            edit = NodeEdit(call, f"{self.context.code_for_node(call.func)}(device={device})")
         return self.make_fix(edit, applicability=applicability)
+
+    def _env_at(self, call: cst.Call, scope: cst.FunctionDef) -> Env | None:
+        flow = self.context.flow.flow_for(scope)
+        if flow is None:
+            return None
+        current: cst.CSTNode | None = call
+        while current is not None and id(current) not in flow.before:
+            current = self.context.parents.get(id(current))
+        if current is None:
+            return None
+        return dict(flow.before[id(current)])
+
+    def _names_bound_around(self, call: cst.Call, scope: cst.FunctionDef) -> set[str]:
+        """Names a comprehension or lambda between the call and its function binds."""
+        names: set[str] = set()
+        current = self.context.parents.get(id(call))
+        while current is not None and current is not scope:
+            if isinstance(current, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+                clause: cst.CompFor | None = current.for_in
+                while clause is not None:
+                    names.update(_names_in_target(clause.target))
+                    clause = clause.inner_for_in
+            elif isinstance(current, cst.Lambda):
+                names.update(p.name.value for p in current.params.params)
+            current = self.context.parents.get(id(current))
+        return names
+
+
+def _names_in_target(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {name for element in target.elements for name in _names_in_target(element.value)}
+    if isinstance(target, cst.StarredElement):
+        return _names_in_target(target.value)
+    return set()

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
-from torchdevlint.analysis.loader_flow import names_in
-from torchdevlint.analysis.tree import child_nodes
-from torchdevlint.analysis.value_kinds import ValueInfo
+from torchdevlint.analysis.flow.interpreter import FunctionFlow, place_key
+from torchdevlint.analysis.flow.model import HostMeeting
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -30,56 +27,23 @@ def _device_move(expression: cst.BaseExpression) -> tuple[cst.BaseExpression, cs
     return (expression, move) if move is not None else None
 
 
-def _back_on_host(expression: cst.BaseExpression) -> bool:
-    """`model(x).argmax(1).cpu()`, `out.to("cpu")`, `loss.item()`: the value is host data."""
-    while isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
-        method = expression.func.attr.value
-        if method in torch_api.HOST_READ_METHODS:
-            return True
-        if method == "to" and expression.args and isinstance(expression.args[0].value, cst.SimpleString):
-            if expression.args[0].value.evaluated_value == "cpu":
-                return True
-        expression = expression.func.value
-    return False
-
-
-@dataclass
-class _BatchLoop:
-    """One `for inputs, targets in loader:` loop being read."""
-
-    node: cst.For
-    batch_names: tuple[str, ...]
-    moved: set[str] = field(default_factory=set)
-    # Names holding data computed from moved tensors.
-    on_device: set[str] = field(default_factory=set)
-    # The statement that moved the first input, and its move call (for the fix).
-    first_move: tuple[cst.SimpleStatementLine, cst.Call] | None = None
-    # Batch names seen with a discarded `.to()` (TDL001's business) or rebound otherwise.
-    untracked: set[str] = field(default_factory=set)
-    reported: set[str] = field(default_factory=set)
-
-    def unmoved(self) -> set[str]:
-        return set(self.batch_names) - self.moved - self.untracked - self.reported
-
-
-
-def _is_tensor(info: ValueInfo | None) -> bool:
-    return info is not None and info.is_tensor
-
 class TargetNotMoved(Rule):
     """
     ## What it does
-    Finds training and evaluation loops over a `DataLoader` that move the inputs of each
-    batch to the device (`inputs = inputs.to(device)`) but pass a target from the same batch,
-    still on the CPU, to a loss, a comparison or a metric together with device data.
-    Reported at the first place in the loop body where the unmoved target meets device data.
+    Finds a tensor left on the CPU that meets data on the device: in a loss, a comparison,
+    a metric, arithmetic or a model call. Typically a batch target from a `DataLoader` while
+    the inputs were moved (`inputs = inputs.to(device)`), or the target of a full-batch
+    training loop that moves only `x`. Reported where the CPU tensor meets the device data.
 
     ## Why is this bad?
     The model's output is on the GPU and the target is not: the loss fails with "Expected all
     tensors to be on the same device, but found at least two devices, cuda:0 and cpu!". On a
     CPU-only machine the code runs, so the bug ships.
 
-    A target whose `.to()` result is thrown away is reported by TDL001 instead.
+    Not reported: values brought back on purpose (`.cpu()`, `.item()`, NumPy), non-tensors,
+    inputs of `DataParallel`/`DistributedDataParallel` models (they move their inputs), tensors
+    made inside a model (TDL002, TDL010), and targets whose `.to()` result is thrown away
+    (TDL001).
 
     ## Fix safety
     The fix moves the target right after the inputs, with the same arguments. It is unsafe:
@@ -92,7 +56,7 @@ class TargetNotMoved(Rule):
 
     code = "TDL009"
     slug = "target-not-moved"
-    message = "Batch target is used with device data but was never moved to the device"
+    message = "Tensor left on the CPU is used with data on the device"
     fix_title = "Move the target with the inputs"
     requires_any_text = (".to", ".cuda")
 
@@ -143,8 +107,69 @@ class TargetNotMoved(Rule):
             """,
             name="predictions-brought-back-to-the-cpu",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(1, 1).to(device)
+            x = torch.randn(100, 1)
+            y = 3 * x + 1
+            x, y = x.to(device), y.to(device)
+            for epoch in range(10):
+                loss = nn.functional.mse_loss(model(x), y)
+                history = [loss.item()]
+                preds = model(x).detach().cpu()
+                error = (preds - torch.randn(100, 1)).abs().mean()
+            """,
+            name="full-batch-both-moved-and-values-brought-back",
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(1, 1)
+            model.to(device)
+            criterion = nn.MSELoss()
+            x = torch.linspace(-1, 1, 100).unsqueeze(1)
+            y = 2 * x + 0.1 * torch.randn(100, 1)
+            for epoch in range(100):
+                x = x.to(device)
+                loss = criterion(y, model(x))
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(1, 1)
+            model.to(device)
+            criterion = nn.MSELoss()
+            x = torch.linspace(-1, 1, 100).unsqueeze(1)
+            y = 2 * x + 0.1 * torch.randn(100, 1)
+            for epoch in range(100):
+                x = x.to(device)
+                y = y.to(device)
+                loss = criterion(y, model(x))
+            """,
+            applicability=Applicability.UNSAFE,
+            name="full-batch-regression-target-left-behind",
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            loader = DataLoader(TensorDataset(torch.randn(64, 3), torch.randint(0, 2, (64,))))
+            for batch in loader:
+                inputs = batch[0].cuda()
+                hits = (net(inputs).argmax(1) == batch[1]).float().mean()
+            """,
+            name="indexed-batch-compared-with-predictions",
+        ),
         Invalid(
             """
             import torch
@@ -215,121 +240,79 @@ class TargetNotMoved(Rule):
         ),
     ]
 
-    def setup(self) -> None:
-        self._loops: list[_BatchLoop] = []
-
-    def visit_For(self, node: cst.For) -> None:
-        names = self._batch_names(node)
-        if names:
-            self._loops.append(_BatchLoop(node, names))
-
-    def leave_For(self, node: cst.For) -> None:
-        if self._loops and self._loops[-1].node is node:
-            self._loops.pop()
-
-    def _batch_names(self, node: cst.For) -> tuple[str, ...]:
-        # The analysis has already bound the loop targets: batch items are Tensors.
-        target = node.target
-        if isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(
-            target.elements[1].value, cst.Tuple
-        ):
-            target = target.elements[1].value  # enumerate(loader)
-        if not isinstance(target, cst.Tuple):
-            return ()
-        names = tuple(e.value.value for e in target.elements if isinstance(e.value, cst.Name))
-        kinds = self.context.kinds
-        if len(names) < 2 or not all(_is_tensor(kinds.lookup(name)) for name in names):
-            return ()
-        return names
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        if not self._loops:
-            return
-        loop = self._loops[-1]
-        for statement in node.body:
-            self._read_statement(loop, node, statement)
-
-    def _read_statement(self, loop: _BatchLoop, line: cst.SimpleStatementLine, statement: cst.BaseSmallStatement) -> None:
-        if isinstance(statement, cst.Expr):
-            moved = _device_move(statement.value)
-            if moved is not None and isinstance(moved[0], cst.Name) and moved[0].value in loop.batch_names:
-                loop.untracked.add(moved[0].value)  # a discarded move: TDL001 reports it
-                return
-            self._check_meeting(loop, statement.value, line)
-            return
-        if isinstance(statement, cst.Assign):
-            self._check_meeting(loop, statement.value, line)
-            self._record_assignment(loop, line, statement)
-        elif isinstance(statement, (cst.AugAssign, cst.AnnAssign, cst.Return)) and statement.value is not None:
-            self._check_meeting(loop, statement.value, line)
-
-    def _record_assignment(self, loop: _BatchLoop, line: cst.SimpleStatementLine, node: cst.Assign) -> None:
-        pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
-        for target in node.targets:
-            whole = target.target
-            if isinstance(whole, cst.Tuple) and isinstance(node.value, cst.Tuple) and len(whole.elements) == len(node.value.elements):
-                pairs.extend((mine.value, theirs.value)
-                             for mine, theirs in zip(whole.elements, node.value.elements, strict=True))
-            else:
-                pairs.append((whole, node.value))
-        for left, right in pairs:
-            if not isinstance(left, cst.Name):
+    def leave_Module(self, node: cst.Module) -> None:
+        flow = self.context.flow
+        seen: set[tuple[int, str]] = set()
+        for found in flow.host_meetings():
+            host = found.host
+            if not host.value.is_tensor or found.meeting.kind == "return from forward" or self._belongs_elsewhere(found):
                 continue
-            name = left.value
-            moved = _device_move(right)
-            if moved is not None and isinstance(moved[0], cst.Name) and moved[0].value in loop.batch_names:
-                loop.moved.add(name)
-                if loop.first_move is None:
-                    loop.first_move = (line, moved[1])
+            key = (id(found.flow.node), self.context.code_for_node(host.node))
+            if key in seen:
                 continue
-            if name in loop.batch_names:
-                loop.untracked.add(name)
-            if not _back_on_host(right) and names_in(right) & (loop.moved | loop.on_device):
-                loop.on_device.add(name)
-            else:
-                loop.on_device.discard(name)
+            seen.add(key)
+            self.report(found.meeting.node, fix=self._fix(found))
 
-    def _meets_device(self, loop: _BatchLoop, node: cst.BaseExpression) -> bool:
-        if _back_on_host(node):
-            return False
-        return bool(names_in(node) & (loop.moved | loop.on_device))
+    def _belongs_elsewhere(self, found: HostMeeting) -> bool:
+        """Values brought back on purpose, tensors made in a Module (TDL002, TDL010), moves
+        thrown away (TDL001)."""
+        key = place_key(found.host.node) if isinstance(found.host.node, cst.BaseExpression) else None
+        if key is not None and key in found.flow.discarded_moves:
+            return True
+        flow = self.context.flow
+        for origin_id in found.host.value.origins:
+            site = flow.origin_site(origin_id)
+            if site is None or not site.is_factory or site.module_class is not None:
+                return True
+            if not site.in_method and isinstance(found.flow.node, cst.FunctionDef):
+                owner = flow.class_of_method(found.flow.node)
+                if owner is not None and flow.is_module_class(owner):
+                    return True
+        return False
 
-    def _check_meeting(self, loop: _BatchLoop, expression: cst.BaseExpression, line: cst.SimpleStatementLine) -> None:
-        if not loop.moved:
-            return
-        unmoved = loop.unmoved()
-        if not unmoved:
-            return
-        stack: list[cst.CSTNode] = [expression]
-        while stack:
-            node = stack.pop()
-            operands: list[cst.BaseExpression] = []
-            if isinstance(node, cst.Call) and not isinstance(node.func, cst.Attribute):
-                operands = [arg.value for arg in node.args]
-            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value not in torch_api.MOVE_METHODS:
-                operands = [node.func.value, *(arg.value for arg in node.args)]
-            elif isinstance(node, cst.Comparison):
-                operands = [node.left, *(c.comparator for c in node.comparisons)]
-            elif isinstance(node, cst.BinaryOperation):
-                operands = [node.left, node.right]
-            for operand in operands:
-                if isinstance(operand, cst.Name) and operand.value in unmoved:
-                    others = [o for o in operands if o is not operand]
-                    if any(self._meets_device(loop, other) for other in others):
-                        loop.reported.add(operand.value)
-                        self.report(node, fix=self._fix(loop, operand.value, line))
-                        return
-            stack.extend(child_nodes(node))
+    def _statement_of(self, node: cst.CSTNode, flow: FunctionFlow) -> cst.CSTNode | None:
+        current: cst.CSTNode | None = node
+        while current is not None and id(current) not in flow.statements:
+            current = self.context.parents.get(id(current))
+        return current
 
-    def _fix(self, loop: _BatchLoop, name: str, meeting_line: cst.SimpleStatementLine) -> PendingFix | None:
-        if loop.first_move is None:
+    def _fix(self, found: HostMeeting) -> PendingFix | None:
+        """`y = y.to(<what moved the inputs>)` after the last such move before the meeting."""
+        host_node = found.host.node
+        if not isinstance(host_node, cst.Name):
             return None
-        line, move = loop.first_move
-        if line is meeting_line:
-            return None  # `x = x.to(d); loss = f(model(x), y)`: no line between to move y in
-        assert isinstance(move.func, cst.Attribute)
-        call = move.with_changes(func=move.func.with_changes(value=cst.Name(name)))
-        return self.make_fix(
-            NodeEdit.insert_line_after(line, f"{name} = {self.context.code_for_node(call)}"),
-            applicability=Applicability.UNSAFE,
-        )
+        name = host_node.value
+        flow = found.flow
+        statement = self._statement_of(found.meeting.node, flow)
+        block = self.context.parents.get(id(statement)) if statement is not None else None
+        body = block.body if isinstance(block, (cst.IndentedBlock, cst.Module)) else None
+        if statement is None or not isinstance(body, (list, tuple)) or statement not in body:
+            return None
+        for line in reversed(body[: body.index(statement)]):
+            if not isinstance(line, cst.SimpleStatementLine):
+                return None
+            after = flow.after.get(id(line))
+            if after is None or after.get(name) != found.host.value:
+                return None
+            move = self._input_move(line, flow)
+            if move is None:
+                continue
+            assert isinstance(move.func, cst.Attribute)
+            call = move.with_changes(func=move.func.with_changes(value=cst.Name(name)))
+            return self.make_fix(
+                NodeEdit.insert_line_after(line, f"{name} = {self.context.code_for_node(call)}"),
+                applicability=Applicability.UNSAFE,
+            )
+        return None
+
+    @staticmethod
+    def _input_move(line: cst.SimpleStatementLine, flow: FunctionFlow) -> cst.Call | None:
+        """`x = x.to(device)` (or `.cuda()`) that put a tensor on an accelerator."""
+        if len(line.body) != 1 or not isinstance(line.body[0], cst.Assign):
+            return None
+        assign = line.body[0]
+        moved = _device_move(assign.value)
+        if moved is None:
+            return None
+        value = flow.values.get(id(assign.value))
+        return moved[1] if value is not None and value.is_tensor and value.on_accelerator else None

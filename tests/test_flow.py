@@ -1,0 +1,197 @@
+"""The device-flow model, asked what users and rules ask: what is this value here, where does
+it live, and where does host data meet accelerator data?"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+
+from torchdevlint.analysis.flow.values import Value
+from torchdevlint.debug import flow_lines, model_for
+
+
+def _probes(source: str) -> list[Value]:
+    """The value of the argument of every `probe(...)` call, in source order."""
+    module = cst.parse_module(textwrap.dedent(source))
+    model = model_for(module)
+    values: list[Value] = []
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "probe":
+            values.append(model.value_of(node.args[0].value))
+        stack.extend(reversed(node.children))
+    return values
+
+
+def _facts(source: str) -> list[str]:
+    return [line.split(":", 2)[2].strip() for line in flow_lines(textwrap.dedent(source), "t.py")]
+
+
+def test_factories_moves_and_in_place_module_moves() -> None:
+    facts = _facts(
+        """
+        import torch
+        import torch.nn as nn
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        x = torch.zeros(3)
+        y = x.to(device)
+        z = x.cuda().cpu()
+        model = nn.Linear(3, 1)
+        model.to(device)
+        """
+    )
+    assert "x: tensor, on host" in facts
+    assert "y: tensor, on device device (cpu|cuda)" in facts
+    assert "z: tensor, on host" in facts
+    assert "model: module, on device device (cpu|cuda)" in facts
+
+
+def test_branches_join_and_do_not_leak_into_each_other() -> None:
+    values = _probes(
+        """
+        import torch
+        if flag:
+            h = torch.zeros(2)
+            probe(h)
+        else:
+            probe(h)
+            h = torch.zeros(2).cuda()
+        probe(h)
+        """
+    )
+    assert values[0].on_host
+    assert not values[1].is_known  # the `if` branch's binding is not visible in `else`
+    assert values[2].is_tensor and not values[2].on_host and not values[2].on_accelerator
+
+
+def test_arithmetic_in_both_operand_orders() -> None:
+    values = _probes(
+        """
+        import torch
+        x = torch.ones(3).cuda()
+        probe(x * 2)
+        probe(2 * x)
+        counts = torch.bincount(torch.tensor([0, 1, 1]))
+        probe(counts.sum() / (2 * counts))
+        """
+    )
+    assert values[0].is_tensor and values[0].on_accelerator
+    assert values[1].is_tensor and values[1].on_accelerator
+    assert values[2].is_tensor and values[2].on_host
+
+
+def test_locals_and_parameters_shadow_imports() -> None:
+    values = _probes(
+        """
+        import pickle
+        import torch
+        from torch import load
+        def f(torch):
+            probe(torch.zeros(3))
+        def g():
+            load = pickle.load
+            probe(load)
+        probe(torch.zeros(3))
+        """
+    )
+    assert not values[0].is_tensor
+    assert values[1].reference is not None and values[1].reference.qualified == "pickle.load"
+    assert values[2].is_tensor
+
+
+def test_same_file_functions_and_methods_return_their_values() -> None:
+    values = _probes(
+        """
+        import torch
+        import torch.nn as nn
+        def make_mask(n) -> torch.Tensor:
+            return torch.ones(n, n).triu()
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(2, 2)
+            def init_hidden(self, b):
+                return next(self.parameters()).new_zeros(b, 2)
+        net = Net().to("cuda")
+        probe(make_mask(3))
+        probe(net.init_hidden(4))
+        probe(net.fc)
+        """
+    )
+    assert values[0].is_tensor and values[0].on_host
+    assert values[1].is_tensor and values[1].on_accelerator
+    assert values[2].is_module_like and values[2].on_accelerator
+
+
+def test_forward_sees_its_inputs_and_submodules_on_the_module_device() -> None:
+    facts = _facts(
+        """
+        import torch
+        import torch.nn as nn
+        class Encoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.GRU(4, 8)
+            def forward(self, x):
+                h = torch.zeros(1, x.size(1), 8)
+                out, _ = self.rnn(x, h)
+                fixed = torch.zeros(1, 2, 8).to(x.device)
+                return out
+        """
+    )
+    assert "h: tensor, on host" in facts
+    assert "out: model output, on module device" in facts
+    assert "fixed: tensor, on module device" in facts
+    assert "host data `h` meets accelerator data `self.rnn` (module call)" in facts
+
+
+def test_a_loop_first_iteration_on_the_host_is_remembered() -> None:
+    facts = _facts(
+        """
+        import torch
+        import torch.nn as nn
+        cell = nn.LSTMCell(1, 4).cuda()
+        h = torch.zeros(2, 4)
+        for step in range(3):
+            h, c = cell(torch.ones(2, 1).cuda(), (h, h))
+        """
+    )
+    assert any(fact.startswith("host data `h` meets") for fact in facts)
+
+
+def test_loader_batches_are_host_tensors_unless_the_dataset_is_on_the_device() -> None:
+    values = _probes(
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        for x, y in DataLoader(dataset):
+            probe(y)
+        for x, y in DataLoader(TensorDataset(torch.ones(4).cuda(), torch.ones(4).cuda())):
+            probe(y)
+        """
+    )
+    assert values[0].is_tensor and values[0].on_host
+    assert values[1].is_tensor and values[1].on_accelerator
+
+
+def test_debug_flow_command_prints_one_line(tmp_path: Path) -> None:
+    program = tmp_path / "train.py"
+    program.write_text("import torch\nx = torch.zeros(3)\ny = x.cuda()\n")
+    result = subprocess.run([sys.executable, "-m", "torchdevlint", "debug", "flow", f"{program}:3"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{program}:3: y: tensor, on device cuda (cuda)\n"
+
+
+def test_debug_flow_reports_a_syntax_error_without_a_traceback(tmp_path: Path) -> None:
+    program = tmp_path / "broken.py"
+    program.write_text("import torch\nx = (\n")
+    result = subprocess.run([sys.executable, "-m", "torchdevlint", "debug", "flow", str(program)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert "syntax error" in result.stderr and "Traceback" not in result.stderr

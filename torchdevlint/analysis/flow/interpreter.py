@@ -1,0 +1,1253 @@
+"""Abstract interpretation of one function (or the module body), statement by statement.
+
+Each statement maps an environment (name or `name.attr` -> Value) to the next; branches are
+interpreted separately and joined after `if`/`try`/`match`; loops are iterated until the
+environment at their head stops changing (a few rounds, then whatever still changes is
+unknown). Every expression evaluated gets its value recorded, so a rule can ask about any
+node; every place where tensors must be on one device is recorded as a `Meeting`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import libcst as cst
+
+from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.devices import (
+    AVAILABILITY_CHECKS,
+    LEGACY_CUDA_TENSOR_TYPES,
+    parse_device_string,
+    string_value,
+)
+from torchdevlint.analysis.flow.values import (
+    ANYWHERE_PLACE,
+    HOST_PLACE,
+    MODULE_DEVICE_PLACE,
+    OTHER,
+    SCALAR,
+    UNKNOWN,
+    Kind,
+    Place,
+    PlaceKind,
+    Value,
+    device_value,
+    join_all,
+    reference,
+    tensor,
+)
+from torchdevlint.analysis.names import dotted_name
+from torchdevlint.budget import Deadline
+
+Env = dict[str, Value]
+
+# Rounds of a loop body before the names still changing are given up as unknown.
+_LOOP_ROUNDS = 3
+_DEVICE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
+_CALLEE_MEETING_WORDS = ("loss", "criterion", "crit", "metric", "model", "net")
+# nn.Module's own methods: never a submodule called.
+_MODULE_API = frozenset(
+    {"register_buffer", "register_parameter", "add_module", "register_module", "apply", "parameters",
+     "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules", "named_modules",
+     "state_dict", "load_state_dict", "train", "eval", "zero_grad", "requires_grad_", "to", "cuda", "cpu",
+     "float", "half", "double", "type", "get_submodule", "get_parameter", "get_buffer", "register_forward_hook",
+     "register_forward_pre_hook", "register_full_backward_hook", "extra_repr", "log", "log_dict", "save_hyperparameters"}
+)
+_MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbone")
+_BUILTIN_SCALARS = frozenset({"len", "int", "float", "bool", "str", "round", "abs", "sum", "min", "max", "repr", "hash", "id", "ord"})
+_LEGACY_HOST_TENSOR_TYPES = frozenset(
+    f"torch.{name}Tensor" for name in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool", "")
+)
+
+
+class MeetingKind:
+    ARITHMETIC = "arithmetic"
+    CALL = "call"
+    MODULE_CALL = "module call"
+    RETURN = "return from forward"
+
+
+@dataclass(frozen=True)
+class Operand:
+    node: cst.CSTNode
+    value: Value
+
+
+@dataclass(frozen=True)
+class Meeting:
+    """An operation whose tensors must all be on one device."""
+
+    node: cst.CSTNode
+    kind: str
+    operands: tuple[Operand, ...]
+
+    def host_operands_meeting_device(self) -> list[tuple[Operand, Operand]]:
+        """(an operand on the host on every path, an operand on an accelerator on every path).
+
+        Host tensors without dimensions are exempt in arithmetic (PyTorch moves them).
+        """
+        pairs: list[tuple[Operand, Operand]] = []
+        devices = [o for o in self.operands if o.value.on_accelerator and (o.value.is_tensor_like or o.value.is_module_like)]
+        if not devices:
+            return pairs
+        for operand in self.operands:
+            value = operand.value
+            if not value.on_host:
+                continue
+            if value.is_tensor_like and not (value.zero_dim and self.kind is not MeetingKind.MODULE_CALL) or value.is_module_like:
+                pairs.append((operand, devices[0]))
+        return pairs
+
+
+@dataclass
+class FunctionFlow:
+    """What the model concluded for one function body."""
+
+    node: cst.CSTNode
+    values: dict[int, Value] = field(default_factory=dict)
+    # Environment before each statement (keyed by the statement's id).
+    before: dict[int, Env] = field(default_factory=dict)
+    # After each simple statement line that completes, and the statements themselves.
+    after: dict[int, Env] = field(default_factory=dict)
+    statements: dict[int, cst.CSTNode] = field(default_factory=dict)
+    meetings: dict[int, Meeting] = field(default_factory=dict)
+    returns: Value | None = None
+    # `self.<attr> = value` in this method: attribute -> joined value.
+    attribute_writes: dict[str, Value] = field(default_factory=dict)
+    # Names bound by `def`/`class` statements in this body -> their nodes.
+    definitions: dict[str, cst.CSTNode] = field(default_factory=dict)
+    # Where host data in this body comes from: id -> a tensor factory call without `device=`,
+    # or a `.cpu()`/`.to("cpu")` call (values brought back on purpose).
+    origins: dict[int, cst.Call] = field(default_factory=dict)
+    # Places whose tensor move was a statement of its own, its result thrown away.
+    discarded_moves: set[str] = field(default_factory=set)
+    final: Env | None = None
+
+
+class Oracle(Protocol):
+    """What the interpreter asks the file-wide model."""
+
+    def outer_value(self, scope: cst.CSTNode, name: str) -> Value | None: ...
+    def call_result(self, definition: int, arguments: Sequence[Value], receiver: Value | None) -> Value: ...
+    def instance_value(self, class_id: int) -> Value: ...
+    def attribute_value(self, class_id: int, attribute: str, instance: Value) -> Value | None: ...
+    def method_of(self, class_id: int, name: str) -> int | None: ...
+    def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None: ...
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def _targets_of(node: cst.BaseExpression) -> Iterator[cst.Name]:
+    if isinstance(node, cst.Name):
+        yield node
+    elif isinstance(node, (cst.Tuple, cst.List)):
+        for element in node.elements:
+            yield from _targets_of(element.value)
+    elif isinstance(node, cst.StarredElement):
+        yield from _targets_of(node.value)
+
+
+def place_key(node: cst.BaseExpression) -> str | None:
+    """The environment key of an assignable place: `x`, `self.h`."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+        return f"{node.value.value}.{node.attr.value}"
+    return None
+
+
+def _join_env(left: Env | None, right: Env | None) -> Env | None:
+    if left is None:
+        return None if right is None else dict(right)
+    if right is None:
+        return dict(left)
+    joined: Env = {}
+    for key in left.keys() | right.keys():
+        a, b = left.get(key), right.get(key)
+        # A name bound on one path only: where it is read, that path was taken (or it raises).
+        joined[key] = b if a is None else a if b is None else a.join(b)  # type: ignore[assignment]
+    return joined
+
+
+class Interpreter:
+    """Interprets one body; `run` returns its FunctionFlow."""
+
+    def __init__(self, oracle: Oracle, scope: cst.CSTNode, env: Env, *, owner: cst.ClassDef | None,
+                 self_name: str | None, module_method: bool, deadline: Deadline,
+                 qualify: Callable[[str], str | None] | None = None) -> None:
+        self.oracle = oracle
+        self.flow = FunctionFlow(scope)
+        self.env0 = env
+        self.owner = owner
+        self.self_name = self_name
+        self.module_method = module_method
+        self.deadline = deadline
+        self.is_forward = isinstance(scope, cst.FunctionDef) and scope.name.value == "forward" and module_method
+        self._returns: list[Value] = []
+        self._loop_exits: list[list[Env]] = []
+        self._loop_continues: list[list[Env]] = []
+        self._steps = 0
+
+    # ---- driver --------------------------------------------------------------------
+
+    def run(self, body: Sequence[cst.CSTNode]) -> FunctionFlow:
+        final = self._block(body, dict(self.env0))
+        self.flow.final = final
+        if isinstance(self.flow.node, cst.FunctionDef):
+            # Falling off the end returns None.
+            if final is not None:
+                self._returns.append(SCALAR)
+            self.flow.returns = join_all(self._returns)
+        return self.flow
+
+    def _block(self, statements: Sequence[cst.CSTNode], env: Env | None) -> Env | None:
+        for statement in statements:
+            if env is None:
+                return None
+            env = self._statement(statement, env)
+        return env
+
+    def _statement(self, node: cst.CSTNode, env: Env) -> Env | None:
+        self._steps += 1
+        if not self._steps % 512:
+            self.deadline.check()
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            # Definitions need no snapshot (and a module of thousands of them would make
+            # snapshots quadratic).
+            self.flow.before[id(node)] = dict(env)
+            self.flow.statements[id(node)] = node
+        if isinstance(node, cst.SimpleStatementLine):
+            current: Env | None = env
+            for small in node.body:
+                if current is None:
+                    return None
+                current = self._small(small, current)
+            if current is not None:
+                self.flow.after[id(node)] = dict(current)
+            return current
+        if isinstance(node, cst.If):
+            self._evaluate(node.test, env)
+            body = self._block(node.body.body, dict(env))
+            orelse_node = node.orelse
+            if orelse_node is None:
+                other: Env | None = env
+            elif isinstance(orelse_node, cst.If):
+                other = self._statement(orelse_node, dict(env))
+            else:
+                other = self._block(orelse_node.body.body, dict(env))
+            return _join_env(body, other)
+        if isinstance(node, (cst.For, cst.While)):
+            return self._loop(node, env)
+        if isinstance(node, (cst.Try, cst.TryStar)):
+            return self._try(node, env)
+        if isinstance(node, cst.With):
+            for item in node.items:
+                value = self._evaluate(item.item, env)
+                if item.asname is not None:
+                    entered = value if value.is_module_like or value.is_tensor_like else UNKNOWN
+                    self._bind(item.asname.name, entered, env)
+            return self._block(node.body.body, env)
+        if isinstance(node, cst.Match):
+            self._evaluate(node.subject, env)
+            result: Env | None = None
+            for case in node.cases:
+                branch = dict(env)
+                for name in _pattern_names(case.pattern):
+                    branch[name] = UNKNOWN
+                result = _join_env(result, self._block(case.body.body, branch))
+            return _join_env(result, env)
+        if isinstance(node, cst.FunctionDef):
+            for decorator in node.decorators:
+                self._evaluate(decorator.decorator, env)
+            self.oracle.register_definition(node, self.flow.node, None)
+            self.flow.definitions[node.name.value] = node
+            env[node.name.value] = reference(node.name.value, id(node))
+            return env
+        if isinstance(node, cst.ClassDef):
+            return self._class(node, env)
+        return env
+
+    def _class(self, node: cst.ClassDef, env: Env) -> Env:
+        for base in node.bases:
+            self._evaluate(base.value, env)
+        self.oracle.register_definition(node, self.flow.node, None)
+        class_env = dict(env)
+        for statement in node.body.body:
+            if isinstance(statement, cst.FunctionDef):
+                self.oracle.register_definition(statement, self.flow.node, node)
+                for decorator in statement.decorators:
+                    self._evaluate(decorator.decorator, class_env)
+                continue
+            result = self._statement(statement, class_env)
+            if result is None:
+                break
+            class_env = result
+        self.flow.definitions[node.name.value] = node
+        env[node.name.value] = reference(node.name.value, id(node))
+        return env
+
+    def _loop(self, node: cst.For | cst.While, env: Env) -> Env | None:
+        if isinstance(node, cst.For):
+            iterable = self._evaluate(node.iter, env)
+            element = self._element_of(node.iter, iterable)
+        else:
+            self._evaluate(node.test, env)
+        head: Env = dict(env)
+        exits: list[Env] = []
+        for round_number in range(_LOOP_ROUNDS + 1):
+            body_env = dict(head)
+            if isinstance(node, cst.For):
+                self._bind(node.target, element, body_env)
+            self._loop_exits.append([])
+            self._loop_continues.append([])
+            end = self._block(node.body.body, body_env)
+            exits = self._loop_exits.pop()
+            continues = self._loop_continues.pop()
+            for extra in continues:
+                end = _join_env(end, extra)
+            if isinstance(node, cst.While) and end is not None:
+                self._evaluate(node.test, end)
+            new_head = _join_env(head, end)
+            assert new_head is not None
+            if new_head == head:
+                break
+            if round_number == _LOOP_ROUNDS - 1:
+                # Still changing: what changes is unknown.
+                new_head = {key: value if head.get(key) == value else UNKNOWN for key, value in new_head.items()}
+            head = new_head
+        after: Env | None = head
+        if node.orelse is not None:
+            after = self._block(node.orelse.body.body, dict(head))
+        for extra in exits:
+            after = _join_env(after, extra)
+        return after
+
+    def _try(self, node: cst.Try | cst.TryStar, env: Env) -> Env | None:
+        # Any statement of the body may raise: a handler sees every state the body passes through.
+        states: list[Env] = [dict(env)]
+        current: Env | None = dict(env)
+        for statement in node.body.body:
+            if current is None:
+                break
+            current = self._statement(statement, current)
+            if current is not None:
+                states.append(dict(current))
+        raised: Env | None = None
+        for state in states:
+            raised = _join_env(raised, state)
+        result = current
+        if node.orelse is not None and result is not None:
+            result = self._block(node.orelse.body.body, result)
+        for handler in node.handlers:
+            handler_env = dict(raised) if raised is not None else {}
+            if handler.type is not None:
+                self._evaluate(handler.type, handler_env)
+            if handler.name is not None:
+                self._bind(handler.name.name, OTHER, handler_env)
+            result = _join_env(result, self._block(handler.body.body, handler_env))
+        if node.finalbody is not None:
+            final_in = _join_env(result, raised) if result is not None else None
+            if final_in is None:
+                self._block(node.finalbody.body.body, dict(raised or {}))
+                return None
+            result = self._block(node.finalbody.body.body, final_in)
+        return result
+
+    def _small(self, node: cst.BaseSmallStatement, env: Env) -> Env | None:
+        if isinstance(node, cst.Expr):
+            self._expression_statement(node.value, env)
+            return env
+        if isinstance(node, cst.Assign):
+            value = self._evaluate(node.value, env)
+            for target in node.targets:
+                self._assign(target.target, node.value, value, env)
+            return env
+        if isinstance(node, cst.AnnAssign):
+            if node.value is None:
+                return env
+            value = self._evaluate(node.value, env)
+            self._assign(node.target, node.value, value, env)
+            return env
+        if isinstance(node, cst.AugAssign):
+            current_value = self._evaluate(node.target, env)
+            value = self._evaluate(node.value, env)
+            result = self._arithmetic(node, current_value, node.target, value, node.value)
+            self._assign(node.target, None, result, env)
+            return env
+        if isinstance(node, cst.Return):
+            value = self._evaluate(node.value, env) if node.value is not None else SCALAR
+            if self.is_forward and node.value is not None:
+                returned = _tensor_operands(node.value, value)
+                if len(returned) == 1 and value.is_tensor_like:
+                    returned = [Operand(node.value, value)]
+                self._record_meeting(node, MeetingKind.RETURN,
+                                     [*returned, Operand(node, Value.of(Kind.TENSOR, places=[MODULE_DEVICE_PLACE]))])
+            self._returns.append(value)
+            return None
+        if isinstance(node, cst.Raise):
+            if node.exc is not None:
+                self._evaluate(node.exc, env)
+            return None
+        if isinstance(node, cst.Break):
+            if self._loop_exits:
+                self._loop_exits[-1].append(dict(env))
+            return None
+        if isinstance(node, cst.Continue):
+            if self._loop_continues:
+                self._loop_continues[-1].append(dict(env))
+            return None
+        if isinstance(node, cst.Del):
+            for name in _targets_of(node.target):
+                self._forget(name.value, env)
+            return env
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted_name(alias.name) or ""
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    self._set(alias.asname.name.value, reference(full), env)
+                else:
+                    top = full.split(".", 1)[0]
+                    self._set(top, reference(top), env)
+            return env
+        if isinstance(node, cst.ImportFrom):
+            module = dotted_name(node.module) if node.module is not None else None
+            if isinstance(node.names, cst.ImportStar):
+                return env
+            for alias in node.names:
+                imported = dotted_name(alias.name) or ""
+                local = imported
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    local = alias.asname.name.value
+                known = reference(f"{module}.{imported}") if module is not None and not node.relative else OTHER
+                self._set(local, known, env)
+            return env
+        if isinstance(node, (cst.Global, cst.Nonlocal)):
+            for item in node.names:
+                env.pop(item.name.value, None)
+            return env
+        if isinstance(node, cst.Assert):
+            self._evaluate(node.test, env)
+            return env
+        return env
+
+    # ---- binding -------------------------------------------------------------------
+
+    def _set(self, key: str, value: Value, env: Env) -> None:
+        if value.is_device and value.device is not None and value.device.kind is PlaceKind.DEVICE and not value.device.symbol:
+            value = replace(value, device=replace(value.device, symbol=key))
+        self._forget(key, env)
+        env[key] = value
+
+    @staticmethod
+    def _forget(key: str, env: Env) -> None:
+        env.pop(key, None)
+        if "." in key:
+            return
+        prefix = key + "."
+        for other in [k for k in env if "." in k and k.startswith(prefix)]:
+            del env[other]
+
+    def _bind(self, target: cst.BaseExpression, value: Value, env: Env) -> None:
+        key = place_key(target)
+        if key is not None:
+            self._set(key, value, env)
+            if isinstance(target, cst.Attribute) and self.self_name is not None and isinstance(target.value, cst.Name) \
+                    and target.value.value == self.self_name:
+                attribute = target.attr.value
+                previous = self.flow.attribute_writes.get(attribute)
+                self.flow.attribute_writes[attribute] = value if previous is None else previous.join(value)
+            return
+        if isinstance(target, (cst.Tuple, cst.List)):
+            elements = target.elements
+            starred = any(isinstance(e, cst.StarredElement) for e in elements)
+            for index, element in enumerate(elements):
+                if isinstance(element, cst.StarredElement):
+                    self._bind(element.value, UNKNOWN, env)
+                    continue
+                self._bind(element.value, UNKNOWN if starred else self._unpacked(value, index), env)
+            return
+        if isinstance(target, cst.StarredElement):
+            self._bind(target.value, UNKNOWN, env)
+            return
+        if isinstance(target, cst.Subscript):
+            # `batch["x"] = batch["x"].to(device)`: the container's key now holds the new value.
+            base_key = place_key(target.value)
+            if base_key is not None and base_key in env:
+                constant = _constant_index(target)
+                base = env[base_key]
+                if constant is not None and base.items is not None and base.item(constant) is not None:
+                    items = tuple((k, value if k == constant else v) for k, v in base.items)
+                    env[base_key] = replace(base, items=items)
+                else:
+                    env[base_key] = replace(base, items=None, places=None) if base.items is not None else base
+
+    def _unpacked(self, value: Value, index: int) -> Value:
+        known = value.item(str(index))
+        if known is not None:
+            return known
+        if Kind.MODEL_OUTPUT in value.kinds and value.is_tensor_like:
+            return replace(value, items=None)
+        if value.kinds == {Kind.CONTAINER} and value.places is not None and value.items is None:
+            # A batch of unknown shape from a host loader: its parts are host tensors.
+            return tensor(value.places)
+        if value.is_tensor:
+            return tensor(value.places)
+        return UNKNOWN
+
+    def _assign(self, target: cst.BaseExpression, value_node: cst.BaseExpression | None, value: Value, env: Env) -> None:
+        if (
+            isinstance(target, (cst.Tuple, cst.List))
+            and isinstance(value_node, (cst.Tuple, cst.List))
+            and len(target.elements) == len(value_node.elements)
+            and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value_node.elements))
+        ):
+            values = [self.flow.values.get(id(e.value), UNKNOWN) for e in value_node.elements]
+            for element, element_value in zip(target.elements, values, strict=True):
+                self._bind(element.value, element_value, env)
+            return
+        self._bind(target, value, env)
+
+    # ---- expression statements -----------------------------------------------------
+
+    def _expression_statement(self, node: cst.BaseExpression, env: Env) -> None:
+        self._evaluate(node, env)
+        # `model.to(device)`, `model.cuda()`: a Module moves in place.
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+            return
+        receiver_node = node.func.value
+        key = place_key(receiver_node)
+        if key is None:
+            return
+        receiver = self.flow.values.get(id(receiver_node), UNKNOWN)
+        method = node.func.attr.value
+        if method in torch_api.MOVE_METHODS and receiver.is_tensor_like:
+            self.flow.discarded_moves.add(key)
+        if method in torch_api.MODULE_SELF_RETURNING_METHODS and receiver.is_module_like:
+            env[key] = self.flow.values.get(id(node), receiver)
+        elif method in ("to", "cuda", "cpu") and not receiver.is_tensor_like and not receiver.kinds <= {Kind.CONTAINER, Kind.SCALAR}:
+            # Something unknown moved in place (a module we cannot see): its place is unknown.
+            env[key] = receiver.with_places(None)
+        elif self.self_name is not None and isinstance(receiver_node, cst.Name) and receiver_node.value == self.self_name:
+            # A method of self may rebind any attribute.
+            for other in [k for k in env if k.startswith(key + ".")]:
+                del env[other]
+
+    # ---- expressions ---------------------------------------------------------------
+
+    def _evaluate(self, node: cst.BaseExpression, env: Env) -> Value:
+        # In a loop's later rounds this overwrites the earlier answer: the environment only grows.
+        value = self._compute(node, env)
+        self.flow.values[id(node)] = value
+        return value
+
+    def _compute(self, node: cst.BaseExpression, env: Env) -> Value:
+        # Exact type tests first: LibCST's node classes are ABCs, and isinstance on them is slow.
+        node_type = type(node)
+        if node_type is cst.Name:
+            return self._name(node.value, env)  # type: ignore[attr-defined]
+        if node_type is cst.Attribute:
+            return self._attribute(node, env)  # type: ignore[arg-type]
+        if node_type is cst.Call:
+            return self._call(node, env)  # type: ignore[arg-type]
+        if node_type is cst.Integer or node_type is cst.Float:
+            return SCALAR
+        if isinstance(node, cst.Name):
+            return self._name(node.value, env)
+        if isinstance(node, cst.Attribute):
+            return self._attribute(node, env)
+        if isinstance(node, cst.Call):
+            return self._call(node, env)
+        if isinstance(node, cst.Subscript):
+            return self._subscript(node, env)
+        if isinstance(node, cst.BinaryOperation):
+            left = self._evaluate(node.left, env)
+            right = self._evaluate(node.right, env)
+            return self._arithmetic(node, left, node.left, right, node.right)
+        if isinstance(node, cst.UnaryOperation):
+            inner = self._evaluate(node.expression, env)
+            if isinstance(node.operator, cst.Not):
+                return SCALAR
+            return inner if inner.is_tensor_like or inner.kinds == {Kind.SCALAR} else UNKNOWN
+        if isinstance(node, cst.Comparison):
+            left = self._evaluate(node.left, env)
+            result = SCALAR if left.kinds == {Kind.SCALAR} else UNKNOWN
+            previous, previous_node = left, node.left
+            for comparison in node.comparisons:
+                right = self._evaluate(comparison.comparator, env)
+                if isinstance(comparison.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)):
+                    result = SCALAR
+                else:
+                    result = self._arithmetic(node, previous, previous_node, right, comparison.comparator)
+                previous, previous_node = right, comparison.comparator
+            return result
+        if isinstance(node, cst.BooleanOperation):
+            left = self._evaluate(node.left, env)
+            right = self._evaluate(node.right, env)
+            return left.join(right)
+        if isinstance(node, cst.IfExp):
+            self._evaluate(node.test, env)
+            body = self._evaluate(node.body, env)
+            orelse = self._evaluate(node.orelse, env)
+            return self._conditional(node, body, orelse)
+        if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary)):
+            return SCALAR
+        if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+            text = string_value(node)
+            place = _literal_place(text) if text is not None else None
+            return SCALAR if place is None else replace(SCALAR, device=place)
+        if isinstance(node, cst.FormattedString):
+            for part in node.parts:
+                if isinstance(part, cst.FormattedStringExpression):
+                    self._evaluate(part.expression, env)
+            text = "".join(p.value for p in node.parts if isinstance(p, cst.FormattedStringText))
+            if text.startswith(("cuda", "xpu", "npu", "mps")):
+                return replace(SCALAR, device=Place(PlaceKind.DEVICE, "", frozenset({text.split(":")[0]})))
+            return SCALAR
+        if isinstance(node, (cst.Tuple, cst.List)):
+            items: list[tuple[str, Value]] = []
+            exact = True
+            for index, element in enumerate(node.elements):
+                value = self._evaluate(element.value, env)
+                if isinstance(element, cst.StarredElement):
+                    exact = False
+                items.append((str(index), value))
+            return Value(frozenset({Kind.CONTAINER}), items=tuple(items) if exact else None)
+        if isinstance(node, cst.Dict):
+            entries: list[tuple[str, Value]] = []
+            exact = True
+            for entry in node.elements:
+                if isinstance(entry, cst.DictElement):
+                    key = string_value(entry.key)
+                    self._evaluate(entry.key, env)
+                    value = self._evaluate(entry.value, env)
+                    if key is None:
+                        exact = False
+                    else:
+                        entries.append((key, value))
+                else:
+                    self._evaluate(entry.value, env)
+                    exact = False
+            return Value(frozenset({Kind.CONTAINER}), items=tuple(entries) if exact else None)
+        if isinstance(node, cst.Set):
+            for element in node.elements:
+                self._evaluate(element.value, env)
+            return OTHER
+        if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            return self._comprehension(node, env)
+        if isinstance(node, cst.NamedExpr):
+            value = self._evaluate(node.value, env)
+            self._bind(node.target, value, env)
+            return value
+        if isinstance(node, cst.Lambda):
+            lambda_env = dict(env)
+            for param in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
+                lambda_env[param.name.value] = UNKNOWN
+            self._evaluate(node.body, lambda_env)
+            return OTHER
+        if isinstance(node, (cst.Await, cst.Yield)):
+            inner_node = node.expression if isinstance(node, cst.Await) else node.value
+            if isinstance(inner_node, cst.BaseExpression):
+                self._evaluate(inner_node, env)
+            return UNKNOWN
+        if isinstance(node, cst.StarredElement):
+            self._evaluate(node.value, env)
+            return UNKNOWN
+        if isinstance(node, cst.Ellipsis):
+            return OTHER
+        return UNKNOWN
+
+    def _comprehension(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, env: Env) -> Value:
+        inner = dict(env)
+        clause: cst.CompFor | None = node.for_in
+        while clause is not None:
+            iterable = self._evaluate(clause.iter, inner)
+            self._bind(clause.target, self._element_of(clause.iter, iterable), inner)
+            for condition in clause.ifs:
+                self._evaluate(condition.test, inner)
+            clause = clause.inner_for_in
+        if isinstance(node, cst.DictComp):
+            self._evaluate(node.key, inner)
+            self._evaluate(node.value, inner)
+            return Value(frozenset({Kind.CONTAINER}))
+        element = self._evaluate(node.elt, inner)
+        # Walrus targets leak into the enclosing scope.
+        for key, value in inner.items():
+            if key in env and env[key] is not value and not _bound_by_comprehension(node, key):
+                env[key] = value
+        if isinstance(node, cst.ListComp) and element.is_tensor_like:
+            # A list of tensors: where its elements are.
+            return Value(frozenset({Kind.CONTAINER}), element.places, items=None, origins=element.origins)
+        return Value(frozenset({Kind.CONTAINER}))
+
+    def _name(self, name: str, env: Env) -> Value:
+        found = env.get(name)
+        if found is not None:
+            return found
+        outer = self.oracle.outer_value(self.flow.node, name)
+        if outer is not None:
+            return outer
+        if name in ("True", "False", "None"):
+            return SCALAR
+        return UNKNOWN
+
+    def qualified(self, node: cst.BaseExpression, env: Env) -> str | None:
+        """`T.nn.Linear` -> `torch.nn.Linear` when `T` is bound to `import torch as T` here."""
+        dotted = dotted_name(node)
+        if dotted is None:
+            return None
+        head, dot, rest = dotted.partition(".")
+        value = self._name(head, env)
+        if value.reference is None or value.reference.definition is not None:
+            return None
+        return f"{value.reference.qualified}{dot}{rest}"
+
+    def _attribute(self, node: cst.Attribute, env: Env) -> Value:
+        key = place_key(node)
+        if key is not None and key in env:
+            self._evaluate(node.value, env)
+            return env[key]
+        base = self._evaluate(node.value, env)
+        attr = node.attr.value
+        if base.reference is not None and base.reference.definition is None:
+            return reference(f"{base.reference.qualified}.{attr}")
+        if base.instance_of is not None:
+            known = self.oracle.attribute_value(base.instance_of, attr, base)
+            if known is not None:
+                return known
+            method = self.oracle.method_of(base.instance_of, attr)
+            if method is not None:
+                return replace(reference(attr, method), instance_of=base.instance_of, places=base.places)
+        if base.is_tensor_like:
+            if attr == "device":
+                places = base.places
+                if places is not None and len(places) == 1:
+                    return device_value(next(iter(places)))
+                return Value.of(Kind.DEVICE)
+            if attr in torch_api.TENSOR_ATTRIBUTES:
+                return tensor(base.places, origins=base.origins)
+            if attr in ("shape", "dtype", "ndim", "is_cuda", "requires_grad"):
+                return SCALAR
+            return UNKNOWN
+        if base.is_module_like:
+            if attr == "module":
+                if Kind.WRAPPED_MODULE in base.kinds and base.kinds == {Kind.WRAPPED_MODULE}:
+                    return replace(base, kinds=frozenset({Kind.MODULE}))
+                return UNKNOWN
+            if attr in ("weight", "bias"):
+                return tensor(base.places)
+            if attr == "device" and base.places is not None and len(base.places) == 1:
+                return device_value(next(iter(base.places)))
+        if base.is_device and attr in ("type", "index"):
+            return SCALAR
+        return UNKNOWN
+
+    def _subscript(self, node: cst.Subscript, env: Env) -> Value:
+        base = self._evaluate(node.value, env)
+        for element in node.slice:
+            if isinstance(element.slice, cst.Index):
+                self._evaluate(element.slice.value, env)
+            elif isinstance(element.slice, cst.Slice):
+                for part in (element.slice.lower, element.slice.upper, element.slice.step):
+                    if part is not None:
+                        self._evaluate(part, env)
+        index = _constant_index(node)
+        if index is not None:
+            known = base.item(index)
+            if known is not None:
+                return known
+        if base.is_tensor_like:
+            # Indexing keeps the device; a CPU index into device data is allowed.
+            return replace(base, items=None, origins=base.origins, zero_dim=False)
+        if base.kinds == {Kind.CONTAINER} and base.places is not None:
+            if base.items is None:
+                return tensor(base.places, origins=base.origins)
+            return Value(frozenset({Kind.UNKNOWN}), base.places)
+        return UNKNOWN
+
+    def _conditional(self, node: cst.IfExp, body: Value, orelse: Value) -> Value:
+        # `model.module if hasattr(model, "module") else model`: the bare model.
+        if isinstance(node.body, cst.Attribute) and node.body.attr.value == "module" and \
+                dotted_name(node.body.value) is not None and dotted_name(node.body.value) == dotted_name(node.orelse):
+            base = self.flow.values.get(id(node.orelse), UNKNOWN)
+            return replace(base, kinds=frozenset({Kind.MODULE})) if base.is_module_like else UNKNOWN
+        return body.join(orelse)
+
+    # ---- arithmetic ----------------------------------------------------------------
+
+    def _arithmetic(self, node: cst.CSTNode, left: Value, left_node: cst.CSTNode, right: Value,
+                    right_node: cst.CSTNode) -> Value:
+        if left.is_tensor_like and right.is_tensor_like:
+            self._record_meeting(node, MeetingKind.ARITHMETIC, [Operand(left_node, left), Operand(right_node, right)])
+            return _combined_tensor([left, right])
+        if left.is_tensor_like and right.kinds == {Kind.SCALAR}:
+            return tensor(left.places, origins=left.origins, zero_dim=left.zero_dim)
+        if right.is_tensor_like and left.kinds == {Kind.SCALAR}:
+            return tensor(right.places, origins=right.origins, zero_dim=right.zero_dim)
+        if left.kinds == {Kind.SCALAR} and right.kinds == {Kind.SCALAR}:
+            return SCALAR
+        return UNKNOWN
+
+    def _record_meeting(self, node: cst.CSTNode, kind: str, operands: list[Operand]) -> None:
+        meeting = Meeting(node, kind, tuple(operands))
+        previous = self.flow.meetings.get(id(node))
+        # A loop's first round is its real first iteration: a conflict seen there stays, though
+        # later rounds (joins of every iteration) can no longer tell.
+        if previous is not None and previous.host_operands_meeting_device() and not meeting.host_operands_meeting_device():
+            return
+        self.flow.meetings[id(node)] = meeting
+
+    # ---- calls ---------------------------------------------------------------------
+
+    def _arguments(self, node: cst.Call, env: Env) -> list[Value]:
+        return [self._evaluate(arg.value, env) for arg in node.args]
+
+    def _call(self, node: cst.Call, env: Env) -> Value:
+        callee_node = node.func
+        qualified = self.qualified(callee_node, env)
+        if isinstance(callee_node, cst.Attribute) and qualified is None:
+            receiver = self._evaluate(callee_node.value, env)
+            arguments = self._arguments(node, env)
+            self.flow.values.setdefault(id(callee_node), UNKNOWN)
+            return self._method_call(node, callee_node.attr.value, receiver, arguments, env)
+        callee = self._evaluate(callee_node, env)
+        arguments = self._arguments(node, env)
+        if qualified is not None:
+            return self._torch_call(node, qualified, arguments, env)
+        if callee.reference is not None and callee.reference.definition is not None:
+            return self._same_file_call(node, callee, arguments)
+        if callee.is_module_like:
+            return self._module_call(node, callee, arguments)
+        if isinstance(callee_node, cst.Name):
+            name = callee_node.value
+            if name in _BUILTIN_SCALARS and callee.kinds == {Kind.UNKNOWN}:
+                return SCALAR
+            if name == "next" and arguments and callee.kinds == {Kind.UNKNOWN}:
+                return self._element_of(node.args[0].value, arguments[0])
+            if name in ("enumerate", "zip", "iter", "list", "tuple", "sorted", "reversed") and callee.kinds == {Kind.UNKNOWN}:
+                return self._builtin_container(name, node, arguments)
+            if name == "getattr" and len(node.args) == 3 and string_value(node.args[1].value) == "module" \
+                    and dotted_name(node.args[0].value) == dotted_name(node.args[2].value) and arguments[0].is_module_like:
+                return replace(arguments[0], kinds=frozenset({Kind.MODULE}))
+        return self._unknown_call(node, callee_node, arguments)
+
+    def _builtin_container(self, name: str, node: cst.Call, arguments: list[Value]) -> Value:
+        if name == "enumerate" and arguments:
+            return replace(Value.of(Kind.OTHER), items=(("*", Value(frozenset({Kind.CONTAINER}), items=(
+                ("0", SCALAR), ("1", self._element_of(node.args[0].value, arguments[0])))),),))
+        if name == "zip" and arguments:
+            parts = tuple((str(i), self._element_of(arg.value, value)) for i, (arg, value) in enumerate(zip(node.args, arguments, strict=True)))
+            return replace(Value.of(Kind.OTHER), items=(("*", Value(frozenset({Kind.CONTAINER}), items=parts)),))
+        if name in ("iter", "list", "tuple", "sorted", "reversed") and arguments:
+            return replace(Value.of(Kind.OTHER), items=(("*", self._element_of(node.args[0].value, arguments[0])),))
+        return UNKNOWN
+
+    def _unknown_call(self, node: cst.Call, callee_node: cst.BaseExpression, arguments: list[Value]) -> Value:
+        name = (dotted_name(callee_node) or "").rsplit(".", 1)[-1].lower()
+        if any(word in name for word in _MODEL_NAME_WORDS) and not any(word in name for word in ("loss", "criterion")):
+            # `model(x)` with `model` made where we cannot see: a module, wherever its inputs are.
+            return self._module_call(node, Value(frozenset({Kind.MODULE})), arguments)
+        operands = [Operand(arg.value, value) for arg, value in zip(node.args, arguments, strict=True)
+                    if value.is_tensor_like]
+        if len(operands) > 1 and any(word in name for word in _CALLEE_MEETING_WORDS):
+            self._record_meeting(node, MeetingKind.CALL, operands)
+        if name in ("tqdm", "trange"):
+            return replace(Value.of(Kind.OTHER), items=(("*", self._element_of(node.args[0].value, arguments[0])),)) if arguments else UNKNOWN
+        return UNKNOWN
+
+    def _same_file_call(self, node: cst.Call, callee: Value, arguments: list[Value]) -> Value:
+        assert callee.reference is not None and callee.reference.definition is not None
+        receiver = callee if callee.instance_of is not None else None
+        result = self.oracle.call_result(callee.reference.definition, arguments, receiver)
+        return result
+
+    def _module_call(self, node: cst.Call, module: Value, arguments: list[Value]) -> Value:
+        operands = [Operand(node.func, module)]
+        for arg, value in zip(node.args, arguments, strict=True):
+            operands.extend(_tensor_operands(arg.value, value))
+        if Kind.WRAPPED_MODULE not in module.kinds:
+            # DataParallel and DDP move their inputs to their device themselves.
+            self._record_meeting(node, MeetingKind.MODULE_CALL, operands)
+        places = module.places
+        if places is None or ANYWHERE_PLACE in places:
+            tensors = [value for value in arguments if value.is_tensor_like]
+            combined = _combined_tensor(tensors) if tensors else None
+            places = combined.places if combined is not None else None
+        return Value(frozenset({Kind.MODEL_OUTPUT}), places)
+
+    def _method_call(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value], env: Env) -> Value:
+        if receiver.instance_of is not None:
+            definition = self.oracle.method_of(receiver.instance_of, method)
+            if definition is not None:
+                return self.oracle.call_result(definition, arguments, receiver)
+            assert isinstance(node.func, cst.Attribute)
+            key = place_key(node.func)
+            attribute = env.get(key) if key is not None and key in env else \
+                self.oracle.attribute_value(receiver.instance_of, method, receiver)
+            if attribute is not None and attribute.is_module_like:
+                self.flow.values[id(node.func)] = attribute
+                return self._module_call(node, attribute, arguments)
+            if (attribute is None or not attribute.is_known) and self.module_method and self._is_self(node.func) \
+                    and method not in _MODULE_API:
+                # A Module's attribute called like a submodule: one (set up where we cannot see).
+                submodule = Value(frozenset({Kind.MODULE}), frozenset({MODULE_DEVICE_PLACE}))
+                self.flow.values[id(node.func)] = submodule
+                return self._module_call(node, submodule, arguments)
+            if attribute is not None and attribute.reference is not None and attribute.reference.definition is not None:
+                return self.oracle.call_result(attribute.reference.definition, arguments, None)
+        if receiver.is_tensor_like:
+            return self._tensor_method(node, method, receiver, arguments)
+        if receiver.is_module_like:
+            if method in torch_api.MODULE_SELF_RETURNING_METHODS:
+                if method in ("to", "cuda", "cpu", "xpu", "mps"):
+                    moved = self._move_target(node, method, arguments)
+                    return receiver.with_places(None if moved is None else [moved])
+                return receiver
+            if method in ("register_buffer", "register_parameter") and node.args and self._is_self(node.func):
+                name = string_value(node.args[0].value)
+                if name is not None:
+                    registered = tensor([MODULE_DEVICE_PLACE])
+                    self._bind(cst.Attribute(cst.Name(self.self_name or "self"), cst.Name(name)), registered, env)
+                return SCALAR
+            if method in ("parameters", "buffers"):
+                return replace(Value.of(Kind.OTHER), items=(("*", tensor(receiver.places)),))
+            if method == "state_dict":
+                return Value(frozenset({Kind.CONTAINER}), receiver.places)
+            if method == "forward":
+                return self._module_call(node, receiver, arguments)
+            return UNKNOWN
+        if method == "items" and receiver.kinds == {Kind.CONTAINER}:
+            return UNKNOWN
+        if method == "to" and receiver.kinds == {Kind.CONTAINER}:
+            return UNKNOWN
+        if method in ("get",) and receiver.kinds == {Kind.CONTAINER} and node.args:
+            key = string_value(node.args[0].value)
+            found = receiver.item(key) if key is not None else None
+            return found if found is not None else UNKNOWN
+        if receiver.is_device and method == "type":
+            return SCALAR
+        callee_name = method.lower()
+        operands = [Operand(arg.value, value) for arg, value in zip(node.args, arguments, strict=True) if value.is_tensor_like]
+        if len(operands) > 1 and any(word in callee_name for word in _CALLEE_MEETING_WORDS):
+            self._record_meeting(node, MeetingKind.CALL, operands)
+        return UNKNOWN
+
+    def _is_self(self, func: cst.BaseExpression) -> bool:
+        return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+                and self.self_name is not None and func.value.value == self.self_name)
+
+    def _tensor_method(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value]) -> Value:
+        if method == "item":
+            return SCALAR
+        if method == "tolist":
+            return OTHER
+        if method == "numpy":
+            return OTHER
+        if method in ("size", "dim", "numel", "nelement", "element_size", "is_floating_point", "get_device", "is_contiguous"):
+            return SCALAR
+        if method in ("to", "cuda", "cpu", "xpu", "mps"):
+            moved = self._move_target(node, method, arguments)
+            if moved is None:
+                if method == "to" and not self._changes_device(node, arguments):
+                    return tensor(receiver.places, origins=receiver.origins, zero_dim=receiver.zero_dim)
+                return tensor(None, zero_dim=receiver.zero_dim)
+            if moved == HOST_PLACE:
+                self.flow.origins[id(node)] = node
+                return tensor([moved], origins=frozenset({id(node)}), zero_dim=receiver.zero_dim)
+            return tensor([moved], zero_dim=receiver.zero_dim)
+        if method in ("new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"):
+            return tensor(receiver.places)
+        if method == "type_as" and arguments:
+            return tensor(arguments[0].places) if arguments[0].is_tensor_like else tensor(None)
+        if method in torch_api.TENSOR_METHODS_WITH_TENSOR_OPERANDS and method not in torch_api.SHAPE_ONLY_TENSOR_METHODS:
+            tensors = [Operand(arg.value, value) for arg, value in zip(node.args, arguments, strict=True)
+                       if value.is_tensor_like and arg.keyword is None]
+            if tensors:
+                self._record_meeting(node, MeetingKind.ARITHMETIC, [Operand(node.func, receiver), *tensors])
+        if method in torch_api.TENSOR_RETURNING_METHODS or method in torch_api.TENSOR_METHODS_WITH_TENSOR_OPERANDS:
+            zero_dim = method in torch_api.FULL_REDUCTIONS and not node.args
+            if method in ("max", "min") and node.args:
+                return UNKNOWN
+            return tensor(receiver.places, origins=receiver.origins, zero_dim=zero_dim or (receiver.zero_dim and method not in ("expand", "repeat", "view", "reshape")))
+        if method in torch_api.FULL_REDUCTIONS and not node.args:
+            return tensor(receiver.places, origins=receiver.origins, zero_dim=True)
+        return UNKNOWN
+
+    def _changes_device(self, node: cst.Call, arguments: list[Value]) -> bool:
+        """`x.to(torch.float32)`, `x.to(dtype=...)` change only the type."""
+        for arg, value in zip(node.args, arguments, strict=True):
+            if arg.keyword is not None and arg.keyword.value != "device":
+                continue
+            if value.reference is not None and value.reference.qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES:
+                continue
+            return True
+        return False
+
+    def _move_target(self, node: cst.Call, method: str, arguments: list[Value]) -> Place | None:
+        """Where `.to(...)`, `.cuda()`, `.cpu()` put the value; None when the code does not say."""
+        if method == "cpu":
+            return HOST_PLACE
+        if method in ("cuda", "xpu", "mps"):
+            return Place(PlaceKind.DEVICE, method, frozenset({method}))
+        for arg, value in zip(node.args, arguments, strict=True):
+            if arg.keyword is not None and arg.keyword.value != "device":
+                continue
+            if value.is_device and value.device is not None:
+                return value.device
+            if value.device is not None:  # a device string
+                return value.device
+            if value.is_tensor_like:
+                places = value.places
+                return next(iter(places)) if places is not None and len(places) == 1 else None
+            if value.reference is not None and value.reference.qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES:
+                continue
+            text = dotted_name(arg.value)
+            if text is not None and any(word in text.lower() for word in _DEVICE_WORDS):
+                return Place(PlaceKind.DEVICE, text, None)
+            return None
+        return None
+
+    def _torch_call(self, node: cst.Call, qualified: str, arguments: list[Value], env: Env) -> Value:
+        keywords = {arg.keyword.value: value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is not None}
+        positional = [value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is None and not arg.star]
+        has_splat = any(arg.star == "**" for arg in node.args)
+        if qualified in AVAILABILITY_CHECKS:
+            return SCALAR
+        if qualified == torch_api.TORCH_DEVICE:
+            return device_value(self._device_call_place(node, positional, keywords))
+        if qualified in torch_api.WRAPPERS:
+            inner = positional[0] if positional else keywords.get("module", UNKNOWN)
+            return Value(frozenset({Kind.WRAPPED_MODULE}), inner.places if inner.is_module_like else None)
+        if qualified in torch_api.DATALOADERS:
+            dataset = positional[0] if positional else keywords.get("dataset", UNKNOWN)
+            if "collate_fn" in keywords:
+                element: Value = UNKNOWN
+            else:
+                element = self._dataset_element(dataset)
+            return replace(Value.of(Kind.DATALOADER), items=(("*", element),))
+        if qualified in ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"):
+            parts = tuple((str(i), tensor(v.places) if v.is_tensor_like else UNKNOWN) for i, v in enumerate(positional))
+            return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), items=parts)),))
+        if qualified.startswith("torchvision.datasets."):
+            return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), frozenset({HOST_PLACE}))),))
+        if qualified in LEGACY_CUDA_TENSOR_TYPES:
+            return tensor([Place(PlaceKind.DEVICE, "cuda", frozenset({"cuda"}))])
+        if qualified in _LEGACY_HOST_TENSOR_TYPES:
+            return tensor([HOST_PLACE])
+        if qualified in ("torch.from_numpy",):
+            return tensor([HOST_PLACE])
+        if qualified in torch_api.TENSOR_FACTORIES or qualified in ("torch.as_tensor",):
+            return self._factory(node, qualified, positional, keywords, has_splat)
+        if qualified.endswith("_like") and qualified.startswith("torch."):
+            source = positional[0] if positional else UNKNOWN
+            if "device" in keywords:
+                return tensor(self._device_argument(keywords["device"], node))
+            return tensor(source.places) if source.is_tensor_like else tensor(None)
+        if qualified in torch_api.WRAPPERS or qualified.endswith(".from_pretrained"):
+            return Value(frozenset({Kind.MODULE}), frozenset({HOST_PLACE}))
+        if torch_api.is_module_constructor(qualified):
+            if "device" in keywords:
+                return Value(frozenset({Kind.MODULE}), self._device_argument(keywords["device"], node))
+            stateless = torch_api.is_stateless_module(qualified) and not (keywords.keys() & torch_api.STATEFUL_LOSS_KEYWORDS)
+            return Value(frozenset({Kind.MODULE}), frozenset({ANYWHERE_PLACE if stateless else HOST_PLACE}))
+        if qualified in torch_api.NN_TENSOR_CLASSES:
+            # Assigned to a Module, it moves with the Module.
+            source = positional[0] if positional else UNKNOWN
+            return tensor([MODULE_DEVICE_PLACE] if self.module_method else source.places)
+        if qualified in torch_api.TORCH_LOAD:
+            return UNKNOWN
+        if torch_api.is_tensor_function(qualified) or qualified.startswith("torch.nn.functional."):
+            return self._tensor_function(node, qualified, arguments)
+        if qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES and qualified.startswith("torch."):
+            return reference(qualified)
+        return UNKNOWN
+
+    def _dataset_element(self, dataset: Value) -> Value:
+        known = dataset.item("*")
+        if known is not None:
+            return known
+        if dataset.instance_of is not None:
+            method = self.oracle.method_of(dataset.instance_of, "__getitem__")
+            if method is not None:
+                result = self.oracle.call_result(method, [SCALAR], dataset)
+                if result.on_host or (result.items is not None and all(v.on_host for _, v in result.items)):
+                    return result
+                return UNKNOWN
+        if dataset.kinds == {Kind.CONTAINER} and dataset.items is not None and not all(
+            value.on_host or not value.is_tensor_like for _, value in dataset.items
+        ):
+            return UNKNOWN
+        if dataset.kinds & {Kind.SCALAR, Kind.OTHER}:
+            return UNKNOWN
+        # A dataset we cannot see: the default collate makes host tensors of its samples.
+        return Value(frozenset({Kind.CONTAINER}), frozenset({HOST_PLACE}))
+
+    def _factory(self, node: cst.Call, qualified: str, positional: list[Value], keywords: dict[str, Value],
+                 has_splat: bool) -> Value:
+        if "device" in keywords:
+            return tensor(self._device_argument(keywords["device"], node))
+        if has_splat or "out" in keywords:
+            return tensor(None)
+        zero_dim = qualified in ("torch.tensor", "torch.as_tensor") and bool(positional) and positional[0].kinds == {Kind.SCALAR}
+        if qualified == "torch.as_tensor" and positional and positional[0].is_tensor_like:
+            return tensor(positional[0].places)
+        self.flow.origins[id(node)] = node
+        return tensor([HOST_PLACE], origins=frozenset({id(node)}), zero_dim=zero_dim)
+
+    def _device_argument(self, value: Value, node: cst.Call) -> frozenset[Place] | None:
+        if value.device is not None:
+            return frozenset({value.device})
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "device":
+                text = dotted_name(arg.value)
+                if text is not None and any(word in text.lower() for word in _DEVICE_WORDS):
+                    return frozenset({Place(PlaceKind.DEVICE, text, None)})
+        return None
+
+    def _device_call_place(self, node: cst.Call, positional: list[Value], keywords: dict[str, Value]) -> Place:
+        first = positional[0] if positional else keywords.get("type")
+        if first is not None and first.device is not None:
+            return first.device
+        if first is not None and first.kinds == {Kind.SCALAR} and node.args:
+            argument = node.args[0].value
+            # `torch.device("cuda" if torch.cuda.is_available() else "cpu")`
+            if isinstance(argument, cst.IfExp):
+                types = {_string_device_type(argument.body), _string_device_type(argument.orelse)}
+                if None not in types:
+                    found = frozenset(t for t in types if t is not None)
+                    return HOST_PLACE if found == {"cpu"} else Place(PlaceKind.DEVICE, "", found)
+        return Place(PlaceKind.DEVICE, "", None)
+
+    def _tensor_function(self, node: cst.Call, qualified: str, arguments: list[Value]) -> Value:
+        last = qualified.rpartition(".")[2]
+        host_only = torch_api.HOST_ARGUMENT_FUNCTIONS.get(last)
+        operands: list[Operand] = []
+        for position, (arg, value) in enumerate(zip(node.args, arguments, strict=True)):
+            if host_only is not None and (position == host_only[0] and arg.keyword is None
+                                          or arg.keyword is not None and arg.keyword.value == host_only[1]):
+                continue
+            if arg.keyword is not None and arg.keyword.value in ("device", "dtype", "out"):
+                continue
+            operands.extend(_tensor_operands(arg.value, value))
+        if len(operands) > 1:
+            self._record_meeting(node, MeetingKind.CALL, operands)
+        if last in ("max", "min", "sort", "topk", "unique", "split", "chunk", "unbind", "broadcast_tensors", "meshgrid"):
+            return UNKNOWN
+        if not operands:
+            return tensor(None)
+        return _combined_tensor([operand.value for operand in operands])
+
+    # ---- iteration -----------------------------------------------------------------
+
+    def _element_of(self, node: cst.BaseExpression, iterable: Value) -> Value:
+        known = iterable.item("*")
+        if known is not None:
+            return known
+        if iterable.is_tensor_like:
+            return tensor(iterable.places)
+        if iterable.kinds == {Kind.CONTAINER} and iterable.items:
+            joined = join_all(value for _, value in iterable.items)
+            return joined if joined is not None else UNKNOWN
+        if iterable.kinds == {Kind.CONTAINER} and iterable.places is not None:
+            return tensor(iterable.places, origins=iterable.origins)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "range":
+            return SCALAR
+        return UNKNOWN
+
+
+def _tensor_operands(node: cst.BaseExpression, value: Value) -> list[Operand]:
+    """The tensors an argument passes: itself, or the known elements of a tuple or list."""
+    if value.is_tensor_like:
+        return [Operand(node, value)]
+    if value.kinds != {Kind.CONTAINER}:
+        return []
+    if value.items is not None:
+        elements: Sequence[cst.BaseElement | cst.BaseDictElement] | None = (
+            node.elements if isinstance(node, (cst.List, cst.Tuple, cst.Dict)) else None
+        )
+        operands: list[Operand] = []
+        for index, (_, item) in enumerate(value.items):
+            if not item.is_tensor_like:
+                continue
+            element_node = elements[index].value if elements is not None and index < len(elements) else node
+            operands.append(Operand(element_node, item))
+        return operands
+    if value.places is not None:
+        return [Operand(node, tensor(value.places, origins=value.origins))]
+    return []
+
+
+def _combined_tensor(values: Sequence[Value]) -> Value:
+    """The result of an operation on tensors: where the ones with dimensions are."""
+    dimensioned = [v for v in values if not (v.zero_dim and v.on_host)] or list(values)
+    places: frozenset[Place] | None = frozenset()
+    origins: frozenset[int] = frozenset()
+    for value in dimensioned:
+        if places is None or value.places is None:
+            places = None
+        else:
+            places = places | value.places
+        origins |= value.origins
+    if places is not None and len(places) > 1 and HOST_PLACE in places and any(
+        v.on_accelerator for v in dimensioned
+    ):
+        # Host and device data met (a finding there); what comes out is on the device.
+        places = frozenset(p for p in places if p != HOST_PLACE)
+    if places is not None and ANYWHERE_PLACE in places:
+        places = frozenset(p for p in places if p != ANYWHERE_PLACE) or None
+    on_host = places == frozenset({HOST_PLACE})
+    return tensor(places, origins=origins if on_host else frozenset(), zero_dim=all(v.zero_dim for v in values))
+
+
+def _constant_index(node: cst.Subscript) -> str | None:
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    value = node.slice[0].slice.value
+    text = string_value(value)
+    if text is not None:
+        return text
+    if isinstance(value, cst.Integer):
+        return value.value
+    return None
+
+
+def _literal_place(text: str) -> Place | None:
+    literal = parse_device_string(text)
+    if literal is None:
+        return None
+    if literal.is_host:
+        return HOST_PLACE if literal.type == "cpu" else None
+    return Place(PlaceKind.DEVICE, repr(text), frozenset({literal.type}))
+
+
+def _string_device_type(node: cst.BaseExpression) -> str | None:
+    text = string_value(node)
+    if text is None:
+        return None
+    literal = parse_device_string(text)
+    return literal.type if literal is not None else None
+
+
+def _pattern_names(pattern: cst.MatchPattern) -> list[str]:
+    names: list[str] = []
+    stack: list[cst.CSTNode] = [pattern]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.MatchAs) and current.name is not None or isinstance(current, cst.MatchStar) and current.name is not None:
+            names.append(current.name.value)
+        elif isinstance(current, cst.MatchMapping) and current.rest is not None:
+            names.append(current.rest.value)
+        stack.extend(current.children)
+    return names
+
+
+def _bound_by_comprehension(node: cst.CSTNode, name: str) -> bool:
+    clause = getattr(node, "for_in", None)
+    while isinstance(clause, cst.CompFor):
+        if any(target.value == name for target in _targets_of(clause.target)):
+            return True
+        clause = clause.inner_for_in
+    return False

@@ -1,0 +1,533 @@
+"""The file-wide device-flow model: lazily interpreted functions, their summaries, classes.
+
+Nothing is computed until a rule asks. Asking about a node interprets the function it is in
+(once; the module body first, since functions read its names), and the functions that one
+calls, through context-insensitive summaries of their return values. Methods see `self` as
+an instance of their class: inside a Module's methods its parameters, submodules, buffers
+and `forward`'s inputs are on one symbolic place, the module's device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+import libcst as cst
+
+from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.flow.interpreter import Env, FunctionFlow, Interpreter, Meeting, Operand
+from torchdevlint.analysis.flow.values import (
+    HOST_PLACE,
+    MODULE_DEVICE_PLACE,
+    UNKNOWN,
+    Kind,
+    Place,
+    Value,
+    tensor,
+)
+from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.budget import Deadline, NoDeadline
+
+Scope = cst.Module | cst.FunctionDef
+
+# Names of `forward` parameters that are numbers, not data.
+_HOST_PARAMETER_WORDS = ("size", "num", "count", "step", "dim", "idx", "index")
+# Sequence lengths: data, unless the function hands them to a function wanting them on the CPU.
+_LENGTH_WORDS = ("len",)
+_SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "list", "tuple", "dict"})
+
+
+@dataclass(frozen=True)
+class HostMeeting:
+    """Host data (`host`) meets accelerator data (`device`) in `meeting`, inside `flow`."""
+
+    meeting: Meeting
+    host: Operand
+    device: Operand
+    flow: FunctionFlow
+
+
+@dataclass(frozen=True)
+class OriginSite:
+    """Where host data was made: a tensor factory without `device=`, or a `.cpu()` call."""
+
+    call: cst.Call
+    scope: Scope
+    is_factory: bool
+    # The nn.Module class whose method made it, if any.
+    module_class: cst.ClassDef | None
+    in_method: bool
+
+    @property
+    def function_name(self) -> str | None:
+        return self.scope.name.value if isinstance(self.scope, cst.FunctionDef) else None
+
+
+@dataclass
+class _Definition:
+    node: cst.FunctionDef | cst.ClassDef
+    # The function or module body whose execution defines it (for free names).
+    enclosing: Scope
+    owner: cst.ClassDef | None
+
+
+@dataclass
+class _ClassSummary:
+    node: cst.ClassDef
+    is_module: bool
+    methods: dict[str, cst.FunctionDef]
+    moves_itself: bool
+    attributes: dict[str, Value] | None = None
+    collecting: bool = False
+    class_level: dict[str, Value] = field(default_factory=dict)
+
+
+class FlowModel:
+    """Answers, for any expression, its value at its program point (see `value_of`)."""
+
+    def __init__(self, module: cst.Module, enclosing_scope: Callable[[cst.CSTNode], Scope],
+                 deadline: Deadline | None = None) -> None:
+        self.module = module
+        self._enclosing_scope = enclosing_scope
+        self.deadline = deadline if deadline is not None else NoDeadline()
+        self._definitions: dict[int, _Definition] = {}
+        self._flows: dict[int, FunctionFlow] = {}
+        self._in_progress: set[int] = set()
+        # Flows being interpreted (their values so far), for class bases read meanwhile.
+        self._running: dict[int, FunctionFlow] = {}
+        # Flows that used provisional answers, reused while the question that made them lasts.
+        self._provisional: dict[int, FunctionFlow] = {}
+        self._classes: dict[int, _ClassSummary] = {}
+        self._summaries: dict[int, Value] = {}
+        # Counts answers given from unfinished work (a body still being interpreted, a class
+        # whose attributes are being collected): a flow that used one is not kept.
+        self._provisional_reads: set[int] = set()
+        self._host_meetings: list[HostMeeting] | None = None
+        self._origins: dict[int, tuple[cst.Call, cst.CSTNode]] = {}
+
+    # ---- questions rules ask -------------------------------------------------------
+
+    def value_of(self, node: cst.BaseExpression) -> Value:
+        flow = self.flow_for(self._enclosing_scope(node))
+        return flow.values.get(id(node), UNKNOWN) if flow is not None else UNKNOWN
+
+    def qualified_name(self, node: cst.BaseExpression) -> str | None:
+        """The imported name an expression stands for here (`torch.load` for `load` after
+        `from torch import load`, unless a local or parameter shadows it)."""
+        value = self.value_of(node)
+        if value.reference is None or value.reference.definition is not None:
+            return None
+        return value.reference.qualified
+
+    def env_before(self, statement: cst.CSTNode) -> Env | None:
+        flow = self.flow_for(self._enclosing_scope(statement))
+        return flow.before.get(id(statement)) if flow is not None else None
+
+    def meetings(self, scope: Scope) -> list[Meeting]:
+        flow = self.flow_for(scope)
+        return list(flow.meetings.values()) if flow is not None else []
+
+    def all_flows(self) -> Iterator[FunctionFlow]:
+        """Every body in the file, the module first (interpreting what has not been yet)."""
+        module_flow = self.flow_for(self.module)
+        if module_flow is None:
+            return
+        yield module_flow
+        done: set[int] = {id(self.module)}
+        while True:
+            pending = [d for key, d in self._definitions.items()
+                       if key not in done and isinstance(d.node, cst.FunctionDef)]
+            if not pending:
+                return
+            for definition in pending:
+                done.add(id(definition.node))
+                assert isinstance(definition.node, cst.FunctionDef)
+                flow = self.flow_for(definition.node)
+                if flow is not None:
+                    yield flow
+
+    def host_meetings(self) -> list[HostMeeting]:
+        """Everywhere in the file that data on the host meets data on an accelerator."""
+        if self._host_meetings is None:
+            found: list[HostMeeting] = []
+            for flow in self.all_flows():
+                for meeting in flow.meetings.values():
+                    for host, device in meeting.host_operands_meeting_device():
+                        found.append(HostMeeting(meeting, host, device, flow))
+            self._host_meetings = found
+        return self._host_meetings
+
+    def origin(self, origin_id: int) -> tuple[cst.Call, Scope] | None:
+        """The call that put host data into a value (see `Value.origins`), and its body."""
+        self.host_meetings()
+        found = self._origins.get(origin_id)
+        if found is None:
+            return None
+        call, scope = found
+        assert isinstance(scope, (cst.Module, cst.FunctionDef))
+        return call, scope
+
+    def origin_site(self, origin_id: int) -> OriginSite | None:
+        located = self.origin(origin_id)
+        if located is None:
+            return None
+        call, scope = located
+        owner = self.class_of_method(scope) if isinstance(scope, cst.FunctionDef) else None
+        qualified = self._qualified_in(scope, call.func)
+        return OriginSite(
+            call,
+            scope,
+            is_factory=qualified in torch_api.TENSOR_FACTORIES,
+            module_class=owner if owner is not None and self.is_module_class(owner) else None,
+            in_method=owner is not None,
+        )
+
+    def _qualified_in(self, scope: Scope, node: cst.BaseExpression) -> str | None:
+        flow = self.flow_for(scope)
+        value = flow.values.get(id(node)) if flow is not None else None
+        if value is None or value.reference is None or value.reference.definition is not None:
+            return None
+        return value.reference.qualified
+
+    def class_of_method(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+        self.flow_for(function)
+        definition = self._definitions.get(id(function))
+        return definition.owner if definition is not None else None
+
+    def is_module_class(self, class_node: cst.ClassDef) -> bool:
+        summary = self._class(id(class_node))
+        return summary is not None and summary.is_module
+
+    # ---- interpretation ------------------------------------------------------------
+
+    def flow_for(self, scope: Scope) -> FunctionFlow | None:
+        key = id(scope)
+        flow = self._flows.get(key) or self._provisional.get(key)
+        if flow is not None:
+            return flow
+        if key in self._in_progress:
+            return None
+        if isinstance(scope, cst.Module):
+            return self._interpret(scope, {}, None)
+        if key not in self._definitions:
+            # Interpreting the body that defines it registers it.
+            self.flow_for(self._enclosing_scope(scope))
+            if key not in self._definitions:
+                return None
+        definition = self._definitions[key]
+        assert isinstance(definition.node, cst.FunctionDef)
+        return self._interpret(definition.node, self._entry_env(definition), definition.owner)
+
+    def _interpret(self, scope: Scope, env: Env, owner: cst.ClassDef | None, *,
+                   attributes_only: bool = False) -> FunctionFlow:
+        key = id(scope)
+        self._in_progress.add(key)
+        reads_before = set(self._provisional_reads)
+        try:
+            self_name = self._self_name(scope) if owner is not None else None
+            module_method = owner is not None and self.is_module_class(owner)
+            interpreter = Interpreter(self, scope, env, owner=owner, self_name=self_name,
+                                      module_method=module_method, deadline=self.deadline)
+            body = scope.body if isinstance(scope, cst.Module) else scope.body.body
+            self._running[key] = interpreter.flow
+            flow = interpreter.run(body)
+        finally:
+            self._in_progress.discard(key)
+            self._running.pop(key, None)
+        for origin_key, call in flow.origins.items():
+            self._origins[origin_key] = (call, scope)
+        # Reading its own unfinished state (through a function it calls) does not make a body
+        # provisional; reading another unfinished body's does.
+        self._provisional_reads.discard(key)
+        if not attributes_only:
+            if self._provisional_reads <= reads_before:
+                self._flows[key] = flow
+            elif self._in_progress:
+                # Good until the outermost question is answered: interpreted once per question,
+                # however many times a script's loop calls it.
+                self._provisional[key] = flow
+        if not self._in_progress:
+            self._provisional.clear()
+        return flow
+
+    @staticmethod
+    def _self_name(scope: Scope) -> str | None:
+        if not isinstance(scope, cst.FunctionDef):
+            return None
+        decorators = {dotted_name(d.decorator) for d in scope.decorators}
+        if "staticmethod" in decorators or "classmethod" in decorators:
+            return None
+        params = [*scope.params.posonly_params, *scope.params.params]
+        return params[0].name.value if params else None
+
+    def _entry_env(self, definition: _Definition) -> Env:
+        function = definition.node
+        assert isinstance(function, cst.FunctionDef)
+        env: Env = {}
+        params = function.params
+        self_name = self._self_name(function) if definition.owner is not None else None
+        owner_summary = self._class(id(definition.owner)) if definition.owner is not None else None
+        is_forward = function.name.value == "forward" and owner_summary is not None and owner_summary.is_module
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            name = param.name.value
+            if name == self_name and definition.owner is not None:
+                env[name] = self._self_value(id(definition.owner))
+                continue
+            env[name] = self._parameter_value(param, is_forward, definition)
+        for star in (params.star_arg, params.star_kwarg):
+            if isinstance(star, cst.Param):
+                env[star.name.value] = UNKNOWN
+        return env
+
+    def _parameter_value(self, param: cst.Param, is_forward: bool, definition: _Definition) -> Value:
+        annotation = param.annotation.annotation if param.annotation is not None else None
+        annotated = self._annotation_value(annotation, definition) if annotation is not None else UNKNOWN
+        if annotation is not None and dotted_name(annotation) in _SCALAR_ANNOTATIONS:
+            return UNKNOWN
+        if is_forward:
+            name = param.name.value.lower()
+            if any(word in name for word in _HOST_PARAMETER_WORDS) or param.default is not None:
+                return UNKNOWN
+            if any(word in name for word in _LENGTH_WORDS) and _passed_as_host_argument(definition.node, param.name.value):
+                return UNKNOWN
+            kind = Kind.TENSOR if annotated.is_tensor else Kind.MODEL_OUTPUT
+            return Value(frozenset({kind}), frozenset({MODULE_DEVICE_PLACE}))
+        return annotated
+
+    def _annotation_value(self, annotation: cst.BaseExpression, definition: _Definition) -> Value:
+        dotted = dotted_name(annotation)
+        if dotted is None:
+            return UNKNOWN
+        head, dot, rest = dotted.partition(".")
+        flow = self._flows.get(id(definition.enclosing)) or self._running.get(id(definition.enclosing))
+        value = None
+        if flow is not None:
+            value = _final_value(flow, head) or flow.values.get(id(annotation))
+        if value is None:
+            value = self.outer_value(definition.node, head)
+        if value is None or value.reference is None:
+            return UNKNOWN
+        if value.reference.definition is not None:
+            summary = self._class(value.reference.definition)
+            return Value(frozenset({Kind.MODULE})) if summary is not None and summary.is_module and not rest else UNKNOWN
+        qualified = f"{value.reference.qualified}{dot}{rest}"
+        if qualified in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.nn.Parameter"):
+            return tensor(None)
+        if qualified in torch_api.MODULE_BASE_CLASSES or torch_api.is_module_constructor(qualified):
+            return Value(frozenset({Kind.MODULE}))
+        return UNKNOWN
+
+    # ---- what the interpreter asks (its Oracle) ------------------------------------
+
+    def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and isinstance(enclosing, (cst.Module, cst.FunctionDef)):
+            self._definitions.setdefault(id(node), _Definition(node, enclosing, owner))
+
+    def outer_value(self, scope: cst.CSTNode, name: str) -> Value | None:
+        """A free name of a function: what the enclosing bodies bind it to when they finish."""
+        definition = self._definitions.get(id(scope))
+        while definition is not None:
+            enclosing = definition.enclosing
+            flow = self.flow_for(enclosing)
+            if flow is None:
+                # Called while the enclosing body still runs (a script calling its functions):
+                # its names as they are now. Provisional, so not kept.
+                self._provisional_reads.add(id(enclosing))
+                flow = self._running.get(id(enclosing))
+                if flow is None:
+                    return UNKNOWN
+            found = _final_value(flow, name)
+            if found is not None:
+                return found
+            definition = self._definitions.get(id(enclosing))
+        return None
+
+    def call_result(self, definition: int, arguments: Sequence[Value], receiver: Value | None) -> Value:
+        summary = self._class(definition)
+        if summary is not None:
+            return self._instance_value(summary)
+        target = self._definitions.get(definition)
+        if target is None or not isinstance(target.node, cst.FunctionDef):
+            return UNKNOWN
+        result = self._summaries.get(definition)
+        if result is None:
+            flow = self.flow_for(target.node)
+            if flow is None:
+                self._provisional_reads.add(id(target.node))  # recursion
+                return UNKNOWN
+            if flow.returns is None:
+                return UNKNOWN
+            result = flow.returns
+            if id(target.node) in self._flows:
+                self._summaries[definition] = result
+        if receiver is not None and receiver.places is not None:
+            result = _substitute_module_device(result, receiver.places)
+        return result
+
+    def instance_value(self, class_id: int) -> Value:
+        summary = self._class(class_id)
+        return self._instance_value(summary) if summary is not None else UNKNOWN
+
+    def method_of(self, class_id: int, name: str) -> int | None:
+        summary = self._class(class_id)
+        if summary is None:
+            return None
+        method = summary.methods.get(name)
+        return id(method) if method is not None else None
+
+    def attribute_value(self, class_id: int, attribute: str, instance: Value) -> Value | None:
+        summary = self._class(class_id)
+        if summary is None:
+            return None
+        if summary.collecting:
+            self._provisional_reads.add(class_id)
+        attributes = self._attributes(summary)
+        value = attributes.get(attribute)
+        if value is None:
+            value = summary.class_level.get(attribute)
+            if value is None:
+                return None
+        if summary.is_module and instance.places is not None:
+            if value.is_module_like:
+                # Submodules move with their parent.
+                return value.with_places(instance.places)
+            return _substitute_module_device(value, instance.places)
+        return value
+
+    # ---- classes -------------------------------------------------------------------
+
+    def _class(self, class_id: int) -> _ClassSummary | None:
+        summary = self._classes.get(class_id)
+        if summary is not None:
+            return summary
+        definition = self._definitions.get(class_id)
+        if definition is None or not isinstance(definition.node, cst.ClassDef):
+            return None
+        node = definition.node
+        methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
+        # Placeholder while the bases are read (a class naming itself is not a Module by that).
+        summary = self._classes[class_id] = _ClassSummary(node, False, methods, False)
+        summary.is_module = self._bases_make_module(node, definition.enclosing)
+        init = methods.get("__init__")
+        summary.moves_itself = init is not None and _moves_self(init)
+        return summary
+
+    def _bases_make_module(self, node: cst.ClassDef, enclosing: Scope) -> bool:
+        flow = self._flows.get(id(enclosing)) or self._running.get(id(enclosing)) or self.flow_for(enclosing)
+        for base in node.bases:
+            if base.keyword is not None:
+                continue
+            value = flow.values.get(id(base.value), UNKNOWN) if flow is not None else UNKNOWN
+            reference = value.reference
+            if reference is None:
+                continue
+            if reference.definition is not None:
+                base_summary = self._class(reference.definition)
+                if base_summary is not None and base_summary.is_module:
+                    return True
+                continue
+            qualified = reference.qualified
+            if qualified in torch_api.MODULE_BASE_CLASSES or torch_api.is_module_constructor(qualified) \
+                    or qualified in torch_api.WRAPPERS:
+                return True
+        return False
+
+    def _self_value(self, class_id: int) -> Value:
+        summary = self._class(class_id)
+        if summary is not None and summary.is_module:
+            return Value(frozenset({Kind.MODULE}), frozenset({MODULE_DEVICE_PLACE}), instance_of=class_id)
+        return Value(frozenset({Kind.OTHER}), instance_of=class_id)
+
+    def _instance_value(self, summary: _ClassSummary) -> Value:
+        if summary.is_module:
+            places = None if summary.moves_itself else frozenset({HOST_PLACE})
+            return Value(frozenset({Kind.MODULE}), places, instance_of=id(summary.node))
+        if "__getitem__" in summary.methods and "__len__" in summary.methods:
+            return Value(frozenset({Kind.DATASET}), instance_of=id(summary.node))
+        return Value(frozenset({Kind.OTHER}), instance_of=id(summary.node))
+
+    def _attributes(self, summary: _ClassSummary) -> dict[str, Value]:
+        """`self.<attr>` as all the class's methods assign it (joined)."""
+        if summary.attributes is not None:
+            return summary.attributes
+        summary.attributes = {}  # while collecting, attributes read as unknown
+        summary.collecting = True
+        collected: dict[str, Value] = {}
+        definition = self._definitions[id(summary.node)]
+        # What the collection reads as unknown is the collection's own definition, not a
+        # provisional answer: the caller's flow stays complete.
+        reads = set(self._provisional_reads)
+        try:
+            self._collect_attributes(summary, definition, collected)
+        finally:
+            summary.collecting = False
+            self._provisional_reads = reads
+        summary.attributes = collected
+        return collected
+
+    def _collect_attributes(self, summary: _ClassSummary, definition: _Definition, collected: dict[str, Value]) -> None:
+        for method in summary.methods.values():
+            self.register_definition(method, definition.enclosing, summary.node)
+            method_definition = self._definitions[id(method)]
+            flow = self._flows.get(id(method))
+            if flow is None:
+                if id(method) in self._in_progress:
+                    continue
+                flow = self._interpret(method, self._entry_env(method_definition), summary.node, attributes_only=True)
+            for name, value in flow.attribute_writes.items():
+                previous = collected.get(name)
+                collected[name] = value if previous is None else previous.join(value)
+
+
+def _final_value(flow: FunctionFlow, name: str) -> Value | None:
+    if flow.final is not None:
+        return flow.final.get(name)
+    # The body never finishes (it ends in a raise or `sys.exit`): what its last statement saw.
+    if flow.before:
+        last = next(reversed(flow.before.values()))
+        return last.get(name)
+    return None
+
+
+def _substitute_module_device(value: Value, places: frozenset[Place]) -> Value:
+    if value.places is None or MODULE_DEVICE_PLACE not in value.places:
+        return value
+    return replace(value, places=(value.places - {MODULE_DEVICE_PLACE}) | places)
+
+
+def _moves_self(init: cst.FunctionDef) -> bool:
+    """`self.to(device)` or `self.cuda()` in `__init__`: instances are not on the host."""
+    params = init.params.params
+    if not params:
+        return False
+    self_name = params[0].name.value
+    stack: list[cst.CSTNode] = [init.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and isinstance(node.func.value, cst.Name) and node.func.value.value == self_name \
+                and node.func.attr.value in ("to", "cuda", "xpu", "mps"):
+            return True
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not init:
+            continue
+        stack.extend(child_nodes(node))
+    return False
+
+
+def _passed_as_host_argument(function: cst.CSTNode, parameter: str) -> bool:
+    """Is the parameter itself handed to `pack_padded_sequence` as its lengths (which must be
+    on the CPU)? Then it is host data; `lengths.cpu()` there says the opposite."""
+    stack: list[cst.CSTNode] = [function]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            name = dotted_name(node.func)
+            wanted = torch_api.HOST_ARGUMENT_FUNCTIONS.get(name.rpartition(".")[2]) if name is not None else None
+            if wanted is not None:
+                for position, arg in enumerate(node.args):
+                    matches = arg.keyword.value == wanted[1] if arg.keyword is not None else position == wanted[0]
+                    if matches and isinstance(arg.value, cst.Name) and arg.value.value == parameter:
+                        return True
+        stack.extend(child_nodes(node))
+    return False

@@ -1,0 +1,240 @@
+"""The abstract values of the device-flow model: what a value is, and where it lives.
+
+A `Value` is a join-semilattice element. Kinds say what the value may be (a tensor, a
+module, a device …); places say where its data may be (the host, a device named in the
+code, the device of the module whose method we are in). Anything the model cannot show is
+unknown, and unknown absorbs every join: a rule only speaks on evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from torchdevlint.analysis.devices import ACCELERATOR_TYPES
+
+
+class Kind(Enum):
+    TENSOR = "tensor"
+    # What calling a module returns: a tensor or a structure of tensors, where the module is.
+    MODEL_OUTPUT = "model output"
+    MODULE = "module"
+    WRAPPED_MODULE = "wrapped module"
+    DEVICE = "device"
+    DATALOADER = "dataloader"
+    DATASET = "dataset"
+    # A tuple, list or dict (its elements may be known, see `Value.items`).
+    CONTAINER = "container"
+    # A Python number, string, None …: known, and never device data.
+    SCALAR = "scalar"
+    # A function, class or imported module (see `Value.reference`).
+    REFERENCE = "reference"
+    # Known, but nothing the rules care about.
+    OTHER = "other"
+    UNKNOWN = "unknown"
+
+
+class PlaceKind(Enum):
+    HOST = "host"
+    # A device the code names: a literal, a device variable, `x.device`.
+    DEVICE = "device"
+    # Inside a Module's methods: wherever the module's parameters are (its inputs too).
+    MODULE_DEVICE = "module device"
+    # A module without parameters or buffers (a loss, an activation): it runs where its inputs are.
+    ANYWHERE = "anywhere"
+
+
+@dataclass(frozen=True)
+class Place:
+    kind: PlaceKind
+    # How the code names the device (`device`, `"cuda"`, `self.device`); empty for the others.
+    symbol: str = ""
+    # Device types it may be (`{"cuda", "cpu"}` for a fallback); None when unknown.
+    types: frozenset[str] | None = None
+
+    @property
+    def may_be_accelerator(self) -> bool:
+        if self.kind is PlaceKind.MODULE_DEVICE:
+            return True
+        if self.kind is not PlaceKind.DEVICE:
+            return False
+        return self.types is None or bool(self.types & ACCELERATOR_TYPES)
+
+    def describe(self) -> str:
+        if self.kind is PlaceKind.DEVICE:
+            types = "?" if self.types is None else "|".join(sorted(self.types))
+            return f"device {self.symbol} ({types})"
+        return str(self.kind.value)
+
+
+HOST_PLACE = Place(PlaceKind.HOST)
+MODULE_DEVICE_PLACE = Place(PlaceKind.MODULE_DEVICE)
+ANYWHERE_PLACE = Place(PlaceKind.ANYWHERE)
+
+
+class Wrapping(Enum):
+    NO = "no"
+    MAYBE = "maybe"
+    YES = "yes"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a name bound to a definition or an import stands for."""
+
+    # `torch.nn.Linear` for imports and their attributes; `<file>.name` for same-file definitions.
+    qualified: str
+    # For same-file functions and classes: the id of the FunctionDef/ClassDef node.
+    definition: int | None = None
+
+
+@dataclass(frozen=True)
+class Value:
+    kinds: frozenset[Kind]
+    # None: placement unknown (or meaningless: a number has none).
+    places: frozenset[Place] | None = None
+    # Ids of the tensor factories whose host result this value holds (for reports and fixes).
+    origins: frozenset[int] = frozenset()
+    # A tensor known to have no dimensions (mixes with data on any device in arithmetic).
+    zero_dim: bool = False
+    # Known elements of a tuple/list, or keys of a dict: ((key, value), ...), keys as text.
+    items: tuple[tuple[str, Value], ...] | None = None
+    # For a device value: the place it names. For a module: see `places`.
+    device: Place | None = None
+    reference: Reference | None = None
+    # For an instance of a same-file class: the id of its ClassDef.
+    instance_of: int | None = None
+
+    # ---- construction -------------------------------------------------------------
+
+    @staticmethod
+    def of(*kinds: Kind, places: Iterable[Place] | None = None) -> Value:
+        return Value(frozenset(kinds), None if places is None else frozenset(places))
+
+    def with_places(self, places: Iterable[Place] | None) -> Value:
+        return replace(self, places=None if places is None else frozenset(places), origins=frozenset())
+
+    # ---- lattice --------------------------------------------------------------------
+
+    def join(self, other: Value) -> Value:
+        if self == other:
+            return self
+        kinds = self.kinds | other.kinds
+        places = None if self.places is None or other.places is None else self.places | other.places
+        return Value(
+            kinds,
+            places,
+            self.origins | other.origins,
+            self.zero_dim and other.zero_dim,
+            _join_items(self.items, other.items),
+            self.device if self.device == other.device else None,
+            self.reference if self.reference == other.reference else None,
+            self.instance_of if self.instance_of == other.instance_of else None,
+        )
+
+    # ---- questions ------------------------------------------------------------------
+
+    @property
+    def is_known(self) -> bool:
+        return bool(self.kinds) and Kind.UNKNOWN not in self.kinds
+
+    def only(self, *kinds: Kind) -> bool:
+        return bool(self.kinds) and self.kinds <= set(kinds)
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kinds == {Kind.TENSOR}
+
+    @property
+    def is_tensor_like(self) -> bool:
+        """A tensor, or what a module call returned (tensors, where the module is)."""
+        return self.only(Kind.TENSOR, Kind.MODEL_OUTPUT)
+
+    @property
+    def is_module_like(self) -> bool:
+        return self.only(Kind.MODULE, Kind.WRAPPED_MODULE)
+
+    @property
+    def is_device(self) -> bool:
+        return self.kinds == {Kind.DEVICE}
+
+    @property
+    def wrapping(self) -> Wrapping:
+        if Kind.WRAPPED_MODULE not in self.kinds:
+            return Wrapping.NO
+        return Wrapping.YES if self.kinds == {Kind.WRAPPED_MODULE} else Wrapping.MAYBE
+
+    @property
+    def on_host(self) -> bool:
+        """On the host on every path."""
+        return self.places == frozenset({HOST_PLACE})
+
+    @property
+    def on_accelerator(self) -> bool:
+        """On a device that may be an accelerator, on every path (never the host)."""
+        return bool(self.places) and all(place.may_be_accelerator for place in self.places or ())
+
+    @property
+    def may_be_on_accelerator(self) -> bool:
+        return self.places is None or any(place.may_be_accelerator for place in self.places)
+
+    def item(self, key: str) -> Value | None:
+        if self.items is None:
+            return None
+        for name, value in self.items:
+            if name == key:
+                return value
+        return None
+
+    def describe(self) -> str:
+        kinds = "|".join(sorted(kind.value for kind in self.kinds))
+        if self.reference is not None:
+            kinds += f" {self.reference.qualified}"
+        parts = [kinds]
+        if self.device is not None:
+            parts.append(f"names {self.device.describe()}")
+        if self.places is not None and self.kinds & _PLACED_KINDS:
+            parts.append("on " + " or ".join(sorted(place.describe() for place in self.places)))
+        if self.zero_dim:
+            parts.append("0-dim")
+        if self.items is not None:
+            inner = ", ".join(f"{key}: {value.describe()}" for key, value in self.items)
+            parts.append(f"[{inner}]")
+        return ", ".join(parts)
+
+
+_PLACED_KINDS = frozenset({Kind.TENSOR, Kind.MODEL_OUTPUT, Kind.MODULE, Kind.WRAPPED_MODULE, Kind.CONTAINER,
+                           Kind.DATALOADER, Kind.DATASET})
+
+
+def _join_items(
+    left: tuple[tuple[str, Value], ...] | None, right: tuple[tuple[str, Value], ...] | None
+) -> tuple[tuple[str, Value], ...] | None:
+    if left is None or right is None or [key for key, _ in left] != [key for key, _ in right]:
+        return None
+    return tuple((key, a.join(b)) for (key, a), (_, b) in zip(left, right, strict=True))
+
+
+UNKNOWN = Value.of(Kind.UNKNOWN)
+OTHER = Value.of(Kind.OTHER)
+SCALAR = Value.of(Kind.SCALAR)
+
+
+def tensor(places: Iterable[Place] | None, *, origins: frozenset[int] = frozenset(), zero_dim: bool = False) -> Value:
+    return Value(frozenset({Kind.TENSOR}), None if places is None else frozenset(places), origins, zero_dim)
+
+
+def device_value(place: Place) -> Value:
+    return Value(frozenset({Kind.DEVICE}), device=place)
+
+
+def reference(qualified: str, definition: int | None = None) -> Value:
+    return Value(frozenset({Kind.REFERENCE}), reference=Reference(qualified, definition))
+
+
+def join_all(values: Iterable[Value]) -> Value | None:
+    result: Value | None = None
+    for value in values:
+        result = value if result is None else result.join(value)
+    return result

@@ -1,0 +1,78 @@
+"""`torchdevlint debug flow FILE[:LINE]`: what the device-flow model concluded, line by line.
+
+When a finding surprises, the model's facts where it fired are the explanation: each name a
+line binds, with its kind and where it lives, and each place where host data meets data on
+an accelerator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from torchdevlint.analysis.flow.interpreter import Env
+from torchdevlint.analysis.flow.model import FlowModel, Scope
+from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.budget import room_for_nesting
+
+
+def _parents(module: cst.Module) -> dict[int, cst.CSTNode]:
+    parents: dict[int, cst.CSTNode] = {}
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        for child in child_nodes(node):
+            parents[id(child)] = node
+            stack.append(child)
+    return parents
+
+
+def model_for(module: cst.Module) -> FlowModel:
+    """A flow model of a whole parsed module, outside the engine's walk."""
+    parents = _parents(module)
+
+    def enclosing_scope(node: cst.CSTNode) -> Scope:
+        current = parents.get(id(node))
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.Module)):
+            current = parents.get(id(current))
+        return current if current is not None else module
+
+    return FlowModel(module, enclosing_scope)
+
+
+def _changes(before: Env, after: Env) -> Iterator[tuple[str, str]]:
+    for key in sorted(after):
+        if before.get(key) != after[key]:
+            yield key, after[key].describe()
+
+
+def flow_lines(source: str, path: str, only_line: int | None = None) -> list[str]:
+    """The report, one line per fact, ordered by line."""
+    module = cst.parse_module(source)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    facts: list[tuple[int, int, str]] = []
+    with room_for_nesting():
+        model = model_for(module)
+        for flow in model.all_flows():
+            for key, statement in flow.statements.items():
+                line = positions[statement].start.line
+                after = flow.after.get(key)
+                if after is None and isinstance(statement, (cst.For, cst.While)) and statement.body.body:
+                    first = statement.body.body[0]
+                    after = flow.before.get(id(first))
+                if after is None:
+                    continue
+                for name, description in _changes(flow.before[key], after):
+                    if name.startswith("__"):
+                        continue
+                    facts.append((line, 0, f"{name}: {description}"))
+            for meeting in flow.meetings.values():
+                line = positions[meeting.node].start.line
+                for host, device in meeting.host_operands_meeting_device():
+                    facts.append((line, 1, f"host data `{module.code_for_node(host.node)}` meets accelerator data "
+                                           f"`{module.code_for_node(device.node)}` ({meeting.kind})"))
+    facts.sort(key=lambda fact: (fact[0], fact[1]))
+    return [f"{path}:{line}: {text}" for line, _, text in facts if only_line is None or line == only_line]
