@@ -7,7 +7,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from torchdevlint.analysis.value_kinds import Kind, ValueInfo, Wrapping
+from torchdevlint.analysis.flow.values import Wrapping
+from torchdevlint.analysis.value_kinds import Kind, ValueInfo
 from torchdevlint.engine import analyse_module
 from torchdevlint.rule import Rule
 

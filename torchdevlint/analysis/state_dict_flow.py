@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.flow.values import Wrapping
 from torchdevlint.analysis.tree import child_nodes
-from torchdevlint.analysis.value_kinds import Wrapping
 from torchdevlint.context import FileContext
 
 # Nodes a state dict may pass through on its way into a saved object.

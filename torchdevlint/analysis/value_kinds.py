@@ -16,6 +16,7 @@ import libcst as cst
 
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.devices import string_value
+from torchdevlint.analysis.flow.values import Wrapping
 from torchdevlint.analysis.names import ImportTable, dotted_name
 from torchdevlint.budget import Deadline, NoDeadline
 
@@ -31,12 +32,6 @@ class Kind(Enum):
     # Known, but nothing the rules care about (a number, a string, a function …).
     OTHER = "other"
     UNKNOWN = "unknown"
-
-
-class Wrapping(Enum):
-    NO = "no"
-    MAYBE = "maybe"
-    YES = "yes"
 
 
 @dataclass(frozen=True)

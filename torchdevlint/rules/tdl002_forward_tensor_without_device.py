@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.interpreter import Env
+from torchdevlint.analysis.flow.interpreter import Env, names_bound_by
 from torchdevlint.analysis.flow.model import OriginSite
 from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
 from torchdevlint.diagnostics import Applicability
@@ -446,19 +446,10 @@ class ForwardTensorWithoutDevice(Rule):
             if isinstance(current, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
                 clause: cst.CompFor | None = current.for_in
                 while clause is not None:
-                    names.update(_names_in_target(clause.target))
+                    names.update(name.value for name in names_bound_by(clause.target))
                     clause = clause.inner_for_in
             elif isinstance(current, cst.Lambda):
                 names.update(p.name.value for p in current.params.params)
             current = self.context.parents.get(id(current))
         return names
 
-
-def _names_in_target(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {name for element in target.elements for name in _names_in_target(element.value)}
-    if isinstance(target, cst.StarredElement):
-        return _names_in_target(target.value)
-    return set()

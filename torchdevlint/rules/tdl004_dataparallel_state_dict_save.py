@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis.flow.values import Wrapping
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.state_dict_flow import WrappedStateDictSaves
-from torchdevlint.analysis.value_kinds import Wrapping
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
-from torchdevlint.analysis.flow.interpreter import FunctionFlow, place_key
+from torchdevlint.analysis.flow.interpreter import FunctionFlow, MeetingKind, place_key
 from torchdevlint.analysis.flow.model import HostMeeting
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
@@ -245,7 +245,7 @@ class TargetNotMoved(Rule):
         seen: set[tuple[int, str]] = set()
         for found in flow.host_meetings():
             host = found.host
-            if not host.value.is_tensor or found.meeting.kind == "return from forward" or self._belongs_elsewhere(found):
+            if not host.value.is_tensor or found.meeting.kind == MeetingKind.RETURN or self._belongs_elsewhere(found):
                 continue
             key = (id(found.flow.node), self.context.code_for_node(host.node))
             if key in seen:

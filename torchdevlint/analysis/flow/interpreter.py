@@ -137,18 +137,15 @@ class Oracle(Protocol):
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None: ...
 
 
-class _Unreachable(Exception):
-    pass
-
-
-def _targets_of(node: cst.BaseExpression) -> Iterator[cst.Name]:
+def names_bound_by(node: cst.BaseExpression) -> Iterator[cst.Name]:
+    """The names an assignment target binds (`x`, `a, (b, *c)`)."""
     if isinstance(node, cst.Name):
         yield node
     elif isinstance(node, (cst.Tuple, cst.List)):
         for element in node.elements:
-            yield from _targets_of(element.value)
+            yield from names_bound_by(element.value)
     elif isinstance(node, cst.StarredElement):
-        yield from _targets_of(node.value)
+        yield from names_bound_by(node.value)
 
 
 def place_key(node: cst.BaseExpression) -> str | None:
@@ -401,7 +398,7 @@ class Interpreter:
                 self._loop_continues[-1].append(dict(env))
             return None
         if isinstance(node, cst.Del):
-            for name in _targets_of(node.target):
+            for name in names_bound_by(node.target):
                 self._forget(name.value, env)
             return env
         if isinstance(node, cst.Import):
@@ -1247,7 +1244,7 @@ def _pattern_names(pattern: cst.MatchPattern) -> list[str]:
 def _bound_by_comprehension(node: cst.CSTNode, name: str) -> bool:
     clause = getattr(node, "for_in", None)
     while isinstance(clause, cst.CompFor):
-        if any(target.value == name for target in _targets_of(clause.target)):
+        if any(target.value == name for target in names_bound_by(clause.target)):
             return True
         clause = clause.inner_for_in
     return False
