@@ -81,7 +81,7 @@ def _long_file(statements: int) -> str:
 
 def test_a_file_over_its_time_budget_is_reported_as_not_analysed(tmp_path: Path) -> None:
     (tmp_path / "slow.py").write_text(_long_file(3000))
-    (tmp_path / "fine.py").write_text("import torch\nx = torch.zeros(3)\nx.cuda()\n")
+    (tmp_path / "fine.py").write_text("import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n")
     result = run_cli("check", "--no-cache", "--jobs", "1", "--file-timeout", "0.001", ".", cwd=tmp_path)
     assert result.returncode == 2
     assert "slow.py: error: not analysed: took longer than 0.001 s" in result.stdout + result.stderr

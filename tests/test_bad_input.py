@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\n"
+BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 
 
 def check(tmp_path: Path, *paths: str, extra: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import FIXTURES, run_cli
 
-BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\n"
+BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 
 
 def test_cached_and_uncached_output_agree(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from conftest import FIXTURES, run_cli
 
-BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\n"
-CLEAN = "import torch\nx = torch.zeros(3)\nx = x.cuda()\n"
+BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
+CLEAN = "import torch\nx = torch.zeros(3)\nx = x.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

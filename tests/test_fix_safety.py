@@ -14,8 +14,8 @@ import pytest
 from conftest import FIXTURES, ROOT, run_cli
 from roundtrip import run as round_trip
 
-BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\n"
-FIXED = "import torch\nx = torch.zeros(3)\nx = x.cuda()\n"
+BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
+FIXED = "import torch\nx = torch.zeros(3)\nx = x.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 
 
 def test_round_trip_over_the_shipped_code(tmp_path: Path) -> None:
@@ -98,7 +98,8 @@ def test_a_global_declaration_keeps_the_fix_and_the_program_runs(tmp_path: Path)
         "import torch\n\nx = torch.zeros(3)\n\n\ndef widen():\n    global x\n    x.double()\n\n\n"
         "widen()\nprint(x.dtype)\n"
     )
-    result = run_cli("check", "--no-cache", "--fix", "program.py", cwd=tmp_path)
+    # A dtype conversion changes no device: the model cannot show it safe.
+    result = run_cli("check", "--no-cache", "--fix", "--unsafe-fixes", "program.py", cwd=tmp_path)
     assert result.returncode == 0, result.stdout
     assert "    x = x.double()\n" in program.read_text()
     ran = subprocess.run([sys.executable, "program.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)

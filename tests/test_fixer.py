@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()  # keep me\n"
-FIXED = "import torch\nx = torch.zeros(3)\nx = x.cuda()  # keep me\n"
+BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()  # keep me\ny = x + torch.ones(3, device=\"cuda\")\n"
+FIXED = "import torch\nx = torch.zeros(3)\nx = x.cuda()  # keep me\ny = x + torch.ones(3, device=\"cuda\")\n"
 
 
 @pytest.mark.parametrize(
@@ -17,7 +17,7 @@ FIXED = "import torch\nx = torch.zeros(3)\nx = x.cuda()  # keep me\n"
         ("crlf", lambda text: text.replace("\n", "\r\n").encode()),
         ("bom", lambda text: b"\xef\xbb\xbf" + text.encode()),
         ("latin1-cookie", lambda text: ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + text).encode("latin-1")),
-        ("tabs", lambda text: text.replace("x.cuda()", "if True:\n\tx.cuda()").encode()),
+        ("tabs", lambda text: text.replace("x.cuda()", "if True:\n\tx.cuda()").replace("\ny = ", "\n\ty = ").encode()),
     ],
 )
 def test_fix_preserves_encoding_and_line_endings(tmp_path: Path, name: str, encode) -> None:  # type: ignore[no-untyped-def]

@@ -68,13 +68,14 @@ def test_flake8_reports_what_the_cli_reports(path: Path, both_on_fixtures) -> No
 
 
 def test_columns_follow_flake8s_convention(tmp_path: Path) -> None:
-    """flake8 adds 1 to the offset a plugin yields: pyflakes and TDL001 name the same `x`."""
+    """flake8 adds 1 to the offset a plugin yields, as it does to pyflakes'."""
     (tmp_path / "a.py").write_text(
-        "import torch\n\n\ndef f(x: torch.Tensor):\n    del x\n    x.cuda()\n"
+        "import torch\n\n\ndef f(x: torch.Tensor):\n    x.cuda(undefined)\n"
     )
     found = {(code, row, col) for _, row, col, code, _ in flake8_findings("--select", "TDL,F821", "a.py", cwd=tmp_path)}
-    assert found == {("F821", 6, 5), ("TDL001", 6, 5)}
-    assert [(row, col) for _, row, col, _, _ in cli_findings("a.py", cwd=tmp_path)] == [(6, 5)]
+    # pyflakes' offset of `undefined` is 11 and TDL001's of `x` is 4: both shown one more.
+    assert found == {("F821", 5, 12), ("TDL001", 5, 5)}
+    assert [(row, col) for _, row, col, _, _ in cli_findings("a.py", cwd=tmp_path)] == [(5, 5)]
 
 
 def test_flake8_does_the_noqa(tmp_path: Path) -> None:
@@ -114,7 +115,7 @@ def test_broken_config_is_reported_without_a_traceback(tmp_path: Path) -> None:
 
 def test_flake8_never_fixes_and_never_imports_torch(tmp_path: Path) -> None:
     path = tmp_path / "a.py"
-    path.write_text("import torch\nx = torch.zeros(3)\nx.cuda()\n")
+    path.write_text("import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n")
     code = (
         "import sys\n"
         "from flake8.main.application import Application\n"
@@ -125,7 +126,7 @@ def test_flake8_never_fixes_and_never_imports_torch(tmp_path: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert path.read_text() == "import torch\nx = torch.zeros(3)\nx.cuda()\n"
+    assert path.read_text() == "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 
 
 def test_rules_off_by_default_run_only_when_their_code_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

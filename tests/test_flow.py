@@ -185,7 +185,7 @@ def test_debug_flow_command_prints_one_line(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "torchdevlint", "debug", "flow", f"{program}:3"],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"{program}:3: y: tensor, on device cuda (cuda)\n"
+    assert result.stdout == f"{program}:3: y: tensor, on device 'cuda' (cuda)\n"
 
 
 def test_debug_flow_reports_a_syntax_error_without_a_traceback(tmp_path: Path) -> None:
@@ -195,3 +195,35 @@ def test_debug_flow_reports_a_syntax_error_without_a_traceback(tmp_path: Path) -
                             capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert "syntax error" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_function_the_file_only_calls_directly_sees_what_its_calls_pass() -> None:
+    on_device, joined, annotated, passed_around = _probes(
+        """
+        import torch
+        import torch.nn as nn
+        device = torch.device("cuda")
+
+        def evaluate(model, x):
+            probe(model)
+            probe(x)
+
+        def step(model: nn.Module):
+            probe(model)
+
+        def callback(model):
+            probe(model)
+
+        net = nn.Linear(2, 2).to(device)
+        evaluate(net, torch.zeros(2, device=device))
+        evaluate(net, x=torch.zeros(2))
+        step(net)
+        register(callback)
+        callback(net)
+        """
+    )
+    assert on_device.describe() == "module, on device 'cuda' (cuda)"
+    assert joined.describe() == "tensor, on device 'cuda' (cuda) or host"
+    assert annotated.describe() == "module, on device 'cuda' (cuda)"
+    # Passed to code we cannot see, it may be called with anything.
+    assert passed_around.describe() == "unknown"

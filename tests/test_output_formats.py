@@ -17,6 +17,7 @@ BUGGY = (
     "x = torch.zeros(3)\n"
     "if x.sum() > 0:\n"
     "\tx.cuda()\n"
+    "\tprint(x + torch.ones(3, device='cuda'))\n"
     "state = torch.load(\n"
     "    'a.pt',\n"
     ")\n"
@@ -35,7 +36,7 @@ def test_concise_is_one_line_per_finding(tmp_path: Path) -> None:
         lines = run_cli("check", "--no-cache", *args, "train.py", cwd=tmp_path).stdout.splitlines()
         assert lines[:2] == [
             "train.py:4:2: TDL001 Tensor move result is discarded; tensor moves are not in place [*]",
-            "train.py:5:9: TDL003 torch.load without map_location fails where the saving device is absent",
+            "train.py:6:9: TDL003 torch.load without map_location fails where the saving device is absent",
         ]
         assert lines[2] == "Found 2 errors."
 
@@ -52,7 +53,7 @@ def test_full_shows_the_line_and_marks_the_span(tmp_path: Path) -> None:
         "  = help: Assign the moved tensor back\n"
     ) in out
     # A span over several lines is marked on each; the code goes on the last.
-    assert "5 | state = torch.load(\n  |         ^^^^^^^^^^^\n6 |     'a.pt',\n  |     ^^^^^^^\n7 | )\n  | ^ TDL003\n" in out
+    assert "6 | state = torch.load(\n  |         ^^^^^^^^^^^\n7 |     'a.pt',\n  |     ^^^^^^^\n8 | )\n  | ^ TDL003\n" in out
     assert "= help: Pass map_location (unsafe fix: enable with `--unsafe-fixes`)" in out
     assert out.rstrip().endswith("(1 hidden fix can be enabled with the `--unsafe-fixes` option).")
 
@@ -90,7 +91,7 @@ def test_github_workflow_commands(tmp_path: Path) -> None:
     assert result.stdout.splitlines() == [
         "::error file=missing.py,title=torchdevlint::no such file or directory",
         "::error file=train.py,line=4,col=2,title=TDL001::Tensor move result is discarded; tensor moves are not in place",
-        "::error file=train.py,line=5,col=9,title=TDL003::torch.load without map_location fails where the saving device is absent",
+        "::error file=train.py,line=6,col=9,title=TDL003::torch.load without map_location fails where the saving device is absent",
     ]
 
 
@@ -194,7 +195,7 @@ def test_sarif_reports_unreadable_files_as_notifications(tmp_path: Path) -> None
 
 
 def test_statistics_count_per_rule(tmp_path: Path) -> None:
-    write(tmp_path, BUGGY + "x.cpu()\n")
+    write(tmp_path, BUGGY + "y = torch.ones(3)\ny.cuda()\nprint(y * x.cuda())\n")
     result = run_cli("check", "--no-cache", "--statistics", "train.py", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stdout.splitlines()[:3] == [
@@ -223,11 +224,11 @@ def test_show_fixes_lists_what_fix_would_change_without_writing(tmp_path: Path) 
         "1 unsafe fix not listed; add `--unsafe-fixes` to list and apply it.\n"
     ) in result.stdout
     unsafe = run_cli("check", "--no-cache", "--show-fixes", "--unsafe-fixes", "train.py", cwd=tmp_path).stdout
-    assert "  train.py:5:9: TDL003 Pass map_location (unsafe)\n    -     'a.pt',\n    +     'a.pt', map_location=\"cpu\",\n" in unsafe
+    assert "  train.py:6:9: TDL003 Pass map_location (unsafe)\n    -     'a.pt',\n    +     'a.pt', map_location=\"cpu\",\n" in unsafe
 
 
 def test_show_fixes_with_fix_lists_what_changed(tmp_path: Path) -> None:
-    write(tmp_path, BUGGY + "x.cpu()\n")
+    write(tmp_path, BUGGY + "y = torch.ones(3)\ny.cuda()\nprint(y * x.cuda())\n")
     result = run_cli("check", "--no-cache", "--fix", "--show-fixes", "train.py", cwd=tmp_path)
     assert "Fixed 2 errors:\n- train.py:\n    2 × TDL001 (tensor-move-discarded)\n" in result.stdout
     assert "Found 3 errors (2 fixed, 1 remaining)." in result.stdout

@@ -21,8 +21,8 @@ from conftest import ROOT, run_cli
 # Whole module: real pre-commit/git runs or property-based fuzzing; `-m "not slow"` skips it.
 pytestmark = pytest.mark.slow
 
-BUGGY = "import torch\n\nx = torch.zeros(3)\nx.cuda()\n"
-FIXED = "import torch\n\nx = torch.zeros(3)\nx = x.cuda()\n"
+BUGGY = "import torch\n\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
+FIXED = "import torch\n\nx = torch.zeros(3)\nx = x.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "torchdevlint tests",
     "GIT_AUTHOR_EMAIL": "tests@example.invalid",

@@ -371,7 +371,7 @@ def test_verdicts_text_output_and_no_torch_in_the_parent(tmp_path: Path) -> None
 
 
 def test_check_never_imports_torch(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text("import torch\nx = torch.zeros(3)\nx.cuda()\n")
+    (tmp_path / "train.py").write_text("import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n")
     code = (
         "import sys\n"
         "from torchdevlint.cli import main\n"
@@ -384,7 +384,7 @@ def test_check_never_imports_torch(tmp_path: Path) -> None:
 
 
 def test_bad_directive_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text("# verify: host=tpu\nimport torch\nx = torch.zeros(3)\nx.cuda()\n")
+    (tmp_path / "train.py").write_text("# verify: host=tpu\nimport torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n")
     result = run_cli("verify", "--device", "emulated", "train.py", cwd=tmp_path)
     assert result.returncode == 2
     assert "train.py: error: bad `# verify:` directive: line 1: unknown host 'tpu'" in result.stdout

@@ -216,3 +216,13 @@ HOST_ARGUMENT_FUNCTIONS: dict[str, tuple[int, str]] = {
     # name -> (position, keyword) of an argument PyTorch wants on the CPU.
     "pack_padded_sequence": (1, "lengths"),
 }
+
+
+def loads_pretrained_model(qualified: str) -> bool:
+    """`AutoModel.from_pretrained`, `BertForSequenceClassification.from_pretrained`: models,
+    unlike tokenizers, processors and configs."""
+    owner, _, method = qualified.rpartition(".")
+    if method != "from_pretrained":
+        return False
+    last = owner.rsplit(".", 1)[-1]
+    return "Model" in last or "For" in last

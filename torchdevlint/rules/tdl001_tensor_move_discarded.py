@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
-from torchdevlint.analysis.value_kinds import ValueInfo
+from torchdevlint.analysis.flow.model import FixAgreement
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.edits import NodeEdit
+from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 
@@ -55,16 +55,23 @@ class TensorMoveDiscarded(Rule):
     place (Hugging Face `BatchEncoding`, torchmetrics metrics) or values of unknown kind.
 
     ## Fix safety
-    Assigning the result back (`x = x.to(device)`, also for `self.h` and `batch["x"]`) is
-    safe: the statement had no effect, and now it has the intended one. For a positional item
-    (`batch[0] = batch[0].to(device)`) it is unsafe: a custom `collate_fn` may return a tuple,
-    which does not take item assignment. For a comprehension
-    over a tuple of names, the names are rebound by unpacking (safe); over a single name the
-    name is rebound to a list (unsafe: a tuple becomes a list). A move whose receiver cannot
-    be assigned to (`torch.zeros(3).cuda()` as a statement) is reported without a fix, and so
-    is a move of a module-level or enclosing variable inside a function that never assigns
-    it: the assignment would make the name local to the whole function, and its first read
-    would raise UnboundLocalError. Assign the moved tensor to a new name there instead.
+    The fix assigns the result back (`x = x.to(device)`, also for `self.h` and
+    `batch["x"]`). It is safe when the device-flow model shows that the moved tensor then
+    meets data on that same device (a model moved there, other inputs moved there), so the
+    program agrees on devices afterwards. Otherwise it is unsafe: nothing shows where the
+    tensor goes next, or it goes somewhere the model cannot place. When the moved tensor
+    would then meet data left on the CPU (a model that is never moved), no fix is offered:
+    the statement is dead today, and assigning it would make the program fail on a GPU.
+
+    A positional item (`batch[0] = batch[0].to(device)`) is always unsafe: a custom
+    `collate_fn` may return a tuple, which does not take item assignment. For a
+    comprehension over a tuple of names, the names are rebound by unpacking; over a single
+    name the name is rebound to a list (always unsafe: a tuple becomes a list). A move
+    whose receiver cannot be assigned to (`torch.zeros(3).cuda()` as a statement) is
+    reported without a fix, and so is a move of a module-level or enclosing variable
+    inside a function that never assigns it: the assignment would make the name local to
+    the whole function, and its first read would raise UnboundLocalError. Assign the moved
+    tensor to a new name there instead.
 
     ## Options
     None.
@@ -140,6 +147,31 @@ class TensorMoveDiscarded(Rule):
             import torch
             from torch.utils.data import DataLoader
 
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            for inputs, targets in DataLoader(train_set, batch_size=64):
+                inputs.to(device)
+                loss = criterion(model(inputs), targets.to(device))
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            for inputs, targets in DataLoader(train_set, batch_size=64):
+                inputs = inputs.to(device)
+                loss = criterion(model(inputs), targets.to(device))
+            """,
+            applicability=Applicability.SAFE,
+            name="documented-batch-input-moved-and-discarded",
+            in_docs=True,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
             loader = DataLoader(train_set, batch_size=64)
             for inputs, targets in loader:
                 inputs.to(device)
@@ -154,9 +186,37 @@ class TensorMoveDiscarded(Rule):
                 inputs = inputs.to(device)
                 loss = criterion(model(inputs), targets)
             """,
+            applicability=Applicability.UNSAFE,
+            name="model-of-unknown-placement-makes-the-fix-unsafe",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            model = nn.Linear(3, 1)
+            x = torch.randn(4, 3)
+            x.cuda()
+            y = model(x)
+            """,
+            name="model-left-on-cpu-gets-no-fix",
+        ),
+        Invalid(
+            """
+            import torch
+            x = torch.randn(4, 3)
+            w = torch.randn(3, 2, device="cuda")
+            x.to("cuda")
+            y = x @ w
+            """,
+            fixed="""
+            import torch
+            x = torch.randn(4, 3)
+            w = torch.randn(3, 2, device="cuda")
+            x = x.to("cuda")
+            y = x @ w
+            """,
             applicability=Applicability.SAFE,
-            name="documented-batch-input-moved-and-discarded",
-            in_docs=True,
+            name="factory-result-moved-then-meets-device-data",
         ),
         Invalid(
             """
@@ -169,8 +229,8 @@ class TensorMoveDiscarded(Rule):
             x = torch.randn(4, 3)
             x = x.to("cuda")
             """,
-            applicability=Applicability.SAFE,
-            name="factory-result-moved",
+            applicability=Applicability.UNSAFE,
+            name="unused-afterwards-is-unsafe",
         ),
         Invalid(
             """
@@ -189,7 +249,7 @@ class TensorMoveDiscarded(Rule):
                 inputs = inputs.to("cuda").float()
                 targets = targets.cuda()  # move targets too
             """,
-            applicability=Applicability.SAFE,
+            applicability=Applicability.UNSAFE,
             count=2,
             name="dataloader-batch-chain",
         ),
@@ -214,35 +274,43 @@ class TensorMoveDiscarded(Rule):
                 def reset(self, device):
                     self.h = self.h.to(device)
             """,
-            applicability=Applicability.SAFE,
+            applicability=Applicability.UNSAFE,
             name="self-attribute",
         ),
         Invalid(
             """
             import torch
-            def step(batch: dict, x: torch.Tensor, device):
-                x.half()
+            def step(model: torch.nn.Module, x: torch.Tensor, device):
+                model.to(device)
+                x.to(device)
+                return model(x)
             """,
             fixed="""
             import torch
-            def step(batch: dict, x: torch.Tensor, device):
-                x = x.half()
+            def step(model: torch.nn.Module, x: torch.Tensor, device):
+                model.to(device)
+                x = x.to(device)
+                return model(x)
             """,
             applicability=Applicability.SAFE,
-            name="annotated-parameter",
+            name="annotated-parameters",
         ),
         Invalid(
             """
             import torch
             from torch.utils.data import DataLoader
+            model = torch.nn.Linear(4, 2).cuda()
             for batch in DataLoader([]):
                 batch["image"].to("cuda")
+                out = model(batch["image"])
             """,
             fixed="""
             import torch
             from torch.utils.data import DataLoader
+            model = torch.nn.Linear(4, 2).cuda()
             for batch in DataLoader([]):
                 batch["image"] = batch["image"].to("cuda")
+                out = model(batch["image"])
             """,
             applicability=Applicability.SAFE,
             name="batch-item",
@@ -266,13 +334,17 @@ class TensorMoveDiscarded(Rule):
         Invalid(
             """
             import torch
-            inputs, targets = torch.randn(8, 2), torch.randn(8)
+            model = torch.nn.Linear(2, 1).to("cuda")
+            inputs, targets = torch.randn(8, 2), torch.randn(8, 1)
             [t.to("cuda") for t in (inputs, targets)]
+            loss = (model(inputs) - targets).pow(2).mean()
             """,
             fixed="""
             import torch
-            inputs, targets = torch.randn(8, 2), torch.randn(8)
+            model = torch.nn.Linear(2, 1).to("cuda")
+            inputs, targets = torch.randn(8, 2), torch.randn(8, 1)
             inputs, targets = [t.to("cuda") for t in (inputs, targets)]
+            loss = (model(inputs) - targets).pow(2).mean()
             """,
             applicability=Applicability.SAFE,
             name="comprehension-over-tuple",
@@ -325,7 +397,7 @@ class TensorMoveDiscarded(Rule):
             return
         base, _ = _move_chain_base(value)
         # The receiver of the first move must be a Tensor, so the whole chain is one.
-        if not self.context.kinds.kind_of(base).is_tensor:
+        if not self.context.flow.value_of(base).is_tensor_like:
             return
         fix = None
         if self._can_assign_back(base):
@@ -333,9 +405,21 @@ class TensorMoveDiscarded(Rule):
             # `batch[0] = ...` fails when a custom collate_fn returns a tuple; a string key
             # means a dict (or a mapping), which takes item assignment.
             positional_item = isinstance(base, cst.Subscript) and not _has_string_key(base)
-            applicability = Applicability.UNSAFE if positional_item else Applicability.SAFE
-            fix = self.make_fix(NodeEdit.insert_before(value, f"{target} = "), applicability=applicability)
+            fix = self._assignment_fix(node, value, target, always_unsafe=positional_item)
         self.report(node, fix=fix)
+
+    def _assignment_fix(self, statement: cst.Expr, value: cst.BaseExpression, targets: str, *,
+                        always_unsafe: bool) -> PendingFix | None:
+        """`targets = value`: safe when the model shows the moved tensors then agree with
+        what they meet; withheld when they would then meet data left on the host."""
+        assignment = cst.parse_statement(f"{targets} = {self.context.code_for_node(value)}\n")
+        assert isinstance(assignment, cst.SimpleStatementLine)
+        agreement = self.context.flow.fix_agreement(statement, assignment.body[0], targets.split(", "))
+        if agreement is FixAgreement.BREAKS:
+            return None
+        safe = agreement is FixAgreement.AGREES and not always_unsafe
+        return self.make_fix(NodeEdit.insert_before(value, f"{targets} = "),
+                             applicability=Applicability.SAFE if safe else Applicability.UNSAFE)
 
     def _can_assign_back(self, expression: cst.BaseExpression) -> bool:
         if not _is_assignable(expression):
@@ -352,26 +436,23 @@ class TensorMoveDiscarded(Rule):
         base, moved = _move_chain_base(element)
         if not (moved and isinstance(base, cst.Name) and base.value == loop.target.value):
             return
+        if not self.context.flow.value_of(base).is_tensor_like:
+            return
         iterable = loop.iter
-        kinds = self.context.kinds
         fix = None
         if isinstance(iterable, (cst.Tuple, cst.List)) and iterable.elements:
-            infos = [kinds.kind_of(e.value) for e in iterable.elements if not isinstance(e, cst.StarredElement)]
-            if len(infos) != len(iterable.elements) or not all(info.is_tensor for info in infos):
+            elements = iterable.elements
+            if any(isinstance(e, cst.StarredElement) or not self.context.flow.value_of(e.value).is_tensor_like
+                   for e in elements):
                 return
-            names = [e.value for e in iterable.elements]
+            names = [e.value for e in elements]
             if all(self._can_assign_back(name) for name in names):
                 targets = ", ".join(self.context.code_for_node(name) for name in names)
-                fix = self.make_fix(NodeEdit.insert_before(comprehension, f"{targets} = "))
+                fix = self._assignment_fix(statement, comprehension, targets, always_unsafe=False)
         elif isinstance(iterable, cst.Name):
-            info: ValueInfo = kinds.kind_of(iterable)
-            if not info.is_tensor_batch:
-                return
             if self._can_assign_back(iterable):
-                fix = self.make_fix(
-                    NodeEdit.insert_before(comprehension, f"{iterable.value} = "),
-                    applicability=Applicability.UNSAFE,
-                )
+                # Unsafe whatever the devices: a tuple batch becomes a list.
+                fix = self._assignment_fix(statement, comprehension, iterable.value, always_unsafe=True)
         else:
             return
         self.report(statement, fix=fix)

@@ -238,6 +238,43 @@ class TargetNotMoved(Rule):
             applicability=Applicability.UNSAFE,
             name="accuracy-comparison",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def evaluate(model, loader, device):
+                correct = 0
+                for inputs, labels in loader:
+                    inputs = inputs.to(device)
+                    correct += (model(inputs).argmax(1) == labels).sum().item()
+                return correct
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(4, 3).to(device)
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4), torch.zeros(8)))
+            evaluate(model, loader, device)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def evaluate(model, loader, device):
+                correct = 0
+                for inputs, labels in loader:
+                    inputs = inputs.to(device)
+                    labels = labels.to(device)
+                    correct += (model(inputs).argmax(1) == labels).sum().item()
+                return correct
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(4, 3).to(device)
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4), torch.zeros(8)))
+            evaluate(model, loader, device)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="helper-called-with-the-moved-model-and-a-host-loader",
+        ),
     ]
 
     def leave_Module(self, node: cst.Module) -> None:

@@ -9,7 +9,7 @@ node; every place where tensors must be on one device is recorded as a `Meeting`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -100,6 +100,19 @@ class Meeting:
                 pairs.append((operand, devices[0]))
         return pairs
 
+    def agrees(self) -> bool:
+        """Every tensor and module here is in one place (the host, or one device the code
+        names), on every path."""
+        places: set[Place] = set()
+        for operand in self.operands:
+            value = operand.value
+            if not (value.is_tensor_like or value.is_module_like):
+                continue
+            if value.places is None:
+                return False
+            places |= value.places - {ANYWHERE_PLACE}
+        return len(places) == 1
+
 
 @dataclass
 class FunctionFlow:
@@ -130,7 +143,8 @@ class Oracle(Protocol):
     """What the interpreter asks the file-wide model."""
 
     def outer_value(self, scope: cst.CSTNode, name: str) -> Value | None: ...
-    def call_result(self, definition: int, arguments: Sequence[Value], receiver: Value | None) -> Value: ...
+    def call_result(self, definition: int, call: cst.Call | None, arguments: Sequence[Value],
+                    receiver: Value | None) -> Value: ...
     def instance_value(self, class_id: int) -> Value: ...
     def attribute_value(self, class_id: int, attribute: str, instance: Value) -> Value | None: ...
     def method_of(self, class_id: int, name: str) -> int | None: ...
@@ -175,8 +189,10 @@ class Interpreter:
 
     def __init__(self, oracle: Oracle, scope: cst.CSTNode, env: Env, *, owner: cst.ClassDef | None,
                  self_name: str | None, module_method: bool, deadline: Deadline,
-                 qualify: Callable[[str], str | None] | None = None) -> None:
+                 replacements: Mapping[int, cst.BaseSmallStatement] | None = None) -> None:
         self.oracle = oracle
+        # Statements interpreted as if written otherwise (to see what a fix would change).
+        self.replacements = replacements or {}
         self.flow = FunctionFlow(scope)
         self.env0 = env
         self.owner = owner
@@ -355,6 +371,8 @@ class Interpreter:
         return result
 
     def _small(self, node: cst.BaseSmallStatement, env: Env) -> Env | None:
+        if self.replacements:
+            node = self.replacements.get(id(node), node)
         if isinstance(node, cst.Expr):
             self._expression_statement(node.value, env)
             return env
@@ -479,6 +497,12 @@ class Interpreter:
                 if constant is not None and base.items is not None and base.item(constant) is not None:
                     items = tuple((k, value if k == constant else v) for k, v in base.items)
                     env[base_key] = replace(base, items=items)
+                elif constant is not None and base.items is None and base.kinds == {Kind.CONTAINER} \
+                        and base.places is not None:
+                    # A batch of host tensors, one of them replaced: the others stay where they were.
+                    items = (("*", tensor(base.places, origins=base.origins)), (constant, value))
+                    places = None if value.places is None else base.places | value.places
+                    env[base_key] = replace(base, items=items, places=places)
                 else:
                     env[base_key] = replace(base, items=None, places=None) if base.items is not None else base
 
@@ -754,6 +778,8 @@ class Interpreter:
         index = _constant_index(node)
         if index is not None:
             known = base.item(index)
+            if known is None and base.kinds == {Kind.CONTAINER}:
+                known = base.item("*")
             if known is not None:
                 return known
         if base.is_tensor_like:
@@ -829,7 +855,7 @@ class Interpreter:
             if name == "getattr" and len(node.args) == 3 and string_value(node.args[1].value) == "module" \
                     and dotted_name(node.args[0].value) == dotted_name(node.args[2].value) and arguments[0].is_module_like:
                 return replace(arguments[0], kinds=frozenset({Kind.MODULE}))
-        return self._unknown_call(node, callee_node, arguments)
+        return self._unknown_call(node, callee_node, callee, arguments)
 
     def _builtin_container(self, name: str, node: cst.Call, arguments: list[Value]) -> Value:
         if name == "enumerate" and arguments:
@@ -842,11 +868,16 @@ class Interpreter:
             return replace(Value.of(Kind.OTHER), items=(("*", self._element_of(node.args[0].value, arguments[0])),))
         return UNKNOWN
 
-    def _unknown_call(self, node: cst.Call, callee_node: cst.BaseExpression, arguments: list[Value]) -> Value:
-        name = (dotted_name(callee_node) or "").rsplit(".", 1)[-1].lower()
-        if any(word in name for word in _MODEL_NAME_WORDS) and not any(word in name for word in ("loss", "criterion")):
-            # `model(x)` with `model` made where we cannot see: a module, wherever its inputs are.
-            return self._module_call(node, Value(frozenset({Kind.MODULE})), arguments)
+    def _unknown_call(self, node: cst.Call, callee_node: cst.BaseExpression, callee: Value,
+                      arguments: list[Value]) -> Value:
+        written = (dotted_name(callee_node) or "").rsplit(".", 1)[-1]
+        name = written.lower()
+        # `Net()` builds a model (a class); `model(x)`, `self.net(x)` call one.
+        if any(word in name for word in _MODEL_NAME_WORDS) and not any(word in name for word in ("loss", "criterion")) \
+                and not written[:1].isupper():
+            # `model(x)` with `model` made where we cannot see: a module, where it was moved
+            # (`model = Net().to(device)`) or else wherever its inputs are.
+            return self._module_call(node, Value(frozenset({Kind.MODULE}), callee.places), arguments)
         operands = [Operand(arg.value, value) for arg, value in zip(node.args, arguments, strict=True)
                     if value.is_tensor_like]
         if len(operands) > 1 and any(word in name for word in _CALLEE_MEETING_WORDS):
@@ -858,7 +889,7 @@ class Interpreter:
     def _same_file_call(self, node: cst.Call, callee: Value, arguments: list[Value]) -> Value:
         assert callee.reference is not None and callee.reference.definition is not None
         receiver = callee if callee.instance_of is not None else None
-        result = self.oracle.call_result(callee.reference.definition, arguments, receiver)
+        result = self.oracle.call_result(callee.reference.definition, node, arguments, receiver)
         return result
 
     def _module_call(self, node: cst.Call, module: Value, arguments: list[Value]) -> Value:
@@ -879,7 +910,7 @@ class Interpreter:
         if receiver.instance_of is not None:
             definition = self.oracle.method_of(receiver.instance_of, method)
             if definition is not None:
-                return self.oracle.call_result(definition, arguments, receiver)
+                return self.oracle.call_result(definition, node, arguments, receiver)
             assert isinstance(node.func, cst.Attribute)
             key = place_key(node.func)
             attribute = env.get(key) if key is not None and key in env else \
@@ -894,7 +925,7 @@ class Interpreter:
                 self.flow.values[id(node.func)] = submodule
                 return self._module_call(node, submodule, arguments)
             if attribute is not None and attribute.reference is not None and attribute.reference.definition is not None:
-                return self.oracle.call_result(attribute.reference.definition, arguments, None)
+                return self.oracle.call_result(attribute.reference.definition, node, arguments, None)
         if receiver.is_tensor_like:
             return self._tensor_method(node, method, receiver, arguments)
         if receiver.is_module_like:
@@ -916,6 +947,10 @@ class Interpreter:
             if method == "forward":
                 return self._module_call(node, receiver, arguments)
             return UNKNOWN
+        if receiver.kinds == {Kind.UNKNOWN} and method in ("to", "cuda", "cpu", "xpu", "mps"):
+            # `Net().to(device)`: a module or a tensor we cannot see, but placed on `device`.
+            moved = self._move_target(node, method, arguments)
+            return UNKNOWN if moved is None else UNKNOWN.with_places([moved])
         if method == "items" and receiver.kinds == {Kind.CONTAINER}:
             return UNKNOWN
         if method == "to" and receiver.kinds == {Kind.CONTAINER}:
@@ -988,7 +1023,8 @@ class Interpreter:
         if method == "cpu":
             return HOST_PLACE
         if method in ("cuda", "xpu", "mps"):
-            return Place(PlaceKind.DEVICE, method, frozenset({method}))
+            # The current device of that type, as `"cuda"` names it.
+            return Place(PlaceKind.DEVICE, repr(method), frozenset({method}))
         for arg, value in zip(node.args, arguments, strict=True):
             if arg.keyword is not None and arg.keyword.value != "device":
                 continue
@@ -1043,7 +1079,7 @@ class Interpreter:
             if "device" in keywords:
                 return tensor(self._device_argument(keywords["device"], node))
             return tensor(source.places) if source.is_tensor_like else tensor(None)
-        if qualified in torch_api.WRAPPERS or qualified.endswith(".from_pretrained"):
+        if torch_api.loads_pretrained_model(qualified):
             return Value(frozenset({Kind.MODULE}), frozenset({HOST_PLACE}))
         if torch_api.is_module_constructor(qualified):
             if "device" in keywords:
@@ -1069,7 +1105,7 @@ class Interpreter:
         if dataset.instance_of is not None:
             method = self.oracle.method_of(dataset.instance_of, "__getitem__")
             if method is not None:
-                result = self.oracle.call_result(method, [SCALAR], dataset)
+                result = self.oracle.call_result(method, None, [SCALAR], dataset)
                 if result.on_host or (result.items is not None and all(v.on_host for _, v in result.items)):
                     return result
                 return UNKNOWN

@@ -9,12 +9,20 @@ and `forward`'s inputs are on one symbolic place, the module's device.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.flow.call_sites import (
+    CallSite,
+    escaping_names,
+    parameters_from_call_sites,
+    refined,
+    takes_call_site_arguments,
+)
 from torchdevlint.analysis.flow.interpreter import Env, FunctionFlow, Interpreter, Meeting, Operand
 from torchdevlint.analysis.flow.values import (
     HOST_PLACE,
@@ -64,6 +72,17 @@ class OriginSite:
         return self.scope.name.value if isinstance(self.scope, cst.FunctionDef) else None
 
 
+class FixAgreement(Enum):
+    """What rewriting one statement would do to the places where tensors must meet."""
+
+    # Each meeting it changes then has all its tensors on one accelerator the code names.
+    AGREES = "agrees"
+    # A moved value would then meet data left on the host.
+    BREAKS = "breaks"
+    # It changes no meeting, or one the model cannot place.
+    NO_EVIDENCE = "no evidence"
+
+
 @dataclass
 class _Definition:
     node: cst.FunctionDef | cst.ClassDef
@@ -105,6 +124,13 @@ class FlowModel:
         self._provisional_reads: set[int] = set()
         self._host_meetings: list[HostMeeting] | None = None
         self._origins: dict[int, tuple[cst.Call, cst.CSTNode]] = {}
+        # The file's own calls of each function (by call node), from the declared-parameter runs.
+        self._call_sites: dict[int, dict[int, CallSite]] = {}
+        # Runs with parameters from call sites or a fix applied: their calls are not recorded.
+        self._specialising = 0
+        self._specialised: dict[int, FunctionFlow | None] = {}
+        self._escaping: frozenset[str] | None = None
+        self._all_declared_done = False
 
     # ---- questions rules ask -------------------------------------------------------
 
@@ -129,8 +155,14 @@ class FlowModel:
         return list(flow.meetings.values()) if flow is not None else []
 
     def all_flows(self) -> Iterator[FunctionFlow]:
-        """Every body in the file, the module first (interpreting what has not been yet)."""
-        module_flow = self.flow_for(self.module)
+        """Every body in the file as rules see it (see `flow_for`), the module first."""
+        for flow in list(self._declared_flows()):
+            specialised = self.flow_for(flow.node) if isinstance(flow.node, cst.FunctionDef) else None
+            yield specialised if specialised is not None else flow
+
+    def _declared_flows(self) -> Iterator[FunctionFlow]:
+        """Every body in the file, parameters as declared (interpreting what has not been yet)."""
+        module_flow = self._flow(self.module)
         if module_flow is None:
             return
         yield module_flow
@@ -143,7 +175,7 @@ class FlowModel:
             for definition in pending:
                 done.add(id(definition.node))
                 assert isinstance(definition.node, cst.FunctionDef)
-                flow = self.flow_for(definition.node)
+                flow = self._flow(definition.node)
                 if flow is not None:
                     yield flow
 
@@ -191,7 +223,7 @@ class FlowModel:
         return value.reference.qualified
 
     def class_of_method(self, function: cst.FunctionDef) -> cst.ClassDef | None:
-        self.flow_for(function)
+        self._flow(function)
         definition = self._definitions.get(id(function))
         return definition.owner if definition is not None else None
 
@@ -199,9 +231,102 @@ class FlowModel:
         summary = self._class(id(class_node))
         return summary is not None and summary.is_module
 
+    def fix_agreement(self, statement: cst.BaseSmallStatement, replacement: cst.BaseSmallStatement,
+                      moved: Collection[str]) -> FixAgreement:
+        """Interpret `statement`'s body again with `replacement` in its place, and compare the
+        meetings: the model's judgement of whether a fix that moves the places written as
+        `moved` (`x`, `batch["x"]`) leaves the program agreeing on devices."""
+        scope = self._enclosing_scope(statement)
+        original = self.flow_for(scope)
+        if original is None or id(scope) in self._in_progress:
+            return FixAgreement.NO_EVIDENCE
+        if isinstance(scope, cst.Module):
+            env: Env = {}
+            owner = None
+        else:
+            definition = self._definitions[id(scope)]
+            owner = definition.owner
+            passed = self._call_site_env(scope) if self._specialised.get(id(scope)) is not None else None
+            env = passed if passed is not None else self._entry_env(definition)
+        fixed = self._run(scope, env, owner, {id(statement): replacement})
+        changed = [meeting for key, meeting in fixed.meetings.items()
+                   if _operand_values(meeting) != _operand_values(original.meetings.get(key))]
+        moved_code = {code.replace(" ", "") for code in moved}
+        for meeting in changed:
+            if meeting.host_operands_meeting_device() and any(
+                    operand.value.on_accelerator and self.module.code_for_node(operand.node).replace(" ", "") in moved_code
+                    for operand in meeting.operands):
+                return FixAgreement.BREAKS
+        if changed and all(meeting.agrees() for meeting in changed):
+            return FixAgreement.AGREES
+        return FixAgreement.NO_EVIDENCE
+
     # ---- interpretation ------------------------------------------------------------
 
     def flow_for(self, scope: Scope) -> FunctionFlow | None:
+        """The flow rules see: a plain function that the file only calls directly runs with
+        the arguments of those calls (see `call_sites`); any other body as declared."""
+        if isinstance(scope, cst.FunctionDef):
+            specialised = self._specialised_flow(scope)
+            if specialised is not None:
+                return specialised
+        return self._flow(scope)
+
+    def _specialised_flow(self, function: cst.FunctionDef) -> FunctionFlow | None:
+        key = id(function)
+        if key in self._specialised:
+            return self._specialised[key]
+        if self._in_progress:
+            return None  # asked from inside an interpretation: parameters as declared
+        self._specialised[key] = None  # also while it runs
+        env = self._call_site_env(function)
+        if env is not None:
+            definition = self._definitions[key]
+            self._specialised[key] = self._run(function, env, definition.owner)
+        return self._specialised[key]
+
+    def _call_site_env(self, function: cst.FunctionDef) -> Env | None:
+        """The entry environment from the file's calls, if they say more than the declaration."""
+        if self._flow(function) is None:
+            return None
+        definition = self._definitions.get(id(function))
+        if definition is None or definition.owner is not None:
+            return None  # methods are called by frameworks too
+        if self._escaping is None:
+            self._escaping = escaping_names(self.module)
+        if not takes_call_site_arguments(function, self._escaping):
+            return None
+        if not self._all_declared_done:
+            self._all_declared_done = True
+            for _ in self._declared_flows():
+                pass
+        sites = self._call_sites.get(id(function))
+        if not sites:
+            return None
+        declared = self._entry_env(definition)
+        passed = parameters_from_call_sites(function, sites.values())
+        env = {name: refined(value, passed[name]) if name in passed else value for name, value in declared.items()}
+        return env if env != declared else None
+
+    def _run(self, scope: Scope, env: Env, owner: cst.ClassDef | None,
+             replacements: dict[int, cst.BaseSmallStatement] | None = None) -> FunctionFlow:
+        """Interpret a body once more, outside the cache (other parameters, or a fix applied)."""
+        self._in_progress.add(id(scope))
+        self._specialising += 1
+        try:
+            interpreter = Interpreter(self, scope, env, owner=owner,
+                                      self_name=self._self_name(scope) if owner is not None else None,
+                                      module_method=owner is not None and self.is_module_class(owner),
+                                      deadline=self.deadline, replacements=replacements)
+            return interpreter.run(scope.body if isinstance(scope, cst.Module) else scope.body.body)
+        finally:
+            self._specialising -= 1
+            self._in_progress.discard(id(scope))
+            if not self._in_progress:
+                self._provisional.clear()
+
+    def _flow(self, scope: Scope) -> FunctionFlow | None:
+        """The body's flow as the interpretation itself uses it (parameters as declared)."""
         key = id(scope)
         flow = self._flows.get(key) or self._provisional.get(key)
         if flow is not None:
@@ -212,7 +337,7 @@ class FlowModel:
             return self._interpret(scope, {}, None)
         if key not in self._definitions:
             # Interpreting the body that defines it registers it.
-            self.flow_for(self._enclosing_scope(scope))
+            self._flow(self._enclosing_scope(scope))
             if key not in self._definitions:
                 return None
         definition = self._definitions[key]
@@ -329,7 +454,7 @@ class FlowModel:
         definition = self._definitions.get(id(scope))
         while definition is not None:
             enclosing = definition.enclosing
-            flow = self.flow_for(enclosing)
+            flow = self._flow(enclosing)
             if flow is None:
                 # Called while the enclosing body still runs (a script calling its functions):
                 # its names as they are now. Provisional, so not kept.
@@ -343,7 +468,10 @@ class FlowModel:
             definition = self._definitions.get(id(enclosing))
         return None
 
-    def call_result(self, definition: int, arguments: Sequence[Value], receiver: Value | None) -> Value:
+    def call_result(self, definition: int, call: cst.Call | None, arguments: Sequence[Value],
+                    receiver: Value | None) -> Value:
+        if call is not None and not self._specialising:
+            self._call_sites.setdefault(definition, {})[id(call)] = CallSite(call, tuple(arguments), receiver is not None)
         summary = self._class(definition)
         if summary is not None:
             return self._instance_value(summary)
@@ -352,7 +480,7 @@ class FlowModel:
             return UNKNOWN
         result = self._summaries.get(definition)
         if result is None:
-            flow = self.flow_for(target.node)
+            flow = self._flow(target.node)
             if flow is None:
                 self._provisional_reads.add(id(target.node))  # recursion
                 return UNKNOWN
@@ -414,7 +542,7 @@ class FlowModel:
         return summary
 
     def _bases_make_module(self, node: cst.ClassDef, enclosing: Scope) -> bool:
-        flow = self._flows.get(id(enclosing)) or self._running.get(id(enclosing)) or self.flow_for(enclosing)
+        flow = self._flows.get(id(enclosing)) or self._running.get(id(enclosing)) or self._flow(enclosing)
         for base in node.bases:
             if base.keyword is not None:
                 continue
@@ -478,6 +606,10 @@ class FlowModel:
             for name, value in flow.attribute_writes.items():
                 previous = collected.get(name)
                 collected[name] = value if previous is None else previous.join(value)
+
+
+def _operand_values(meeting: Meeting | None) -> tuple[Value, ...] | None:
+    return None if meeting is None else tuple(operand.value for operand in meeting.operands)
 
 
 def _final_value(flow: FunctionFlow, name: str) -> Value | None:

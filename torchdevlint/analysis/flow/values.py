@@ -194,7 +194,7 @@ class Value:
         parts = [kinds]
         if self.device is not None:
             parts.append(f"names {self.device.describe()}")
-        if self.places is not None and self.kinds & _PLACED_KINDS:
+        if self.places is not None and self.kinds & (_PLACED_KINDS | {Kind.UNKNOWN}):
             parts.append("on " + " or ".join(sorted(place.describe() for place in self.places)))
         if self.zero_dim:
             parts.append("0-dim")

@@ -1,0 +1,132 @@
+"""What a file's own calls pass to its functions: parameters bound from call sites.
+
+A plain function that the file only ever calls directly (never passes around, decorates
+or exports through another name) runs with what those calls pass. Its parameters are then
+the join of those arguments: `train(model, loader, device)` sees the model moved where its
+callers moved it. Values that reach it from other files stay unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import libcst as cst
+
+from torchdevlint.analysis.flow.values import SCALAR, UNKNOWN, Value
+from torchdevlint.analysis.names import dotted_name
+
+# Decorators that leave who calls the function, and with what, unchanged.
+_TRANSPARENT_DECORATORS = ("no_grad", "inference_mode", "enable_grad")
+
+
+@dataclass(frozen=True)
+class CallSite:
+    call: cst.Call
+    arguments: tuple[Value, ...]
+    # Called as a method (`obj.f(...)`): the first parameter is the receiver.
+    bound_method: bool
+
+
+class _References(cst.CSTVisitor):
+    """Names used as anything but the callee of a call (or the name a `def` binds)."""
+
+    def __init__(self) -> None:
+        self.escaping: set[str] = set()
+        self._not_references: set[int] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name):
+            self._not_references.add(id(node.func))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._not_references.add(id(node.name))
+
+    # `x.train()`, `f(train=...)`: attribute and keyword names are not the function.
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._not_references.add(id(node.attr))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._not_references.add(id(node.keyword))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if id(node) not in self._not_references:
+            self.escaping.add(node.value)
+
+
+def escaping_names(module: cst.Module) -> frozenset[str]:
+    references = _References()
+    module.visit(references)
+    return frozenset(references.escaping)
+
+
+def takes_call_site_arguments(function: cst.FunctionDef, escaping: frozenset[str]) -> bool:
+    if function.name.value in escaping:
+        return False
+    for decorator in function.decorators:
+        name = dotted_name(decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator)
+        if name is None or name.rsplit(".", 1)[-1] not in _TRANSPARENT_DECORATORS:
+            return False
+    return True
+
+
+def parameters_from_call_sites(function: cst.FunctionDef, sites: Iterable[CallSite]) -> dict[str, Value]:
+    """Each parameter's value joined over the call sites; unknown where any site is opaque."""
+    joined: dict[str, Value] = {}
+    for site in sites:
+        bound = _bind(function, site)
+        for name in _parameter_names(function):
+            value = bound.get(name, UNKNOWN) if bound is not None else UNKNOWN
+            joined[name] = value if name not in joined else joined[name].join(value)
+    return joined
+
+
+def _parameter_names(function: cst.FunctionDef) -> list[str]:
+    params = function.params
+    return [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+
+
+def _bind(function: cst.FunctionDef, site: CallSite) -> dict[str, Value] | None:
+    params = function.params
+    positional = [*params.posonly_params, *params.params]
+    if site.bound_method:
+        positional = positional[1:]
+    bound: dict[str, Value] = {}
+    index = 0
+    for arg, value in zip(site.call.args, site.arguments, strict=True):
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            bound[arg.keyword.value] = value
+        elif index < len(positional):
+            bound[positional[index].name.value] = value
+            index += 1
+    for param in (*positional, *params.kwonly_params):
+        if param.name.value not in bound and param.default is not None:
+            bound[param.name.value] = _default_value(param.default)
+    return bound
+
+
+def _default_value(default: cst.BaseExpression) -> Value:
+    if isinstance(default, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)):
+        return SCALAR
+    if isinstance(default, cst.Name) and default.value in ("None", "True", "False"):
+        return SCALAR
+    return UNKNOWN
+
+
+def refined(declared: Value, passed: Value) -> Value:
+    """The parameter's value for a body run from the file's own calls: what they pass, where
+    it says more than the declaration (an annotation gives the kind, not the place)."""
+    if not passed.is_known or passed.places is None and declared.is_known:
+        return declared
+    if not declared.is_known:
+        return passed
+    if declared.places is not None:
+        return declared
+    same_kind = (passed.kinds <= declared.kinds or (declared.is_tensor_like and passed.is_tensor_like)
+                 or (declared.is_module_like and passed.is_module_like))
+    return passed if same_kind else declared
+
+
