@@ -145,7 +145,7 @@ def test_forward_sees_its_inputs_and_submodules_on_the_module_device() -> None:
         """
     )
     assert "h: tensor, on host" in facts
-    assert "out: model output, on module device" in facts
+    assert "out: model output, on module device, may require grad" in facts
     assert "fixed: tensor, on module device" in facts
     assert "host data `h` meets accelerator data `self.rnn` (module call)" in facts
 

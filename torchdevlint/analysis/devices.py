@@ -8,7 +8,7 @@ does not spell out is unknown.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -171,7 +171,11 @@ def asks_for_gpu(node: cst.CSTNode, imports: ImportTable) -> bool:
 def is_grad_disabling(call: cst.BaseExpression, imports: ImportTable) -> bool:
     """`torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)` (or the bare decorator)."""
     target = call.func if isinstance(call, cst.Call) else call
-    qualified = imports.qualified_name(target)
+    return disables_grad(imports.qualified_name(target), call)
+
+
+def disables_grad(qualified: str | None, call: cst.BaseExpression) -> bool:
+    """Whether `call` (a context manager or decorator whose callee is `qualified`) turns off autograd."""
     if qualified not in GRAD_DISABLING:
         return False
     if qualified == "torch.set_grad_enabled":
@@ -185,3 +189,28 @@ def is_grad_disabling(call: cst.BaseExpression, imports: ImportTable) -> bool:
         first = call.args[0].value
         return not (isinstance(first, cst.Name) and first.value == "False")
     return True
+
+
+# Names in a condition that say the code asks where a tensor is (`t.is_cuda`, `x.device`).
+_LOCATION_TESTS = ("is_cuda", "is_cpu", "device")
+_GPU_WORDS = ("cuda", "gpu")
+
+
+def under_placement_test(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode]) -> bool:
+    """Inside a branch chosen by where a tensor is (`if t.is_cuda:`), or the CPU branch of a
+    GPU test (`else` of `if use_cuda:`), within the enclosing function. `ancestors`: nearest first."""
+    child: cst.CSTNode = node
+    for ancestor in ancestors:
+        if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)):
+            test = ancestor.test
+            if child is not test:
+                if mentions_any(test, _LOCATION_TESTS):
+                    return True
+                negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+                in_else = child is ancestor.orelse
+                if mentions_any(test, _GPU_WORDS) and (in_else != negated):
+                    return True
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            return False
+        child = ancestor
+    return False

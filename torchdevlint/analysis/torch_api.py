@@ -226,3 +226,11 @@ def loads_pretrained_model(qualified: str) -> bool:
         return False
     last = owner.rsplit(".", 1)[-1]
     return "Model" in last or "For" in last
+
+
+# Tensor methods whose result never requires grad, whatever the receiver.
+GRADLESS_METHODS: frozenset[str] = frozenset(
+    {"detach", "argmax", "argmin", "argsort", "eq", "ne", "gt", "lt", "ge", "le", "logical_not", "logical_and",
+     "logical_or", "isnan", "isinf", "isfinite", "any", "all", "long", "int", "short", "byte", "char", "bool",
+     "sign", "round", "floor", "ceil", "nonzero"}
+)

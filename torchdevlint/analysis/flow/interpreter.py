@@ -19,6 +19,7 @@ from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.devices import (
     AVAILABILITY_CHECKS,
     LEGACY_CUDA_TENSOR_TYPES,
+    disables_grad,
     parse_device_string,
     string_value,
 )
@@ -56,6 +57,8 @@ _MODULE_API = frozenset(
      "register_forward_pre_hook", "register_full_backward_hook", "extra_repr", "log", "log_dict", "save_hyperparameters"}
 )
 _MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbone")
+# Reductions along a dimension that return (values, indices).
+_VALUES_INDICES_METHODS = frozenset({"max", "min", "sort", "topk", "median", "mode", "kthvalue"})
 _BUILTIN_SCALARS = frozenset({"len", "int", "float", "bool", "str", "round", "abs", "sum", "min", "max", "repr", "hash", "id", "ord"})
 _LEGACY_HOST_TENSOR_TYPES = frozenset(
     f"torch.{name}Tensor" for name in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool", "")
@@ -201,6 +204,8 @@ class Interpreter:
         self.deadline = deadline
         self.is_forward = isinstance(scope, cst.FunctionDef) and scope.name.value == "forward" and module_method
         self._returns: list[Value] = []
+        # Depth of `with torch.no_grad():` blocks (and grad-disabling decorators) around here.
+        self._grad_off = 0
         self._loop_exits: list[list[Env]] = []
         self._loop_continues: list[list[Env]] = []
         self._steps = 0
@@ -208,6 +213,9 @@ class Interpreter:
     # ---- driver --------------------------------------------------------------------
 
     def run(self, body: Sequence[cst.CSTNode]) -> FunctionFlow:
+        if isinstance(self.flow.node, cst.FunctionDef) and any(
+                self._disables_grad(d.decorator, self.env0) for d in self.flow.node.decorators):
+            self._grad_off += 1
         final = self._block(body, dict(self.env0))
         self.flow.final = final
         if isinstance(self.flow.node, cst.FunctionDef):
@@ -258,12 +266,18 @@ class Interpreter:
         if isinstance(node, (cst.Try, cst.TryStar)):
             return self._try(node, env)
         if isinstance(node, cst.With):
+            grad_off = False
             for item in node.items:
                 value = self._evaluate(item.item, env)
+                grad_off = grad_off or self._disables_grad(item.item, env)
                 if item.asname is not None:
                     entered = value if value.is_module_like or value.is_tensor_like else UNKNOWN
                     self._bind(item.asname.name, entered, env)
-            return self._block(node.body.body, env)
+            self._grad_off += grad_off
+            try:
+                return self._block(node.body.body, env)
+            finally:
+                self._grad_off -= grad_off
         if isinstance(node, cst.Match):
             self._evaluate(node.subject, env)
             result: Env | None = None
@@ -283,6 +297,10 @@ class Interpreter:
         if isinstance(node, cst.ClassDef):
             return self._class(node, env)
         return env
+
+    def _disables_grad(self, node: cst.BaseExpression, env: Env) -> bool:
+        callee = node.func if isinstance(node, cst.Call) else node
+        return disables_grad(self.qualified(callee, env), node)
 
     def _class(self, node: cst.ClassDef, env: Env) -> Env:
         for base in node.bases:
@@ -701,7 +719,8 @@ class Interpreter:
                 env[key] = value
         if isinstance(node, cst.ListComp) and element.is_tensor_like:
             # A list of tensors: where its elements are.
-            return Value(frozenset({Kind.CONTAINER}), element.places, items=None, origins=element.origins)
+            return Value(frozenset({Kind.CONTAINER}), element.places, items=None, origins=element.origins,
+                         grad=element.grad)
         return Value(frozenset({Kind.CONTAINER}))
 
     def _name(self, name: str, env: Env) -> Value:
@@ -749,7 +768,7 @@ class Interpreter:
                     return device_value(next(iter(places)))
                 return Value.of(Kind.DEVICE)
             if attr in torch_api.TENSOR_ATTRIBUTES:
-                return tensor(base.places, origins=base.origins)
+                return tensor(base.places, origins=base.origins, grad=base.grad and attr not in ("data", "grad"))
             if attr in ("shape", "dtype", "ndim", "is_cuda", "requires_grad"):
                 return SCALAR
             return UNKNOWN
@@ -807,9 +826,9 @@ class Interpreter:
             self._record_meeting(node, MeetingKind.ARITHMETIC, [Operand(left_node, left), Operand(right_node, right)])
             return _combined_tensor([left, right])
         if left.is_tensor_like and right.kinds == {Kind.SCALAR}:
-            return tensor(left.places, origins=left.origins, zero_dim=left.zero_dim)
+            return tensor(left.places, origins=left.origins, zero_dim=left.zero_dim, grad=left.grad)
         if right.is_tensor_like and left.kinds == {Kind.SCALAR}:
-            return tensor(right.places, origins=right.origins, zero_dim=right.zero_dim)
+            return tensor(right.places, origins=right.origins, zero_dim=right.zero_dim, grad=right.grad)
         if left.kinds == {Kind.SCALAR} and right.kinds == {Kind.SCALAR}:
             return SCALAR
         return UNKNOWN
@@ -904,7 +923,7 @@ class Interpreter:
             tensors = [value for value in arguments if value.is_tensor_like]
             combined = _combined_tensor(tensors) if tensors else None
             places = combined.places if combined is not None else None
-        return Value(frozenset({Kind.MODEL_OUTPUT}), places)
+        return Value(frozenset({Kind.MODEL_OUTPUT}), places, grad=not self._grad_off)
 
     def _method_call(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value], env: Env) -> Value:
         if receiver.instance_of is not None:
@@ -951,6 +970,9 @@ class Interpreter:
             # `Net().to(device)`: a module or a tensor we cannot see, but placed on `device`.
             moved = self._move_target(node, method, arguments)
             return UNKNOWN if moved is None else UNKNOWN.with_places([moved])
+        if method in ("append", "extend") and receiver.kinds == {Kind.CONTAINER} and len(arguments) == 1:
+            self._grow_list(node, method, receiver, arguments[0], env)
+            return SCALAR
         if method == "items" and receiver.kinds == {Kind.CONTAINER}:
             return UNKNOWN
         if method == "to" and receiver.kinds == {Kind.CONTAINER}:
@@ -966,6 +988,19 @@ class Interpreter:
         if len(operands) > 1 and any(word in callee_name for word in _CALLEE_MEETING_WORDS):
             self._record_meeting(node, MeetingKind.CALL, operands)
         return UNKNOWN
+
+    def _grow_list(self, node: cst.Call, method: str, receiver: Value, argument: Value, env: Env) -> None:
+        """`outputs.append(t)`: a list of tensors, where they are (for `torch.cat(outputs)`)."""
+        assert isinstance(node.func, cst.Attribute)
+        key = place_key(node.func.value)
+        if key is None:
+            return
+        element = argument if method == "append" else self._element_of(node.args[0].value, argument)
+        if not element.is_tensor_like:
+            env[key] = Value(frozenset({Kind.CONTAINER}))
+            return
+        grown = Value(frozenset({Kind.CONTAINER}), element.places, origins=element.origins, grad=element.grad)
+        env[key] = grown if receiver.items == () else receiver.join(grown)
 
     def _is_self(self, func: cst.BaseExpression) -> bool:
         return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
@@ -984,12 +1019,13 @@ class Interpreter:
             moved = self._move_target(node, method, arguments)
             if moved is None:
                 if method == "to" and not self._changes_device(node, arguments):
-                    return tensor(receiver.places, origins=receiver.origins, zero_dim=receiver.zero_dim)
-                return tensor(None, zero_dim=receiver.zero_dim)
+                    return tensor(receiver.places, origins=receiver.origins, zero_dim=receiver.zero_dim,
+                                  grad=receiver.grad)
+                return tensor(None, zero_dim=receiver.zero_dim, grad=receiver.grad)
             if moved == HOST_PLACE:
                 self.flow.origins[id(node)] = node
-                return tensor([moved], origins=frozenset({id(node)}), zero_dim=receiver.zero_dim)
-            return tensor([moved], zero_dim=receiver.zero_dim)
+                return tensor([moved], origins=frozenset({id(node)}), zero_dim=receiver.zero_dim, grad=receiver.grad)
+            return tensor([moved], zero_dim=receiver.zero_dim, grad=receiver.grad)
         if method in ("new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"):
             return tensor(receiver.places)
         if method == "type_as" and arguments:
@@ -999,13 +1035,18 @@ class Interpreter:
                        if value.is_tensor_like and arg.keyword is None]
             if tensors:
                 self._record_meeting(node, MeetingKind.ARITHMETIC, [Operand(node.func, receiver), *tensors])
+        grad = receiver.grad and method not in torch_api.GRADLESS_METHODS
+        if method in _VALUES_INDICES_METHODS and (node.args or method in ("sort", "topk", "kthvalue")) \
+                and not any(value.is_tensor_like for value in arguments):
+            return _values_and_indices(receiver, grad)
         if method in torch_api.TENSOR_RETURNING_METHODS or method in torch_api.TENSOR_METHODS_WITH_TENSOR_OPERANDS:
             zero_dim = method in torch_api.FULL_REDUCTIONS and not node.args
             if method in ("max", "min") and node.args:
                 return UNKNOWN
-            return tensor(receiver.places, origins=receiver.origins, zero_dim=zero_dim or (receiver.zero_dim and method not in ("expand", "repeat", "view", "reshape")))
+            return tensor(receiver.places, origins=receiver.origins, grad=grad,
+                          zero_dim=zero_dim or (receiver.zero_dim and method not in ("expand", "repeat", "view", "reshape")))
         if method in torch_api.FULL_REDUCTIONS and not node.args:
-            return tensor(receiver.places, origins=receiver.origins, zero_dim=True)
+            return tensor(receiver.places, origins=receiver.origins, zero_dim=True, grad=grad)
         return UNKNOWN
 
     def _changes_device(self, node: cst.Call, arguments: list[Value]) -> bool:
@@ -1167,6 +1208,10 @@ class Interpreter:
             operands.extend(_tensor_operands(arg.value, value))
         if len(operands) > 1:
             self._record_meeting(node, MeetingKind.CALL, operands)
+        if last in _VALUES_INDICES_METHODS and len(operands) == 1 and any(arg.keyword is None and index > 0
+                                                                         for index, arg in enumerate(node.args)) \
+                or last in ("sort", "topk", "kthvalue") and len(operands) == 1:
+            return _values_and_indices(operands[0].value, operands[0].value.grad)
         if last in ("max", "min", "sort", "topk", "unique", "split", "chunk", "unbind", "broadcast_tensors", "meshgrid"):
             return UNKNOWN
         if not operands:
@@ -1209,8 +1254,15 @@ def _tensor_operands(node: cst.BaseExpression, value: Value) -> list[Operand]:
             operands.append(Operand(element_node, item))
         return operands
     if value.places is not None:
-        return [Operand(node, tensor(value.places, origins=value.origins))]
+        return [Operand(node, tensor(value.places, origins=value.origins, grad=value.grad))]
     return []
+
+
+def _values_and_indices(source: Value, grad: bool) -> Value:
+    """`t.max(1)`, `torch.topk(t, 5)`: (values, indices), both where `source` is."""
+    values = tensor(source.places, origins=source.origins, grad=grad)
+    indices = tensor(source.places, origins=source.origins)
+    return Value(frozenset({Kind.CONTAINER}), source.places, source.origins, items=(("0", values), ("1", indices)))
 
 
 def _combined_tensor(values: Sequence[Value]) -> Value:
@@ -1232,7 +1284,8 @@ def _combined_tensor(values: Sequence[Value]) -> Value:
     if places is not None and ANYWHERE_PLACE in places:
         places = frozenset(p for p in places if p != ANYWHERE_PLACE) or None
     on_host = places == frozenset({HOST_PLACE})
-    return tensor(places, origins=origins if on_host else frozenset(), zero_dim=all(v.zero_dim for v in values))
+    return tensor(places, origins=origins if on_host else frozenset(), zero_dim=all(v.zero_dim for v in values),
+                  grad=any(v.grad for v in values))
 
 
 def _constant_index(node: cst.Subscript) -> str | None:

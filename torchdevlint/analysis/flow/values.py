@@ -105,6 +105,8 @@ class Value:
     reference: Reference | None = None
     # For an instance of a same-file class: the id of its ClassDef.
     instance_of: int | None = None
+    # A tensor that may require grad (a model's output computed with autograd on).
+    grad: bool = False
 
     # ---- construction -------------------------------------------------------------
 
@@ -120,6 +122,12 @@ class Value:
     def join(self, other: Value) -> Value:
         if self == other:
             return self
+        # An empty list literal holds nothing to place: joined with a list of tensors (one
+        # that a loop appended to), the elements are where those tensors are.
+        if self.items == () and self.kinds == other.kinds == {Kind.CONTAINER} and other.items is None:
+            return other
+        if other.items == () and self.kinds == other.kinds == {Kind.CONTAINER} and self.items is None:
+            return self
         kinds = self.kinds | other.kinds
         places = None if self.places is None or other.places is None else self.places | other.places
         return Value(
@@ -131,6 +139,7 @@ class Value:
             self.device if self.device == other.device else None,
             self.reference if self.reference == other.reference else None,
             self.instance_of if self.instance_of == other.instance_of else None,
+            self.grad or other.grad,
         )
 
     # ---- questions ------------------------------------------------------------------
@@ -198,6 +207,8 @@ class Value:
             parts.append("on " + " or ".join(sorted(place.describe() for place in self.places)))
         if self.zero_dim:
             parts.append("0-dim")
+        if self.grad:
+            parts.append("may require grad")
         if self.items is not None:
             inner = ", ".join(f"{key}: {value.describe()}" for key, value in self.items)
             parts.append(f"[{inner}]")
@@ -221,8 +232,9 @@ OTHER = Value.of(Kind.OTHER)
 SCALAR = Value.of(Kind.SCALAR)
 
 
-def tensor(places: Iterable[Place] | None, *, origins: frozenset[int] = frozenset(), zero_dim: bool = False) -> Value:
-    return Value(frozenset({Kind.TENSOR}), None if places is None else frozenset(places), origins, zero_dim)
+def tensor(places: Iterable[Place] | None, *, origins: frozenset[int] = frozenset(), zero_dim: bool = False,
+           grad: bool = False) -> Value:
+    return Value(frozenset({Kind.TENSOR}), None if places is None else frozenset(places), origins, zero_dim, grad=grad)
 
 
 def device_value(place: Place) -> Value:
