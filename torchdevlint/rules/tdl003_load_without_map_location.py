@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
-from torchdevlint.analysis.value_kinds import keyword_argument
+from torchdevlint.analysis.flow.model import FixAgreement
+from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.edits import NodeEdit
+from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 
@@ -44,12 +45,17 @@ class LoadWithoutMapLocation(Rule):
     several GPUs everything lands on the saving process's GPU.
 
     ## Fix safety
-    The fix adds `map_location=` with the device variable in scope (a name containing
-    "device" bound to a `torch.device` or a device string), or else with the configured
-    location (`"cpu"`). It is safe when the loaded object flows straight into
-    `load_state_dict(...)`, which copies the values onto the model's own device anyway. It is
-    unsafe otherwise: code after the load may rely on tensors (an optimizer state, say)
-    being restored on the GPU.
+    The fix adds `map_location=`: the device variable in scope (a name containing "device"
+    bound to a `torch.device` or a device string), or else the configured location
+    (`"cpu"`). When the loaded object is assigned and then used, the device-flow model
+    checks each choice: one under which the loaded object then meets only data on that same
+    device (a whole pickled model fed inputs moved to `device`) is chosen, and the fix is
+    safe. A choice under which it would meet data elsewhere (a model mapped to the CPU fed
+    CUDA inputs) is never offered; when every choice would, the finding has no fix.
+
+    Loading straight into `load_state_dict(...)` is also safe: it copies the values onto the
+    model's own device anyway. Otherwise the fix is unsafe: code after the load may rely on
+    tensors (an optimizer state, say) being restored on the GPU.
 
     Also not reported, unless `include-tests` is set: loads inside test functions (`test_*`,
     as pytest and unittest name them), which read back checkpoints the test itself wrote on
@@ -173,67 +179,102 @@ class LoadWithoutMapLocation(Rule):
             """,
             applicability=Applicability.UNSAFE,
             name="from-import-map-location-none",
+        ),        Invalid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.load("whole_model.pt", weights_only=False)
+            model.eval()
+            scores = model(torch.randn(1, 3, 32, 32).to(device))
+            """,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.load("whole_model.pt", weights_only=False, map_location=device)
+            model.eval()
+            scores = model(torch.randn(1, 3, 32, 32).to(device))
+            """,
+            applicability=Applicability.SAFE,
+            name="whole-model-mapped-where-its-inputs-are",
+        ),
+        Invalid(
+            """
+            import torch
+            net = torch.load("whole_model.pt", weights_only=False)
+            net.eval()
+            scores = net(torch.randn(1, 3, 32, 32).cuda())
+            """,
+            name="no-fix-when-cpu-would-meet-cuda-inputs",
         ),
     ]
 
-    def setup(self) -> None:
-        # (scope node id, name) of variables holding an in-memory buffer.
-        self._buffers: set[tuple[int, str]] = set()
-
-    def _is_buffer(self, node: cst.BaseExpression) -> bool:
-        """`io.BytesIO(...)`: bytes handed between processes of one machine, not a file."""
-        if isinstance(node, cst.Call):
-            return self.context.imports.qualified_name(node.func) == "io.BytesIO"
-        if isinstance(node, cst.Name):
-            return any((id(scope.node), node.value) in self._buffers for scope in self.context.kinds.scopes)
-        return False
-
-    def leave_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            if isinstance(target.target, cst.Name):
-                key = (id(self.context.kinds.current.node), target.target.value)
-                if self._is_buffer(node.value):
-                    self._buffers.add(key)
-                else:
-                    self._buffers.discard(key)
-
     def visit_Call(self, node: cst.Call) -> None:
-        if self.context.imports.qualified_name(node.func) not in torch_api.TORCH_LOAD:
+        flow = self.context.flow
+        if flow.qualified_name(node.func) not in torch_api.TORCH_LOAD:
             return
         if any(arg.star == "**" for arg in node.args):
             return
-        if node.args and node.args[0].keyword is None and self._is_buffer(node.args[0].value):
+        if node.args and node.args[0].keyword is None and flow.value_of(node.args[0].value).only(Kind.MEMORY_BUFFER):
             return
-        if not self.options.include_tests and self._in_test_function():
+        if not self.options.include_tests and self._in_test_function(node):
             return
-        keyword = keyword_argument(node, "map_location")
+        keyword = next((arg for arg in node.args if arg.keyword is not None and arg.keyword.value == "map_location"), None)
         if keyword is not None and not (isinstance(keyword.value, cst.Name) and keyword.value.value == "None"):
             return
         positional = [arg for arg in node.args if arg.keyword is None and not arg.star]
         if len(positional) >= 2 or not node.args or any(arg.star == "*" for arg in node.args):
             if keyword is None:
                 return
-        location = self._device_variable() or repr(self.options.map_location).replace("'", '"')
-        applicability = Applicability.SAFE if self._flows_into_load_state_dict(node) else Applicability.UNSAFE
+        self.report(node, fix=self._fix(node, keyword))
+
+    def _fix(self, node: cst.Call, keyword: cst.Arg | None) -> PendingFix | None:
+        candidates = [*self._device_variables(node), repr(self.options.map_location).replace("'", '"')]
+        into_load_state_dict = self._flows_into_load_state_dict(node)
+        offered: str | None = None
+        for location in candidates:
+            agreement = self._agreement(node, keyword, location)
+            if agreement is FixAgreement.AGREES:
+                return self._edit(node, keyword, location, Applicability.SAFE)
+            if agreement is FixAgreement.NO_EVIDENCE and offered is None:
+                offered = location
+        if offered is None:
+            return None
+        return self._edit(node, keyword, offered,
+                          Applicability.SAFE if into_load_state_dict else Applicability.UNSAFE)
+
+    def _edit(self, node: cst.Call, keyword: cst.Arg | None, location: str,
+              applicability: Applicability) -> PendingFix:
         if keyword is not None:
             edit = NodeEdit(keyword.value, location)
         else:
             edit = NodeEdit.insert_after(node.args[-1].value, f", map_location={location}")
-        self.report(node, fix=self.make_fix(edit, applicability=applicability))
+        return self.make_fix(edit, applicability=applicability)
 
-    def _in_test_function(self) -> bool:
-        return any(
-            isinstance(scope.node, cst.FunctionDef) and scope.node.name.value.startswith("test")
-            for scope in self.context.kinds.scopes
-        )
+    def _agreement(self, node: cst.Call, keyword: cst.Arg | None, location: str) -> FixAgreement:
+        """What the model says of the assigned, loaded object once it is mapped to `location`."""
+        parent = self.context.parent(node)
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and parent.value is node):
+            return FixAgreement.NO_EVIDENCE
+        value = cst.parse_expression(location)
+        if keyword is not None:
+            mapped = node.with_deep_changes(keyword, value=value)
+        else:
+            mapped = node.with_changes(args=[*node.args, cst.Arg(value, keyword=cst.Name("map_location"))])
+        replacement = parent.with_changes(value=mapped)
+        target = self.context.code_for_node(parent.targets[0].target)
+        return self.context.flow.fix_agreement(parent, replacement, [target])
 
-    def _device_variable(self) -> str | None:
-        kinds = self.context.kinds
-        for scope in reversed(kinds.scopes):
-            for name, info in scope.bindings.items():
-                if "device" in name.lower() and info.is_device and kinds.lookup(name) is info:
-                    return name
-        return None
+    def _in_test_function(self, node: cst.Call) -> bool:
+        return any(isinstance(ancestor, cst.FunctionDef) and ancestor.name.value.startswith("test")
+                   for ancestor in self.context.ancestors(node))
+
+    def _device_variables(self, node: cst.Call) -> list[str]:
+        """Names holding a device where the load runs (`device`, `args.device`)."""
+        statement = next((a for a in self.context.ancestors(node) if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement))), None)
+        env = self.context.flow.env_before(statement) if statement is not None else None
+        if env is None:
+            return []
+        return [name for name, value in env.items() if "device" in name.lower() and value.is_device]
 
     def _flows_into_load_state_dict(self, node: cst.Call) -> bool:
         ancestors = self.context.ancestors(node)

@@ -808,6 +808,9 @@ class Interpreter:
             if base.items is None:
                 return tensor(base.places, origins=base.origins)
             return Value(frozenset({Kind.UNKNOWN}), base.places)
+        if base.kinds == {Kind.UNKNOWN} and base.places is not None:
+            # Part of something wholly on one device (a checkpoint loaded with map_location).
+            return base
         return UNKNOWN
 
     def _conditional(self, node: cst.IfExp, body: Value, orelse: Value) -> Value:
@@ -1090,6 +1093,8 @@ class Interpreter:
         has_splat = any(arg.star == "**" for arg in node.args)
         if qualified in AVAILABILITY_CHECKS:
             return SCALAR
+        if qualified == "io.BytesIO":
+            return Value.of(Kind.MEMORY_BUFFER)
         if qualified == torch_api.TORCH_DEVICE:
             return device_value(self._device_call_place(node, positional, keywords))
         if qualified in torch_api.WRAPPERS:
@@ -1132,6 +1137,14 @@ class Interpreter:
             source = positional[0] if positional else UNKNOWN
             return tensor([MODULE_DEVICE_PLACE] if self.module_method else source.places)
         if qualified in torch_api.TORCH_LOAD:
+            # Whatever was saved (a model, a checkpoint dict, tensors), where `map_location` puts it.
+            location = keywords.get("map_location")
+            if location is None and len(positional) >= 2:
+                location = positional[1]
+            if location is None or not location.is_known:
+                return UNKNOWN
+            if location.device is not None:
+                return UNKNOWN.with_places([location.device])
             return UNKNOWN
         if torch_api.is_tensor_function(qualified) or qualified.startswith("torch.nn.functional."):
             return self._tensor_function(node, qualified, arguments)

@@ -77,7 +77,7 @@ class FixAgreement(Enum):
 
     # Each meeting it changes then has all its tensors on one accelerator the code names.
     AGREES = "agrees"
-    # A moved value would then meet data left on the host.
+    # A value it places would then meet data in another place (host and accelerator).
     BREAKS = "breaks"
     # It changes no meeting, or one the model cannot place.
     NO_EVIDENCE = "no evidence"
@@ -254,8 +254,7 @@ class FlowModel:
         moved_code = {code.replace(" ", "") for code in moved}
         for meeting in changed:
             if meeting.host_operands_meeting_device() and any(
-                    operand.value.on_accelerator and self.module.code_for_node(operand.node).replace(" ", "") in moved_code
-                    for operand in meeting.operands):
+                    self.module.code_for_node(operand.node).replace(" ", "") in moved_code for operand in meeting.operands):
                 return FixAgreement.BREAKS
         if changed and all(meeting.agrees() for meeting in changed):
             return FixAgreement.AGREES

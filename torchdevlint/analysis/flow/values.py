@@ -28,6 +28,8 @@ class Kind(Enum):
     CONTAINER = "container"
     # A Python number, string, None …: known, and never device data.
     SCALAR = "scalar"
+    # An in-memory byte stream (`io.BytesIO`): bytes that never left this machine.
+    MEMORY_BUFFER = "memory buffer"
     # A function, class or imported module (see `Value.reference`).
     REFERENCE = "reference"
     # Known, but nothing the rules care about.
