@@ -57,14 +57,14 @@ class WrappedStateDictSaves:
         self._savers: set[tuple[str, int]] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.context.imports.qualified_name(node.func) in torch_api.TORCH_SAVE:
+        if self.context.flow.qualified_name(node.func) in torch_api.TORCH_SAVE:
             self._check_save(node)
             return
         self._check_helper_call(node)
         if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict" and not node.args):
             return
         receiver = node.func.value
-        wrapping = self.context.kinds.kind_of(receiver).wrapping
+        wrapping = self.context.flow.value_of(receiver).wrapping
         if wrapping is Wrapping.NO:
             return
         destination = self._destination(node)
@@ -86,7 +86,7 @@ class WrappedStateDictSaves:
                 child = ancestor
                 continue
             if isinstance(ancestor, cst.Call):
-                if self.context.imports.qualified_name(ancestor.func) in torch_api.TORCH_SAVE:
+                if self.context.flow.qualified_name(ancestor.func) in torch_api.TORCH_SAVE:
                     return ancestor if ancestor.args and child is ancestor.args[0] else None
                 helper = helper_name(ancestor)
                 if helper is not None and isinstance(child, cst.Arg) and child.keyword is None and child in ancestor.args:

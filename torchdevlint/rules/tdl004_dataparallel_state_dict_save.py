@@ -219,6 +219,38 @@ class DataParallelStateDictSave(Rule):
             applicability=Applicability.SAFE,
             name="saved-through-a-helper-defined-later",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def build(gpus):
+                model = nn.Linear(4, 2)
+                if gpus > 1:
+                    model = nn.DataParallel(model)
+                return model
+
+            def pretrain(path):
+                model = build(torch.cuda.device_count())
+                torch.save(model.state_dict(), path)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def build(gpus):
+                model = nn.Linear(4, 2)
+                if gpus > 1:
+                    model = nn.DataParallel(model)
+                return model
+
+            def pretrain(path):
+                model = build(torch.cuda.device_count())
+                torch.save(getattr(model, "module", model).state_dict(), path)
+            """,
+            applicability=Applicability.SAFE,
+            name="wrapped-on-some-path-by-a-same-file-helper",
+        ),
     ]
 
     def setup(self) -> None:
@@ -229,7 +261,7 @@ class DataParallelStateDictSave(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict":
-            if self.context.kinds.kind_of(func.value).wrapping is not Wrapping.NO:
+            if self.context.flow.value_of(func.value).wrapping is not Wrapping.NO:
                 self._wrapped_model_loads = True
 
     def leave_Module(self, node: cst.Module) -> None:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.analysis.state_dict_flow import WrappedStateDictSaves
-from torchdevlint.analysis.value_kinds import Kind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -197,6 +197,45 @@ class DataParallelPrefixLoad(Rule):
             """,
             name="inline-load-has-no-fix",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def build(gpus):
+                model = nn.Linear(4, 2)
+                return nn.DataParallel(model) if gpus > 1 else model
+
+            def pretrain():
+                model = build(torch.cuda.device_count())
+                torch.save(model.state_dict(), "pretrained.pt")
+
+            def finetune():
+                model = nn.Linear(4, 2)
+                state = torch.load("pretrained.pt", map_location="cpu")
+                model.load_state_dict(state)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def build(gpus):
+                model = nn.Linear(4, 2)
+                return nn.DataParallel(model) if gpus > 1 else model
+
+            def pretrain():
+                model = build(torch.cuda.device_count())
+                torch.save(model.state_dict(), "pretrained.pt")
+
+            def finetune():
+                model = nn.Linear(4, 2)
+                state = torch.load("pretrained.pt", map_location="cpu")
+                torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(state, "module.")
+                model.load_state_dict(state)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="saved-in-one-function-from-a-helper-wrapped-model-loaded-bare-in-another",
+        ),
     ]
 
     def setup(self) -> None:
@@ -230,7 +269,7 @@ class DataParallelPrefixLoad(Rule):
     def _check_load(self, node: cst.Call) -> None:
         assert isinstance(node.func, cst.Attribute)
         receiver = node.func.value
-        if self.context.kinds.kind_of(receiver).kinds != {Kind.MODULE}:
+        if self.context.flow.value_of(receiver).kinds != {Kind.MODULE}:
             return
         # A parameter annotated `nn.Module` may well be a wrapper (DataParallel is a Module).
         scope = self.context.kinds.current
