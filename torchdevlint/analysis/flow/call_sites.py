@@ -15,6 +15,7 @@ import libcst as cst
 
 from torchdevlint.analysis.flow.values import SCALAR, UNKNOWN, Value
 from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.tree import child_nodes
 
 # Decorators that leave who calls the function, and with what, unchanged.
 _TRANSPARENT_DECORATORS = ("no_grad", "inference_mode", "enable_grad")
@@ -28,37 +29,35 @@ class CallSite:
     bound_method: bool
 
 
-class _References(cst.CSTVisitor):
-    """Names used as anything but the callee of a call (or the name a `def` binds)."""
-
-    def __init__(self) -> None:
-        self.escaping: set[str] = set()
-        self._not_references: set[int] = set()
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name):
-            self._not_references.add(id(node.func))
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._not_references.add(id(node.name))
-
-    # `x.train()`, `f(train=...)`: attribute and keyword names are not the function.
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self._not_references.add(id(node.attr))
-
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self._not_references.add(id(node.keyword))
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if id(node) not in self._not_references:
-            self.escaping.add(node.value)
-
-
 def escaping_names(module: cst.Module) -> frozenset[str]:
-    references = _References()
-    module.visit(references)
-    return frozenset(references.escaping)
+    """Names used as anything but the callee of a call or the name a `def` binds (attribute
+    and keyword names, `x.train()` and `f(train=...)`, are other things)."""
+    not_references: set[int] = set()
+    escaping: set[str] = set()
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        node_type = type(node)
+        if node_type is cst.Name:
+            assert isinstance(node, cst.Name)
+            if id(node) not in not_references:
+                escaping.add(node.value)
+            continue
+        if node_type is cst.Call:
+            assert isinstance(node, cst.Call)
+            not_references.add(id(node.func))
+        elif node_type is cst.FunctionDef:
+            assert isinstance(node, cst.FunctionDef)
+            not_references.add(id(node.name))
+        elif node_type is cst.Attribute:
+            assert isinstance(node, cst.Attribute)
+            not_references.add(id(node.attr))
+        elif node_type is cst.Arg:
+            assert isinstance(node, cst.Arg)
+            if node.keyword is not None:
+                not_references.add(id(node.keyword))
+        stack.extend(child_nodes(node))
+    return frozenset(escaping)
 
 
 def takes_call_site_arguments(function: cst.FunctionDef, escaping: frozenset[str]) -> bool:
