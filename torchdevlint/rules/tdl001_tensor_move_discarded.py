@@ -297,6 +297,47 @@ class TensorMoveDiscarded(Rule):
         ),
         Invalid(
             """
+            import numpy as np
+            import torch
+
+            def make_mask(n: int) -> torch.Tensor:
+                return torch.ones(n, n).tril()
+
+            def prepare(counts, device):
+                weights = counts.sum() / (2 * counts)
+                weights.to(device)
+                features = torch.from_numpy(np.ones(3)).float()
+                features.cuda()
+                mask = make_mask(4)
+                mask.to(device)
+                return weights, features, mask
+
+            prepare(torch.tensor([3.0, 5.0]), torch.device("cuda"))
+            """,
+            fixed="""
+            import numpy as np
+            import torch
+
+            def make_mask(n: int) -> torch.Tensor:
+                return torch.ones(n, n).tril()
+
+            def prepare(counts, device):
+                weights = counts.sum() / (2 * counts)
+                weights = weights.to(device)
+                features = torch.from_numpy(np.ones(3)).float()
+                features = features.cuda()
+                mask = make_mask(4)
+                mask = mask.to(device)
+                return weights, features, mask
+
+            prepare(torch.tensor([3.0, 5.0]), torch.device("cuda"))
+            """,
+            applicability=Applicability.UNSAFE,
+            count=3,
+            name="arithmetic-conversion-and-a-helpers-return",
+        ),
+        Invalid(
+            """
             import torch
             from torch.utils.data import DataLoader
             model = torch.nn.Linear(4, 2).cuda()
