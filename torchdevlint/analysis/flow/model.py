@@ -291,16 +291,16 @@ class FlowModel:
         definition = self._definitions.get(id(function))
         if definition is None or definition.owner is not None:
             return None  # methods are called by frameworks too
-        if self._escaping is None:
-            self._escaping = escaping_names(self.module)
-        if not takes_call_site_arguments(function, self._escaping):
-            return None
         if not self._all_declared_done:
             self._all_declared_done = True
             for _ in self._declared_flows():
                 pass
         sites = self._call_sites.get(id(function))
         if not sites:
+            return None
+        if self._escaping is None:
+            self._escaping = escaping_names(self.module)
+        if not takes_call_site_arguments(function, self._escaping):
             return None
         declared = self._entry_env(definition)
         passed = parameters_from_call_sites(function, sites.values())
