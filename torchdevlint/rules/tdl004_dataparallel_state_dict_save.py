@@ -31,7 +31,9 @@ class DataParallelStateDictSave(Rule):
 
     ## Fix safety
     A surely wrapped model gets `.module`; a maybe wrapped one gets
-    `getattr(model, "module", model)`, which is the bare model in both cases. The saved keys
+    `getattr(model, "module", model)`, which is the bare model in both cases. A parameter
+    that the file's own calls fill with a wrapper counts as maybe wrapped: callers in other
+    files may pass the bare model. The saved keys
     lose the `module.` prefix, which is what any loader of a bare model expects. Safe, unless
     the same file loads a state dict into a wrapped model (resuming training): that load
     expects the prefix, so there the fix is unsafe.
@@ -250,6 +252,30 @@ class DataParallelStateDictSave(Rule):
             """,
             applicability=Applicability.SAFE,
             name="wrapped-on-some-path-by-a-same-file-helper",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def save_checkpoint(model, epoch, path):
+                torch.save({"model": model.state_dict(), "epoch": epoch}, path)
+
+            net = nn.DataParallel(nn.Linear(4, 2)).cuda()
+            save_checkpoint(net, 1, "last.pt")
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def save_checkpoint(model, epoch, path):
+                torch.save({"model": getattr(model, "module", model).state_dict(), "epoch": epoch}, path)
+
+            net = nn.DataParallel(nn.Linear(4, 2)).cuda()
+            save_checkpoint(net, 1, "last.pt")
+            """,
+            applicability=Applicability.SAFE,
+            name="helper-the-file-calls-with-a-wrapped-model",
         ),
     ]
 

@@ -9,11 +9,11 @@ callers moved it. Values that reach it from other files stay unknown.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.values import SCALAR, UNKNOWN, Value
+from torchdevlint.analysis.flow.values import SCALAR, UNKNOWN, Kind, Value
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes
 
@@ -118,6 +118,9 @@ def _default_value(default: cst.BaseExpression) -> Value:
 def refined(declared: Value, passed: Value) -> Value:
     """The parameter's value for a body run from the file's own calls: what they pass, where
     it says more than the declaration (an annotation gives the kind, not the place)."""
+    if Kind.WRAPPED_MODULE in passed.kinds:
+        # Callers in other files may pass the bare model: wrapped only maybe.
+        passed = replace(passed, kinds=passed.kinds | {Kind.MODULE})
     if not passed.is_known or passed.places is None and declared.is_known:
         return declared
     if not declared.is_known:
