@@ -1039,8 +1039,7 @@ class Interpreter:
             if tensors:
                 self._record_meeting(node, MeetingKind.ARITHMETIC, [Operand(node.func, receiver), *tensors])
         grad = receiver.grad and method not in torch_api.GRADLESS_METHODS
-        if method in _VALUES_INDICES_METHODS and (node.args or method in ("sort", "topk", "kthvalue")) \
-                and not any(value.is_tensor_like for value in arguments):
+        if _returns_values_and_indices(method, bool(node.args)) and not any(v.is_tensor_like for v in arguments):
             return _values_and_indices(receiver, grad)
         if method in torch_api.TENSOR_RETURNING_METHODS or method in torch_api.TENSOR_METHODS_WITH_TENSOR_OPERANDS:
             zero_dim = method in torch_api.FULL_REDUCTIONS and not node.args
@@ -1221,9 +1220,7 @@ class Interpreter:
             operands.extend(_tensor_operands(arg.value, value))
         if len(operands) > 1:
             self._record_meeting(node, MeetingKind.CALL, operands)
-        if last in _VALUES_INDICES_METHODS and len(operands) == 1 and any(arg.keyword is None and index > 0
-                                                                         for index, arg in enumerate(node.args)) \
-                or last in ("sort", "topk", "kthvalue") and len(operands) == 1:
+        if _returns_values_and_indices(last, len(node.args) > 1) and len(operands) == 1:
             return _values_and_indices(operands[0].value, operands[0].value.grad)
         if last in ("max", "min", "sort", "topk", "unique", "split", "chunk", "unbind", "broadcast_tensors", "meshgrid"):
             return UNKNOWN
@@ -1269,6 +1266,11 @@ def _tensor_operands(node: cst.BaseExpression, value: Value) -> list[Operand]:
     if value.places is not None:
         return [Operand(node, tensor(value.places, origins=value.origins, grad=value.grad))]
     return []
+
+
+def _returns_values_and_indices(name: str, given_more_than_the_tensor: bool) -> bool:
+    """`sort`, `topk`, `kthvalue` always; `max`, `min`, `median`, `mode` along a dimension."""
+    return name in ("sort", "topk", "kthvalue") or name in _VALUES_INDICES_METHODS and given_more_than_the_tensor
 
 
 def _values_and_indices(source: Value, grad: bool) -> Value:

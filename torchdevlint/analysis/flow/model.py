@@ -75,7 +75,8 @@ class OriginSite:
 class FixAgreement(Enum):
     """What rewriting one statement would do to the places where tensors must meet."""
 
-    # Each meeting it changes then has all its tensors on one accelerator the code names.
+    # Each meeting it changes then has all its tensors in one place (the host, or one device
+    # the code names).
     AGREES = "agrees"
     # A value it places would then meet data in another place (host and accelerator).
     BREAKS = "breaks"
@@ -129,6 +130,7 @@ class FlowModel:
         # Runs with parameters from call sites or a fix applied: their calls are not recorded.
         self._specialising = 0
         self._specialised: dict[int, FunctionFlow | None] = {}
+        self._specialised_entry: dict[int, Env] = {}
         self._escaping: frozenset[str] | None = None
         self._all_declared_done = False
 
@@ -246,8 +248,7 @@ class FlowModel:
         else:
             definition = self._definitions[id(scope)]
             owner = definition.owner
-            passed = self._call_site_env(scope) if self._specialised.get(id(scope)) is not None else None
-            env = passed if passed is not None else self._entry_env(definition)
+            env = self._specialised_entry.get(id(scope)) or self._entry_env(definition)
         fixed = self._run(scope, env, owner, {id(statement): replacement})
         changed = [meeting for key, meeting in fixed.meetings.items()
                    if _operand_values(meeting) != _operand_values(original.meetings.get(key))]
@@ -281,6 +282,7 @@ class FlowModel:
         env = self._call_site_env(function)
         if env is not None:
             definition = self._definitions[key]
+            self._specialised_entry[key] = env
             self._specialised[key] = self._run(function, env, definition.owner)
         return self._specialised[key]
 
