@@ -48,7 +48,8 @@ class FileContext:
             parent = self.parents.get(id(current))
             if parent is None:
                 break
-            if isinstance(parent, (cst.FunctionDef, cst.Module)):
+            # Exact type tests: isinstance on LibCST's ABCs is slow.
+            if type(parent) is cst.FunctionDef or type(parent) is cst.Module:
                 return parent
             current = parent
         if current is not self.module:

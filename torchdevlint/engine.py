@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -189,37 +189,51 @@ class _Walker:
         """Visit every node in source order, leaving it after its children.
 
         Iterative, not recursive: nesting as deep as a 1,000-term `+` chain must not reach
-        Python's recursion limit.
+        Python's recursion limit. The work list holds nodes still to enter and, below each
+        entered node's children, a marker to leave it.
         """
         stack = self._context.stack
         parents = self._context.parents
         deadline = self._context.deadline
-        # Per open node: its remaining children and its leave handlers (looked up once).
-        pending: list[tuple[Iterator[cst.CSTNode], tuple[Handler, ...]]] = [(child_nodes(root), self._enter(root))]
+        visit_handlers = self._visit_handlers
+        leave_handlers = self._leave_handlers
+        leave_marker = _LEAVE
+        work: list[object] = [root]
         walked = 0
-        while pending:
-            children, leave = pending[-1]
-            child = next(children, None)
-            if child is None:
-                pending.pop()
+        while work:
+            item = work.pop()
+            if item is leave_marker:
                 node = stack[-1]
-                for handler in leave:
+                for handler in leave_handlers[type(node)]:
                     handler(node)
                 stack.pop()
                 continue
+            node = item  # type: ignore[assignment]  # everything else on the list is a node
             walked += 1
             if not walked % _DEADLINE_CHECK_INTERVAL:
                 deadline.check()
-            parents[id(child)] = stack[-1]
-            pending.append((child_nodes(child), self._enter(child)))
+            node_type = type(node)
+            visit = visit_handlers.get(node_type)
+            if visit is None:
+                visit = self._handlers_for(node_type)[0]
+            stack.append(node)
+            for handler in visit:
+                handler(node)
+            children = child_nodes(node)
+            if not children:
+                for handler in leave_handlers[node_type]:
+                    handler(node)
+                stack.pop()
+                continue
+            work.append(leave_marker)
+            for child in children:
+                parents[id(child)] = node
+            children.reverse()
+            work.extend(children)
 
-    def _enter(self, node: cst.CSTNode) -> tuple[Handler, ...]:
-        """Visit the node; return its leave handlers."""
-        self._context.stack.append(node)
-        visit, leave = self._handlers_for(type(node))
-        for handler in visit:
-            handler(node)
-        return leave
+
+# Marks, in the walk's work list, the point where the node entered last is left.
+_LEAVE = object()
 
 
 @dataclass(frozen=True)

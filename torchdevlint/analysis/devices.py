@@ -77,8 +77,21 @@ class DeviceLiteral:
         return self.type in _HOST_TYPES
 
 
+# String prefixes whose literal, without backslashes, is the text between its quotes.
+_VERBATIM_PREFIXES = frozenset({"", "r", "R", "u", "U"})
+
+
 def string_value(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.SimpleString):
+    # An exact type test: isinstance on LibCST's ABCs is slow, and every string asks this.
+    if type(node) is cst.SimpleString:
+        raw = node.value
+        quote = 0
+        while raw[quote] not in "'\"":
+            quote += 1
+        if "\\" not in raw and raw[:quote] in _VERBATIM_PREFIXES:
+            # The common case, without compiling the literal (evaluated_value does).
+            width = 3 if raw[quote:quote + 3] in ('"""', "'''") else 1
+            return raw[quote + width:len(raw) - width]
         try:
             value = node.evaluated_value
         except Exception:  # noqa: BLE001 - odd literals are simply not device strings
@@ -133,20 +146,24 @@ def device_literal(node: cst.BaseExpression, imports: ImportTable) -> DeviceLite
     return DeviceLiteral(parsed.type, index)
 
 
+_NESTED_SCOPES = (cst.Lambda, cst.FunctionDef, cst.ClassDef)
+
+
 def subnodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Every node inside `node` (itself included), not entering nested functions or classes."""
     stack: list[cst.CSTNode] = [node]
     while stack:
         current = stack.pop()
         yield current
-        if isinstance(current, (cst.Lambda, cst.FunctionDef, cst.ClassDef)) and current is not node:
+        # Exact type tests: isinstance on LibCST's ABCs is slow.
+        if type(current) in _NESTED_SCOPES and current is not node:
             continue
         stack.extend(child_nodes(current))
 
 
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call inside an expression."""
-    return [current for current in subnodes(node) if isinstance(current, cst.Call)]
+    return [current for current in subnodes(node) if type(current) is cst.Call]
 
 
 def mentions_any(node: cst.CSTNode, words: tuple[str, ...], *, strings: bool = False) -> bool:
@@ -154,9 +171,9 @@ def mentions_any(node: cst.CSTNode, words: tuple[str, ...], *, strings: bool = F
     words? `use_cuda`, `args.gpu`, `x.is_cuda`, `device.type == "cpu"`: tests about devices."""
     for current in subnodes(node):
         text: str | None = None
-        if isinstance(current, cst.Name):
+        if type(current) is cst.Name:
             text = current.value
-        elif strings and isinstance(current, cst.SimpleString):
+        elif strings and type(current) is cst.SimpleString:
             text = string_value(current)
         if text is not None and any(word in text.lower() for word in words):
             return True

@@ -148,7 +148,7 @@ def _mentions_state_dict(value: cst.CSTNode) -> bool:
     stack: list[cst.CSTNode] = [value]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Attribute) and node.attr.value == "state_dict":
+        if type(node) is cst.Attribute and node.attr.value == "state_dict":
             return True
         stack.extend(child_nodes(node))
     return False

@@ -8,7 +8,6 @@ that. Whitespace, comments and punctuation are skipped: no rule looks inside the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import libcst as cst
 
@@ -48,13 +47,22 @@ def child_fields(node_type: type) -> tuple[str, ...]:
     return fields
 
 
-def child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """The node's children that can hold code, in source order."""
+# Field values that are never code: names' text, flags, absent parts.
+_LEAF_TYPES = frozenset({str, bool, int, type(None), cst.MaybeSentinel})
+
+
+def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The node's children that can hold code, in source order.
+
+    Type lookups rather than `isinstance(value, cst.CSTNode)`: CSTNode is an ABC, and its
+    instance check costs more than the rest of a walk.
+    """
+    children: list[cst.CSTNode] = []
     for name in child_fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif isinstance(value, (tuple, list)):
-            for item in value:
-                if isinstance(item, cst.CSTNode):
-                    yield item
+        value_type = type(value)
+        if value_type is tuple or value_type is list:
+            children.extend(value)  # LibCST's sequences hold nodes only
+        elif value_type not in _LEAF_TYPES:
+            children.append(value)
+    return children

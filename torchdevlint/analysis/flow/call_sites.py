@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import libcst as cst
 
@@ -35,27 +36,24 @@ def escaping_names(module: cst.Module) -> frozenset[str]:
     not_references: set[int] = set()
     escaping: set[str] = set()
     stack: list[cst.CSTNode] = [module]
+    # Exact type tests, without isinstance narrowing: LibCST's node classes are ABCs, and
+    # isinstance on them would be most of this walk's cost.
+    node: Any
     while stack:
         node = stack.pop()
         node_type = type(node)
         if node_type is cst.Name:
-            assert isinstance(node, cst.Name)
             if id(node) not in not_references:
                 escaping.add(node.value)
             continue
         if node_type is cst.Call:
-            assert isinstance(node, cst.Call)
             not_references.add(id(node.func))
         elif node_type is cst.FunctionDef:
-            assert isinstance(node, cst.FunctionDef)
             not_references.add(id(node.name))
         elif node_type is cst.Attribute:
-            assert isinstance(node, cst.Attribute)
             not_references.add(id(node.attr))
-        elif node_type is cst.Arg:
-            assert isinstance(node, cst.Arg)
-            if node.keyword is not None:
-                not_references.add(id(node.keyword))
+        elif node_type is cst.Arg and node.keyword is not None:
+            not_references.add(id(node.keyword))
         stack.extend(child_nodes(node))
     return frozenset(escaping)
 

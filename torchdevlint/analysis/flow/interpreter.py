@@ -9,9 +9,9 @@ node; every place where tensors must be on one device is recorded as a `Meeting`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import libcst as cst
 
@@ -167,9 +167,10 @@ def names_bound_by(node: cst.BaseExpression) -> Iterator[cst.Name]:
 
 def place_key(node: cst.BaseExpression) -> str | None:
     """The environment key of an assignable place: `x`, `self.h`."""
-    if isinstance(node, cst.Name):
+    # Exact type tests: isinstance on LibCST's ABCs is slow, and this runs for every name.
+    if type(node) is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+    if type(node) is cst.Attribute and type(node.value) is cst.Name:
         return f"{node.value.value}.{node.attr.value}"
     return None
 
@@ -236,12 +237,13 @@ class Interpreter:
         self._steps += 1
         if not self._steps % 512:
             self.deadline.check()
-        if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        # Exact type tests throughout: isinstance on LibCST's ABCs is slow.
+        if not (type(node) is cst.FunctionDef or type(node) is cst.ClassDef):
             # Definitions need no snapshot (and a module of thousands of them would make
             # snapshots quadratic).
             self.flow.before[id(node)] = dict(env)
             self.flow.statements[id(node)] = node
-        if isinstance(node, cst.SimpleStatementLine):
+        if type(node) is cst.SimpleStatementLine:
             current: Env | None = env
             for small in node.body:
                 if current is None:
@@ -250,22 +252,22 @@ class Interpreter:
             if current is not None:
                 self.flow.after[id(node)] = dict(current)
             return current
-        if isinstance(node, cst.If):
+        if type(node) is cst.If:
             self._evaluate(node.test, env)
             body = self._block(node.body.body, dict(env))
             orelse_node = node.orelse
             if orelse_node is None:
                 other: Env | None = env
-            elif isinstance(orelse_node, cst.If):
+            elif type(orelse_node) is cst.If:
                 other = self._statement(orelse_node, dict(env))
             else:
                 other = self._block(orelse_node.body.body, dict(env))
             return _join_env(body, other)
-        if isinstance(node, (cst.For, cst.While)):
+        if type(node) is cst.For or type(node) is cst.While:
             return self._loop(node, env)
-        if isinstance(node, (cst.Try, cst.TryStar)):
+        if type(node) is cst.Try or type(node) is cst.TryStar:
             return self._try(node, env)
-        if isinstance(node, cst.With):
+        if type(node) is cst.With:
             grad_off = False
             for item in node.items:
                 value = self._evaluate(item.item, env)
@@ -278,7 +280,7 @@ class Interpreter:
                 return self._block(node.body.body, env)
             finally:
                 self._grad_off -= grad_off
-        if isinstance(node, cst.Match):
+        if type(node) is cst.Match:
             self._evaluate(node.subject, env)
             result: Env | None = None
             for case in node.cases:
@@ -287,14 +289,14 @@ class Interpreter:
                     branch[name] = UNKNOWN
                 result = _join_env(result, self._block(case.body.body, branch))
             return _join_env(result, env)
-        if isinstance(node, cst.FunctionDef):
+        if type(node) is cst.FunctionDef:
             for decorator in node.decorators:
                 self._evaluate(decorator.decorator, env)
             self.oracle.register_definition(node, self.flow.node, None)
             self.flow.definitions[node.name.value] = node
             env[node.name.value] = reference(node.name.value, id(node))
             return env
-        if isinstance(node, cst.ClassDef):
+        if type(node) is cst.ClassDef:
             return self._class(node, env)
         return env
 
@@ -391,27 +393,27 @@ class Interpreter:
     def _small(self, node: cst.BaseSmallStatement, env: Env) -> Env | None:
         if self.replacements:
             node = self.replacements.get(id(node), node)
-        if isinstance(node, cst.Expr):
+        if type(node) is cst.Expr:
             self._expression_statement(node.value, env)
             return env
-        if isinstance(node, cst.Assign):
+        if type(node) is cst.Assign:
             value = self._evaluate(node.value, env)
             for target in node.targets:
                 self._assign(target.target, node.value, value, env)
             return env
-        if isinstance(node, cst.AnnAssign):
+        if type(node) is cst.AnnAssign:
             if node.value is None:
                 return env
             value = self._evaluate(node.value, env)
             self._assign(node.target, node.value, value, env)
             return env
-        if isinstance(node, cst.AugAssign):
+        if type(node) is cst.AugAssign:
             current_value = self._evaluate(node.target, env)
             value = self._evaluate(node.value, env)
             result = self._arithmetic(node, current_value, node.target, value, node.value)
             self._assign(node.target, None, result, env)
             return env
-        if isinstance(node, cst.Return):
+        if type(node) is cst.Return:
             value = self._evaluate(node.value, env) if node.value is not None else SCALAR
             if self.is_forward and node.value is not None:
                 returned = _tensor_operands(node.value, value)
@@ -421,23 +423,23 @@ class Interpreter:
                                      [*returned, Operand(node, Value.of(Kind.TENSOR, places=[MODULE_DEVICE_PLACE]))])
             self._returns.append(value)
             return None
-        if isinstance(node, cst.Raise):
+        if type(node) is cst.Raise:
             if node.exc is not None:
                 self._evaluate(node.exc, env)
             return None
-        if isinstance(node, cst.Break):
+        if type(node) is cst.Break:
             if self._loop_exits:
                 self._loop_exits[-1].append(dict(env))
             return None
-        if isinstance(node, cst.Continue):
+        if type(node) is cst.Continue:
             if self._loop_continues:
                 self._loop_continues[-1].append(dict(env))
             return None
-        if isinstance(node, cst.Del):
+        if type(node) is cst.Del:
             for name in names_bound_by(node.target):
                 self._forget(name.value, env)
             return env
-        if isinstance(node, cst.Import):
+        if type(node) is cst.Import:
             for alias in node.names:
                 full = dotted_name(alias.name) or ""
                 if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
@@ -446,7 +448,7 @@ class Interpreter:
                     top = full.split(".", 1)[0]
                     self._set(top, reference(top), env)
             return env
-        if isinstance(node, cst.ImportFrom):
+        if type(node) is cst.ImportFrom:
             module = dotted_name(node.module) if node.module is not None else None
             if isinstance(node.names, cst.ImportStar):
                 return env
@@ -458,11 +460,11 @@ class Interpreter:
                 known = reference(f"{module}.{imported}") if module is not None and not node.relative else OTHER
                 self._set(local, known, env)
             return env
-        if isinstance(node, (cst.Global, cst.Nonlocal)):
+        if type(node) is cst.Global or type(node) is cst.Nonlocal:
             for item in node.names:
                 env.pop(item.name.value, None)
             return env
-        if isinstance(node, cst.Assert):
+        if type(node) is cst.Assert:
             self._evaluate(node.test, env)
             return env
         return env
@@ -584,122 +586,125 @@ class Interpreter:
         return value
 
     def _compute(self, node: cst.BaseExpression, env: Env) -> Value:
-        # Exact type tests first: LibCST's node classes are ABCs, and isinstance on them is slow.
-        node_type = type(node)
-        if node_type is cst.Name:
-            return self._name(node.value, env)  # type: ignore[attr-defined]
-        if node_type is cst.Attribute:
-            return self._attribute(node, env)  # type: ignore[arg-type]
-        if node_type is cst.Call:
-            return self._call(node, env)  # type: ignore[arg-type]
-        if node_type is cst.Integer or node_type is cst.Float:
+        # Dispatch on the exact type: LibCST's node classes are ABCs, and a chain of
+        # isinstance tests on them would cost more than the interpretation itself.
+        compute = _COMPUTE_BY_TYPE.get(type(node))
+        return compute(self, node, env) if compute is not None else UNKNOWN
+
+    def _compute_name(self, node: cst.Name, env: Env) -> Value:
+        return self._name(node.value, env)
+
+    def _binary(self, node: cst.BinaryOperation, env: Env) -> Value:
+        left = self._evaluate(node.left, env)
+        right = self._evaluate(node.right, env)
+        return self._arithmetic(node, left, node.left, right, node.right)
+
+    def _unary(self, node: cst.UnaryOperation, env: Env) -> Value:
+        inner = self._evaluate(node.expression, env)
+        if isinstance(node.operator, cst.Not):
             return SCALAR
-        if isinstance(node, cst.Name):
-            return self._name(node.value, env)
-        if isinstance(node, cst.Attribute):
-            return self._attribute(node, env)
-        if isinstance(node, cst.Call):
-            return self._call(node, env)
-        if isinstance(node, cst.Subscript):
-            return self._subscript(node, env)
-        if isinstance(node, cst.BinaryOperation):
-            left = self._evaluate(node.left, env)
-            right = self._evaluate(node.right, env)
-            return self._arithmetic(node, left, node.left, right, node.right)
-        if isinstance(node, cst.UnaryOperation):
-            inner = self._evaluate(node.expression, env)
-            if isinstance(node.operator, cst.Not):
-                return SCALAR
-            return inner if inner.is_tensor_like or inner.kinds == {Kind.SCALAR} else UNKNOWN
-        if isinstance(node, cst.Comparison):
-            left = self._evaluate(node.left, env)
-            result = SCALAR if left.kinds == {Kind.SCALAR} else UNKNOWN
-            previous, previous_node = left, node.left
-            for comparison in node.comparisons:
-                right = self._evaluate(comparison.comparator, env)
-                if isinstance(comparison.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)):
-                    result = SCALAR
-                else:
-                    result = self._arithmetic(node, previous, previous_node, right, comparison.comparator)
-                previous, previous_node = right, comparison.comparator
-            return result
-        if isinstance(node, cst.BooleanOperation):
-            left = self._evaluate(node.left, env)
-            right = self._evaluate(node.right, env)
-            return left.join(right)
-        if isinstance(node, cst.IfExp):
-            self._evaluate(node.test, env)
-            body = self._evaluate(node.body, env)
-            orelse = self._evaluate(node.orelse, env)
-            return self._conditional(node, body, orelse)
-        if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary)):
-            return SCALAR
-        if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
-            text = string_value(node)
-            place = _literal_place(text) if text is not None else None
-            return SCALAR if place is None else replace(SCALAR, device=place)
-        if isinstance(node, cst.FormattedString):
-            for part in node.parts:
-                if isinstance(part, cst.FormattedStringExpression):
-                    self._evaluate(part.expression, env)
-            text = "".join(p.value for p in node.parts if isinstance(p, cst.FormattedStringText))
-            if text.startswith(("cuda", "xpu", "npu", "mps")):
-                return replace(SCALAR, device=Place(PlaceKind.DEVICE, "", frozenset({text.split(":")[0]})))
-            return SCALAR
-        if isinstance(node, (cst.Tuple, cst.List)):
-            items: list[tuple[str, Value]] = []
-            exact = True
-            for index, element in enumerate(node.elements):
-                value = self._evaluate(element.value, env)
-                if isinstance(element, cst.StarredElement):
+        return inner if inner.is_tensor_like or inner.kinds == {Kind.SCALAR} else UNKNOWN
+
+    def _comparison(self, node: cst.Comparison, env: Env) -> Value:
+        left = self._evaluate(node.left, env)
+        result = SCALAR if left.kinds == {Kind.SCALAR} else UNKNOWN
+        previous, previous_node = left, node.left
+        for comparison in node.comparisons:
+            right = self._evaluate(comparison.comparator, env)
+            if isinstance(comparison.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)):
+                result = SCALAR
+            else:
+                result = self._arithmetic(node, previous, previous_node, right, comparison.comparator)
+            previous, previous_node = right, comparison.comparator
+        return result
+
+    def _boolean(self, node: cst.BooleanOperation, env: Env) -> Value:
+        left = self._evaluate(node.left, env)
+        right = self._evaluate(node.right, env)
+        return left.join(right)
+
+    def _if_expression(self, node: cst.IfExp, env: Env) -> Value:
+        self._evaluate(node.test, env)
+        body = self._evaluate(node.body, env)
+        orelse = self._evaluate(node.orelse, env)
+        return self._conditional(node, body, orelse)
+
+    def _number(self, node: cst.BaseNumber, env: Env) -> Value:
+        return SCALAR
+
+    def _string(self, node: cst.SimpleString | cst.ConcatenatedString, env: Env) -> Value:
+        text = string_value(node)
+        place = _literal_place(text) if text is not None else None
+        return SCALAR if place is None else replace(SCALAR, device=place)
+
+    def _formatted_string(self, node: cst.FormattedString, env: Env) -> Value:
+        for part in node.parts:
+            if isinstance(part, cst.FormattedStringExpression):
+                self._evaluate(part.expression, env)
+        text = "".join(p.value for p in node.parts if isinstance(p, cst.FormattedStringText))
+        if text.startswith(("cuda", "xpu", "npu", "mps")):
+            return replace(SCALAR, device=Place(PlaceKind.DEVICE, "", frozenset({text.split(":")[0]})))
+        return SCALAR
+
+    def _sequence(self, node: cst.Tuple | cst.List, env: Env) -> Value:
+        items: list[tuple[str, Value]] = []
+        exact = True
+        for index, element in enumerate(node.elements):
+            value = self._evaluate(element.value, env)
+            if isinstance(element, cst.StarredElement):
+                exact = False
+            items.append((str(index), value))
+        return Value(frozenset({Kind.CONTAINER}), items=tuple(items) if exact else None)
+
+    def _dict(self, node: cst.Dict, env: Env) -> Value:
+        entries: list[tuple[str, Value]] = []
+        exact = True
+        for entry in node.elements:
+            if isinstance(entry, cst.DictElement):
+                key = string_value(entry.key)
+                self._evaluate(entry.key, env)
+                value = self._evaluate(entry.value, env)
+                if key is None:
                     exact = False
-                items.append((str(index), value))
-            return Value(frozenset({Kind.CONTAINER}), items=tuple(items) if exact else None)
-        if isinstance(node, cst.Dict):
-            entries: list[tuple[str, Value]] = []
-            exact = True
-            for entry in node.elements:
-                if isinstance(entry, cst.DictElement):
-                    key = string_value(entry.key)
-                    self._evaluate(entry.key, env)
-                    value = self._evaluate(entry.value, env)
-                    if key is None:
-                        exact = False
-                    else:
-                        entries.append((key, value))
                 else:
-                    self._evaluate(entry.value, env)
-                    exact = False
-            return Value(frozenset({Kind.CONTAINER}), items=tuple(entries) if exact else None)
-        if isinstance(node, cst.Set):
-            for element in node.elements:
-                self._evaluate(element.value, env)
-            return OTHER
-        if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-            return self._comprehension(node, env)
-        if isinstance(node, cst.NamedExpr):
-            value = self._evaluate(node.value, env)
-            self._bind(node.target, value, env)
-            return value
-        if isinstance(node, cst.Lambda):
-            lambda_env = dict(env)
-            for param in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
-                lambda_env[param.name.value] = UNKNOWN
-            self._evaluate(node.body, lambda_env)
-            return OTHER
-        if isinstance(node, (cst.Await, cst.Yield)):
-            inner_node = node.expression if isinstance(node, cst.Await) else node.value
-            if isinstance(inner_node, cst.BaseExpression):
-                self._evaluate(inner_node, env)
-            return UNKNOWN
-        if isinstance(node, cst.StarredElement):
-            self._evaluate(node.value, env)
-            return UNKNOWN
-        if isinstance(node, cst.Ellipsis):
-            return OTHER
+                    entries.append((key, value))
+            else:
+                self._evaluate(entry.value, env)
+                exact = False
+        return Value(frozenset({Kind.CONTAINER}), items=tuple(entries) if exact else None)
+
+    def _set_display(self, node: cst.Set, env: Env) -> Value:
+        for element in node.elements:
+            self._evaluate(element.value, env)
+        return OTHER
+
+    def _named_expression(self, node: cst.NamedExpr, env: Env) -> Value:
+        value = self._evaluate(node.value, env)
+        self._bind(node.target, value, env)
+        return value
+
+    def _lambda(self, node: cst.Lambda, env: Env) -> Value:
+        lambda_env = dict(env)
+        for param in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
+            lambda_env[param.name.value] = UNKNOWN
+        self._evaluate(node.body, lambda_env)
+        return OTHER
+
+    def _await_or_yield(self, node: cst.Await | cst.Yield, env: Env) -> Value:
+        inner_node = node.expression if isinstance(node, cst.Await) else node.value
+        if isinstance(inner_node, cst.BaseExpression):
+            self._evaluate(inner_node, env)
         return UNKNOWN
 
-    def _comprehension(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, env: Env) -> Value:
+    def _starred(self, node: cst.StarredElement, env: Env) -> Value:
+        self._evaluate(node.value, env)
+        return UNKNOWN
+
+    def _ellipsis(self, node: cst.Ellipsis, env: Env) -> Value:
+        return OTHER
+
+    def _comprehension(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp,
+                       env: Env) -> Value:
         inner = dict(env)
         clause: cst.CompFor | None = node.for_in
         while clause is not None:
@@ -1244,6 +1249,40 @@ class Interpreter:
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "range":
             return SCALAR
         return UNKNOWN
+
+
+# How each expression type is evaluated (see `Interpreter._compute`); others are unknown.
+_COMPUTE_BY_TYPE: dict[type, Callable[[Interpreter, Any, Env], Value]] = {
+    cst.Name: Interpreter._compute_name,
+    cst.Attribute: Interpreter._attribute,
+    cst.Call: Interpreter._call,
+    cst.Subscript: Interpreter._subscript,
+    cst.BinaryOperation: Interpreter._binary,
+    cst.UnaryOperation: Interpreter._unary,
+    cst.Comparison: Interpreter._comparison,
+    cst.BooleanOperation: Interpreter._boolean,
+    cst.IfExp: Interpreter._if_expression,
+    cst.Integer: Interpreter._number,
+    cst.Float: Interpreter._number,
+    cst.Imaginary: Interpreter._number,
+    cst.SimpleString: Interpreter._string,
+    cst.ConcatenatedString: Interpreter._string,
+    cst.FormattedString: Interpreter._formatted_string,
+    cst.Tuple: Interpreter._sequence,
+    cst.List: Interpreter._sequence,
+    cst.Dict: Interpreter._dict,
+    cst.Set: Interpreter._set_display,
+    cst.ListComp: Interpreter._comprehension,
+    cst.SetComp: Interpreter._comprehension,
+    cst.GeneratorExp: Interpreter._comprehension,
+    cst.DictComp: Interpreter._comprehension,
+    cst.NamedExpr: Interpreter._named_expression,
+    cst.Lambda: Interpreter._lambda,
+    cst.Await: Interpreter._await_or_yield,
+    cst.Yield: Interpreter._await_or_yield,
+    cst.StarredElement: Interpreter._starred,
+    cst.Ellipsis: Interpreter._ellipsis,
+}
 
 
 def _tensor_operands(node: cst.BaseExpression, value: Value) -> list[Operand]:

@@ -638,11 +638,12 @@ def _moves_self(init: cst.FunctionDef) -> bool:
     stack: list[cst.CSTNode] = [init.body]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
-                and isinstance(node.func.value, cst.Name) and node.func.value.value == self_name \
+        # Exact type tests: isinstance on LibCST's ABCs is slow.
+        if type(node) is cst.Call and type(node.func) is cst.Attribute \
+                and type(node.func.value) is cst.Name and node.func.value.value == self_name \
                 and node.func.attr.value in ("to", "cuda", "xpu", "mps"):
             return True
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not init:
+        if (type(node) is cst.FunctionDef or type(node) is cst.ClassDef) and node is not init:
             continue
         stack.extend(child_nodes(node))
     return False
@@ -654,7 +655,7 @@ def _passed_as_host_argument(function: cst.CSTNode, parameter: str) -> bool:
     stack: list[cst.CSTNode] = [function]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             name = dotted_name(node.func)
             wanted = torch_api.HOST_ARGUMENT_FUNCTIONS.get(name.rpartition(".")[2]) if name is not None else None
             if wanted is not None:
