@@ -3,28 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar, cast
 
 import libcst as cst
 
 from torchdevlint.analysis.flow.model import FlowModel, Scope
-from torchdevlint.analysis.local_names import FunctionBindings, function_bindings
+from torchdevlint.analysis.local_names import FunctionBindings, function_bindings, scope_bindings
 from torchdevlint.analysis.names import ImportTable
-from torchdevlint.analysis.value_kinds import ClassInfo, KindInference
 from torchdevlint.budget import Deadline, NoDeadline
 
 _SharedT = TypeVar("_SharedT")
+# Nodes with names of their own: Python's scopes.
+_SCOPE_TYPES = (cst.Module, cst.ClassDef, cst.FunctionDef, cst.Lambda,
+                cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A function defined directly in a class body, called on instances."""
+
+    function: cst.FunctionDef
+    owner: cst.ClassDef
+    # The first parameter (`self`), if it has one.
+    self_name: str | None
 
 
 class FileContext:
-    """The file, its imports and value kinds as read so far, and the path to the current node."""
+    """The file, its imports as read so far, the path to the current node, and the flow model."""
 
     def __init__(self, module: cst.Module, path: str, deadline: Deadline | None = None) -> None:
         self.module = module
         self.path = path
         self.deadline = deadline if deadline is not None else NoDeadline()
         self.imports = ImportTable()
-        self.kinds = KindInference(self.imports, self.deadline)
         # The node being visited and all its ancestors, outermost first.
         self.stack: list[cst.CSTNode] = []
         # id(node) -> parent, for every node walked (positions need the way up).
@@ -32,6 +44,7 @@ class FileContext:
         # Analyses several rules share, one instance per file, fed by the walk itself.
         self._shared: dict[Callable[[FileContext], object], object] = {}
         self._function_bindings: dict[int, FunctionBindings] = {}
+        self._scope_bindings: dict[int, frozenset[str]] = {}
         self._flow: FlowModel | None = None
 
     @property
@@ -99,6 +112,39 @@ class FileContext:
                 return node
         return None
 
+    # ---- scopes, from the path ------------------------------------------------------
+
+    def scopes(self) -> list[cst.CSTNode]:
+        """The scopes around the node being visited (itself included), outermost first."""
+        return [node for node in self.stack if type(node) in _SCOPE_TYPES]
+
+    @property
+    def current_scope(self) -> cst.CSTNode:
+        """The innermost scope here (the node being visited, if it is one)."""
+        for node in reversed(self.stack):
+            if type(node) in _SCOPE_TYPES:
+                return node
+        return self.module
+
+    def binding_scope(self, name: str) -> cst.CSTNode | None:
+        """The scope whose variable `name` reads here, as Python resolves it: the innermost
+        enclosing scope that binds it (class bodies only when they are innermost), if any.
+
+        Rules that keep facts of their own about names key them by this scope, so that a
+        local of the same name in another function never inherits them.
+        """
+        scopes = self.scopes()
+        for index in range(len(scopes) - 1, -1, -1):
+            scope = scopes[index]
+            if isinstance(scope, cst.ClassDef) and index != len(scopes) - 1:
+                continue
+            bound = self._scope_bindings.get(id(scope))
+            if bound is None:
+                bound = self._scope_bindings[id(scope)] = scope_bindings(scope)
+            if name in bound:
+                return scope
+        return None
+
     def assignment_keeps_variable(self, name: str) -> bool:
         """Whether a statement `name = ...` added here would rebind the variable `name` reads.
 
@@ -106,7 +152,7 @@ class FileContext:
         `name` itself or declares it global/nonlocal. Otherwise the new assignment would make
         `name` local to the whole function, and every earlier read of it would fail.
         """
-        function = self.kinds.current.node
+        function = self.current_scope
         if not isinstance(function, cst.FunctionDef):
             return True
         bindings = self._function_bindings.get(id(function))
@@ -114,9 +160,15 @@ class FileContext:
             bindings = self._function_bindings[id(function)] = function_bindings(function)
         return bindings.assignment_keeps_variable(name)
 
-    def enclosing_method_class(self) -> tuple[cst.FunctionDef, ClassInfo] | None:
-        """The method (outermost function directly in a class body) we are in, and its class."""
-        scope = self.kinds.enclosing_method()
-        if scope is None or scope.owner is None or not isinstance(scope.node, cst.FunctionDef):
-            return None
-        return scope.node, scope.owner
+    def enclosing_method(self) -> Method | None:
+        """The method (outermost function directly in a class body, neither static nor a
+        classmethod) we are in."""
+        scopes = self.scopes()
+        for outer, inner in zip(scopes, scopes[1:], strict=False):
+            if isinstance(outer, cst.ClassDef) and isinstance(inner, cst.FunctionDef):
+                if any(isinstance(d.decorator, cst.Name) and d.decorator.value in ("staticmethod", "classmethod")
+                       for d in inner.decorators):
+                    return None
+                params = inner.params.params
+                return Method(inner, outer, params[0].name.value if params else None)
+        return None

@@ -1,7 +1,7 @@
 """Parse once, analyse and run every selected rule in one pass, produce diagnostics.
 
 The engine knows nothing about individual rules: it dispatches `visit_<Node>` and
-`leave_<Node>` methods by name, after its own analysis (imports, scopes, value kinds) has
+`leave_<Node>` methods by name, after its own analysis (the file's imports) has
 seen the node, so rules always ask questions about a file read up to that point.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from torchdevlint.analysis.flow.interpreter import names_bound_by
 from torchdevlint.analysis.tree import child_nodes
-from torchdevlint.analysis.value_kinds import UNKNOWN, ClassInfo, Scope, ScopeKind
 from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.context import FileContext
 from torchdevlint.diagnostics import Diagnostic, Location
@@ -34,121 +34,51 @@ _DEADLINE_CHECK_INTERVAL = 2048
 
 
 class _Analysis:
-    """The engine's own visitor: scopes, imports and bindings, in source order."""
+    """The engine's own visitor: the file's imports, in source order."""
 
     def __init__(self, context: FileContext) -> None:
         self.context = context
-        self.kinds = context.kinds
-
-    def visit_Module(self, node: cst.Module) -> None:
-        self.kinds.push(Scope(ScopeKind.MODULE, node))
+        self.imports = context.imports
 
     def visit_Import(self, node: cst.Import) -> None:
-        self.context.imports.record_import(node)
+        self.imports.record_import(node)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.context.imports.record_import_from(node)
+        self.imports.record_import_from(node)
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        info = ClassInfo(node.name.value, self.kinds.class_info_for_bases(node))
-        for statement in node.body.body:
-            if isinstance(statement, cst.FunctionDef):
-                info.method_names.add(statement.name.value)
-        self.kinds.declare_class(info)
-        self.kinds.push(Scope(ScopeKind.CLASS, node, class_info=info))
-
-    def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self.kinds.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        enclosing = self.kinds.current
-        self.kinds.set_binding(enclosing, node.name.value, UNKNOWN)
-        owner: ClassInfo | None = None
-        self_name: str | None = None
-        if enclosing.kind is ScopeKind.CLASS and enclosing.class_info is not None:
-            decorators = {
-                d.decorator.value for d in node.decorators if isinstance(d.decorator, cst.Name)
-            }
-            if "staticmethod" not in decorators and "classmethod" not in decorators:
-                owner = enclosing.class_info
-                if node.params.params:
-                    self_name = node.params.params[0].name.value
-        scope = Scope(ScopeKind.FUNCTION, node, owner=owner, self_name=self_name)
-        self.kinds.push(scope)
-        params = [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]
-        for index, param in enumerate(params):
-            if owner is not None and index == 0:
-                continue
-            self.kinds.set_binding(scope, param.name.value, self.kinds.annotation_kind(param.annotation))
-        for star in (node.params.star_arg, node.params.star_kwarg):
-            if isinstance(star, cst.Param):
-                self.kinds.set_binding(scope, star.name.value, UNKNOWN)
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.kinds.pop()
-
-    def visit_Lambda(self, node: cst.Lambda) -> None:
-        scope = Scope(ScopeKind.FUNCTION, node)
-        self.kinds.push(scope)
-        for param in [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]:
-            self.kinds.set_binding(scope, param.name.value, UNKNOWN)
-
-    def leave_Lambda(self, node: cst.Lambda) -> None:
-        self.kinds.pop()
-
-    def _enter_comprehension(self, node: cst.CSTNode) -> None:
-        self.kinds.push(Scope(ScopeKind.FUNCTION, node))
-
-    def _leave_comprehension(self, node: cst.CSTNode) -> None:
-        self.kinds.pop()
-
-    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _enter_comprehension
-    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _leave_comprehension
-
-    def visit_CompFor(self, node: cst.CompFor) -> None:
-        self.kinds.bind_loop_target(node.target, node.iter)
-
-    def visit_For(self, node: cst.For) -> None:
-        self.kinds.bind_loop_target(node.target, node.iter)
-        self.kinds.enter_conditional()
-
-    def leave_For(self, node: cst.For) -> None:
-        self.kinds.leave_conditional()
-
-    def _enter_conditional(self, node: cst.CSTNode) -> None:
-        self.kinds.enter_conditional()
-
-    def _leave_conditional(self, node: cst.CSTNode) -> None:
-        self.kinds.leave_conditional()
-
-    visit_If = visit_While = visit_Try = visit_TryStar = visit_Match = _enter_conditional
-    leave_If = leave_While = leave_Try = leave_TryStar = leave_Match = _leave_conditional
+    # A module-level rebinding that always runs means the name no longer stands for an import.
 
     def leave_Assign(self, node: cst.Assign) -> None:
-        self.kinds.bind_assignment([t.target for t in node.targets], node.value)
+        self._rebind(*(target.target for target in node.targets))
 
     def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
-            info = self.kinds.annotation_kind(node.annotation)
-            if not info.is_known:
-                info = self.kinds.kind_of(node.value)
-            self.kinds.bind_target(node.target, info)
+            self._rebind(node.target)
 
     def leave_AugAssign(self, node: cst.AugAssign) -> None:
-        before = self.kinds.kind_of(node.target)
-        if not (before.is_tensor and self.kinds.kind_of(node.value).is_known):
-            self.kinds.bind_target(node.target, UNKNOWN)
+        self._rebind(node.target)
 
     def leave_NamedExpr(self, node: cst.NamedExpr) -> None:
-        self.kinds.bind_target(node.target, self.kinds.kind_of(node.value))
+        self._rebind(node.target)
 
     def visit_WithItem(self, node: cst.WithItem) -> None:
         if node.asname is not None:
-            self.kinds.bind_target(node.asname.name, UNKNOWN)
+            self._rebind(node.asname.name)
 
-    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
-        if node.name is not None:
-            self.kinds.bind_target(node.name.name, UNKNOWN)
+    def _rebind(self, *targets: cst.BaseExpression) -> None:
+        if any(type(node) in _SCOPES_AND_BRANCHES for node in self.context.stack):
+            return
+        for target in targets:
+            for name in names_bound_by(target):
+                if self.imports.is_imported(name.value):
+                    self.imports.forget(name.value)
+
+
+# Where a binding is not the module's, or may not run.
+_SCOPES_AND_BRANCHES = frozenset({
+    cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp,
+    cst.If, cst.For, cst.While, cst.Try, cst.TryStar, cst.Match,
+})
 
 
 Handler = Callable[[cst.CSTNode], object]

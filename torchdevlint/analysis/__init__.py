@@ -1,1 +1,1 @@
-"""Shared analysis: torch API tables, import-based name resolution, value-kind inference."""
+"""Shared analysis: torch API tables, import-based name resolution, the device-flow model."""

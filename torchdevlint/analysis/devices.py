@@ -100,6 +100,15 @@ def string_value(node: cst.BaseExpression) -> str | None:
     return None
 
 
+# What a string names when it names a device (`"cuda:1"`, `"cpu"`).
+_DEVICE_STRING_TYPES = ("cuda", "cpu", "mps", "xpu", "meta")
+
+
+def is_device_string(node: cst.BaseExpression) -> bool:
+    value = string_value(node)
+    return value is not None and value.split(":", 1)[0] in _DEVICE_STRING_TYPES
+
+
 def integer_value(node: cst.BaseExpression) -> int | None:
     if isinstance(node, cst.Integer):
         try:

@@ -20,9 +20,9 @@ from enum import Enum
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.devices import is_device_string
 from torchdevlint.analysis.names import dotted_name
-from torchdevlint.analysis.tree import child_nodes
-from torchdevlint.analysis.value_kinds import is_device_string, keyword_argument
+from torchdevlint.analysis.tree import child_nodes, keyword_argument
 from torchdevlint.context import FileContext
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
@@ -248,8 +248,8 @@ class LoaderFlow:
         return LoaderCall(node, pin, workers, splat, source)
 
     def _lookup_value(self, name: str) -> cst.BaseExpression | None:
-        for scope in reversed(self.context.kinds.scopes):
-            value = self._values.get((id(scope.node), name))
+        for scope in reversed(self.context.scopes()):
+            value = self._values.get((id(scope), name))
             if value is not None:
                 return value
         return None
@@ -292,7 +292,7 @@ class LoaderFlow:
                 binding.helper = _identifier(value.func)
         self._bindings.setdefault(identifier, []).append(binding)
         if isinstance(target, cst.Name):
-            key = (id(self.context.kinds.current.node), target.value)
+            key = (id(self.context.current_scope), target.value)
             self._values[key] = value
             if binding.loader is not None:
                 self._local[key] = [binding.loader]
@@ -325,8 +325,8 @@ class LoaderFlow:
             if loader is not None:
                 loaders.append(loader)
         elif isinstance(node.value, cst.Name):
-            for scope in reversed(self.context.kinds.scopes):
-                found = self._local.get((id(scope.node), node.value.value))
+            for scope in reversed(self.context.scopes()):
+                found = self._local.get((id(scope), node.value.value))
                 if found is not None:
                     loaders.extend(found)
                     break
@@ -369,8 +369,8 @@ class LoaderFlow:
             return None
         params = function.params
         positional = [*params.posonly_params, *params.params]
-        method = self.context.enclosing_method_class()
-        if method is not None and method[0] is function and positional:
+        method = self.context.enclosing_method()
+        if method is not None and method.function is function and positional:
             positional = positional[1:]
         for index, param in enumerate(positional):
             if param.name.value == name:
@@ -451,7 +451,7 @@ class LoaderFlow:
             return
         if method not in ("to", "cuda") or move_target(self.context, node) is not Target.ACCELERATOR:
             return
-        if self.context.kinds.kind_of(func.value).is_module_like:
+        if self.context.flow.value_of(func.value).is_module_like:
             return
         loops = self._loops_around(node)
         if not loops:
@@ -578,8 +578,8 @@ def device_expression_target(context: FileContext, value: cst.BaseExpression) ->
     if isinstance(value, (cst.Name, cst.Attribute)):
         if context.imports.qualified_name(value) is not None:
             return Target.OTHER  # torch.float32, torch.device: not a device value
-        info = context.kinds.kind_of(value)
-        if info.is_tensor or info.is_module_like:
+        info = context.flow.value_of(value)
+        if info.is_tensor_like or info.is_module_like:
             return Target.OTHER
         if isinstance(value, cst.Attribute) and value.attr.value == "device" and not (
             isinstance(value.value, cst.Name) and value.value.value in _SETTINGS_OBJECTS

@@ -7,6 +7,7 @@ enclosing) `x` makes `x` local, and the read on its right raises UnboundLocalErr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -30,15 +31,43 @@ class FunctionBindings:
 
 
 def function_bindings(function: cst.FunctionDef) -> FunctionBindings:
+    params = function.params
+    local = {param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    local.update(star.name.value for star in (params.star_arg, params.star_kwarg) if isinstance(star, cst.Param))
+    bound, declared = _bound_in_body([function.body])
+    return FunctionBindings(frozenset((local | bound) - declared), frozenset(declared))
+
+
+def scope_bindings(scope: cst.CSTNode) -> frozenset[str]:
+    """The names a scope binds itself: a function's locals, a module's or class body's names,
+    a lambda's parameters, a comprehension's loop variables."""
+    if isinstance(scope, cst.FunctionDef):
+        return function_bindings(scope).local
+    if isinstance(scope, cst.Lambda):
+        params = scope.params
+        names = {param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}
+        names.update(star.name.value for star in (params.star_arg, params.star_kwarg) if isinstance(star, cst.Param))
+        return frozenset(names)
+    if isinstance(scope, _COMPREHENSIONS):
+        targets: set[str] = set()
+        clause: cst.CompFor | None = scope.for_in
+        while clause is not None:
+            _add_target(clause.target, targets)
+            clause = clause.inner_for_in
+        return frozenset(targets)
+    if isinstance(scope, cst.Module):
+        return frozenset(_bound_in_body(scope.body)[0])
+    if isinstance(scope, cst.ClassDef):
+        return frozenset(_bound_in_body(scope.body.body)[0])
+    return frozenset()
+
+
+def _bound_in_body(statements: Sequence[cst.CSTNode]) -> tuple[set[str], set[str]]:
+    """(names the statements bind, names they declare global or nonlocal), not looking
+    inside nested functions and classes, whose names they do bind."""
     local: set[str] = set()
     declared: set[str] = set()
-    params = function.params
-    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-        local.add(param.name.value)
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            local.add(star.name.value)
-    pending: list[cst.CSTNode] = [function.body]
+    pending = list(statements)
     while pending:
         node = pending.pop()
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
@@ -51,7 +80,7 @@ def function_bindings(function: cst.FunctionDef) -> FunctionBindings:
             continue
         _collect_bound(node, local)
         pending.extend(_children_in_function(node))
-    return FunctionBindings(frozenset(local - declared), frozenset(declared))
+    return local, declared
 
 
 def _children_in_function(node: cst.CSTNode) -> list[cst.CSTNode]:

@@ -101,7 +101,7 @@ class WrappedStateDictSaves:
         return None
 
     def _key(self, name: str) -> tuple[int, str]:
-        return id(self.context.kinds.current.node), name
+        return id(self.context.current_scope), name
 
     def _check_save(self, node: cst.Call) -> None:
         if not node.args or not isinstance(node.args[0].value, cst.Name):
@@ -113,11 +113,11 @@ class WrappedStateDictSaves:
 
     def _record_saver(self, name: str) -> None:
         function = self.context.enclosing_function()
-        if function is None or self.context.kinds.current.node is not function:
+        if function is None or self.context.current_scope is not function:
             return
         params = [*function.params.posonly_params, *function.params.params]
-        method = self.context.enclosing_method_class()
-        offset = 1 if method is not None and method[0] is function else 0
+        method = self.context.enclosing_method()
+        offset = 1 if method is not None and method.function is function else 0
         for index, param in enumerate(params[offset:]):
             if param.name.value == name:
                 self._savers.add((function.name.value, index))

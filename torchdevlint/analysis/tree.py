@@ -1,4 +1,5 @@
-"""The one way into a node's children, for the engine's walk and for rules' small searches.
+"""The one way into a node's children, for the engine's walk and for rules' small searches,
+and the few questions about plain syntax that every part asks.
 
 LibCST's `node.children` rebuilds every node it visits (through its visitor machinery), which
 costs more than a rule's own work; reading the dataclass fields directly is a fraction of
@@ -66,3 +67,11 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
         elif value_type not in _LEAF_TYPES:
             children.append(value)
     return children
+
+
+def keyword_argument(call: cst.Call, name: str) -> cst.Arg | None:
+    """The argument passed as `name=...`, if any."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None

@@ -245,7 +245,7 @@ class DataParallelPrefixLoad(Rule):
         self._loads: list[_Load] = []
 
     def _key(self, name: str) -> tuple[int, str]:
-        return id(self.context.kinds.current.node), name
+        return id(self.context.current_scope), name
 
     def _loaded_path(self, node: cst.BaseExpression) -> str | None:
         if isinstance(node, cst.Call) and self.context.imports.qualified_name(node.func) in torch_api.TORCH_LOAD:
@@ -272,9 +272,9 @@ class DataParallelPrefixLoad(Rule):
         if self.context.flow.value_of(receiver).kinds != {Kind.MODULE}:
             return
         # A parameter annotated `nn.Module` may well be a wrapper (DataParallel is a Module).
-        scope = self.context.kinds.current
-        if isinstance(receiver, cst.Name) and isinstance(scope.node, cst.FunctionDef):
-            params = scope.node.params
+        scope = self.context.current_scope
+        if isinstance(receiver, cst.Name) and isinstance(scope, cst.FunctionDef):
+            params = scope.params
             if receiver.value in {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}:
                 return
         argument = node.args[0].value

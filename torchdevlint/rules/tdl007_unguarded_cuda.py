@@ -14,7 +14,6 @@ from torchdevlint.analysis.devices import (
     device_literal,
     mentions_any,
 )
-from torchdevlint.analysis.value_kinds import ScopeKind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -253,7 +252,7 @@ class UnguardedCuda(Rule):
         return bool(self._flags) and mentions_any(test, tuple(self._flags))
 
     def _guarded(self, node: cst.CSTNode) -> bool:
-        if any(id(scope.node) in self._guarded_scopes for scope in self.context.kinds.scopes):
+        if any(id(scope) in self._guarded_scopes for scope in self.context.scopes()):
             return True
         child: cst.CSTNode = node
         walked: list[int] = []
@@ -309,7 +308,7 @@ class UnguardedCuda(Rule):
         return False
 
     def _mark_guarded_scope(self) -> None:
-        self._guarded_scopes.add(id(self.context.kinds.current.node))
+        self._guarded_scopes.add(id(self.context.current_scope))
 
     def visit_Assert(self, node: cst.Assert) -> None:
         if self._is_guard_test(node.test):
@@ -327,12 +326,12 @@ class UnguardedCuda(Rule):
                 self._flags.add((name.attr if isinstance(name, cst.Attribute) else name).value.lower())
                 self._guarded_above.clear()
             if isinstance(name, cst.Name) and self._is_fallback_device(value):
-                self._fallback_devices.setdefault(id(self.context.kinds.current.node), set()).add(name.value)
+                self._fallback_devices.setdefault(id(self.context.current_scope), set()).add(name.value)
             elif isinstance(name, cst.Name):
-                self._fallback_devices.get(id(self.context.kinds.current.node), set()).discard(name.value)
+                self._fallback_devices.get(id(self.context.current_scope), set()).discard(name.value)
         # `pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...)` guards the module.
         if any(isinstance(t.target, cst.Name) and t.target.value == "pytestmark" for t in node.targets):
-            if self._is_guard_test(value) and self.context.kinds.current.kind is ScopeKind.MODULE:
+            if self._is_guard_test(value) and isinstance(self.context.current_scope, cst.Module):
                 self._mark_guarded_scope()
 
     def _is_fallback_device(self, value: cst.BaseExpression) -> bool:
@@ -355,10 +354,9 @@ class UnguardedCuda(Rule):
 
     def _device_variable(self) -> str | None:
         """A device variable with a CPU fallback, bound here (the innermost binding of its name)."""
-        kinds = self.context.kinds
         for name in sorted({name for names in self._fallback_devices.values() for name in names}):
-            scope = kinds.binding_scope(name)
-            if scope is not None and name in self._fallback_devices.get(id(scope.node), set()) and scope.bindings[name].is_device:
+            scope = self.context.binding_scope(name)
+            if scope is not None and name in self._fallback_devices.get(id(scope), set()):
                 return name
         return None
 

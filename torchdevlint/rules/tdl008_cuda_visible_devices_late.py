@@ -15,7 +15,7 @@ from torchdevlint.analysis.devices import (
     string_value,
 )
 from torchdevlint.analysis.names import dotted_name
-from torchdevlint.analysis.value_kinds import keyword_argument
+from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -265,9 +265,9 @@ class CudaVisibleDevicesLate(Rule):
     # ---- where CUDA is initialised -----------------------------------------------------
 
     def _owner(self) -> int:
-        for scope in reversed(self.context.kinds.scopes):
-            if isinstance(scope.node, (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.Module)):
-                return id(scope.node)
+        for scope in reversed(self.context.scopes()):
+            if isinstance(scope, (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.Module)):
+                return id(scope)
         return 0
 
     def _top_level_entered(self) -> None:
@@ -373,7 +373,7 @@ class CudaVisibleDevicesLate(Rule):
         if isinstance(node, cst.Call):
             qualified = self.context.imports.qualified_name(node.func)
             func = node.func
-            builtin = func.value if isinstance(func, cst.Name) and self.context.kinds.lookup(func.value) is None else None
+            builtin = func.value if isinstance(func, cst.Name) and self.context.binding_scope(func.value) is None else None
             if qualified in _NON_STRING_CALLS or builtin in ("int", "len"):
                 return _Value(True, wrap=True)
             if builtin in _NON_STRING_BUILTINS:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
-from torchdevlint.analysis.value_kinds import keyword_argument
+from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -147,6 +147,22 @@ class TensorAttributeNotBuffer(Rule):
             """,
             name="moved-where-used-or-read-as-a-number",
         ),
+        Valid(
+            """
+            import torch.nn as nn
+            class Stage(nn.Module):
+                def __init__(self, block_type, planes):
+                    super().__init__()
+                    self.block_type = block_type
+                    self.first = self.block_type(planes, stride=2)
+                    self.rest = self._blocks(planes)
+                def _blocks(self, planes):
+                    return nn.Sequential(*[self.block_type(planes) for _ in range(3)])
+                def forward(self, x):
+                    return self.rest(self.first(x))
+            """,
+            name="blocks-built-by-a-class-passed-in",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -253,8 +269,7 @@ class TensorAttributeNotBuffer(Rule):
         self._classes: list[_ModuleClass | None] = []
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        info = self.context.kinds.lookup_class(node.name.value)
-        self._classes.append(_ModuleClass(node) if info is not None and info.is_module else None)
+        self._classes.append(_ModuleClass(node) if self.context.flow.is_module_class(node) else None)
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
         current = self._classes.pop()
@@ -276,11 +291,10 @@ class TensorAttributeNotBuffer(Rule):
     def _method(self) -> tuple[str, str | None] | None:
         if not self._classes or self._classes[-1] is None:
             return None
-        method = self.context.enclosing_method_class()
-        if method is None or method[1].name != self._classes[-1].node.name.value:
+        method = self.context.enclosing_method()
+        if method is None or method.owner is not self._classes[-1].node:
             return None
-        scope = self.context.kinds.enclosing_method()
-        return method[0].name.value, scope.self_name if scope is not None else None
+        return method.function.name.value, method.self_name
 
     def leave_Assign(self, node: cst.Assign) -> None:
         where = self._method()
@@ -304,7 +318,7 @@ class TensorAttributeNotBuffer(Rule):
         ):
             return
         # The analysis has not bound this assignment yet: ask about the value itself.
-        if self.context.kinds.kind_of(value).is_tensor:
+        if self.context.flow.value_of(value).is_tensor_like:
             current.tensor_attributes.setdefault(name, node)
 
     def visit_Call(self, node: cst.Call) -> None:

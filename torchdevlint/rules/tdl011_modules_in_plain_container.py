@@ -204,17 +204,16 @@ class ModulesInPlainContainer(Rule):
     ]
 
     def leave_Assign(self, node: cst.Assign) -> None:
-        method = self.context.enclosing_method_class()
-        if method is None or method[0].name.value != "__init__" or not method[1].is_module:
+        method = self.context.enclosing_method()
+        if method is None or method.function.name.value != "__init__" or not self.context.flow.is_module_class(method.owner):
             return
-        scope = self.context.kinds.enclosing_method()
-        if len(node.targets) != 1 or scope is None:
+        if len(node.targets) != 1:
             return
         target = node.targets[0].target
         if not (
             isinstance(target, cst.Attribute)
             and isinstance(target.value, cst.Name)
-            and target.value.value == scope.self_name
+            and target.value.value == method.self_name
         ):
             return
         value = node.value
@@ -239,16 +238,16 @@ class ModulesInPlainContainer(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         """`nn.Sequential(*self.layers)`, `nn.ModuleList(self.layers)`: registered after all."""
-        if not self._candidates or not self.context.kinds.kind_of(node).is_module_like:
+        if not self._candidates or not self.context.flow.value_of(node).is_module_like:
             return
-        scope = self.context.kinds.enclosing_method()
+        method = self.context.enclosing_method()
         for arg in node.args:
             value = arg.value
             if (
                 isinstance(value, cst.Attribute)
                 and isinstance(value.value, cst.Name)
-                and scope is not None
-                and value.value.value == scope.self_name
+                and method is not None
+                and value.value.value == method.self_name
             ):
                 self._registered_later.add(value.attr.value)
 
@@ -262,7 +261,7 @@ class ModulesInPlainContainer(Rule):
         self._registered_later.clear()
 
     def _is_new_module(self, node: cst.BaseExpression) -> bool:
-        return isinstance(node, cst.Call) and self.context.kinds.kind_of(node).is_module_like
+        return isinstance(node, cst.Call) and self.context.flow.value_of(node).is_module_like
 
     def _may_hold_tensors(self, node: cst.BaseExpression) -> bool:
         """Activations and losses built without arguments hold no parameters or buffers:

@@ -7,7 +7,7 @@ from typing import TypeGuard
 import libcst as cst
 
 from torchdevlint.analysis.devices import device_literal, integer_value
-from torchdevlint.analysis.value_kinds import keyword_argument
+from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -160,8 +160,8 @@ class DataParallelDeviceMismatch(Rule):
     # ---- names -------------------------------------------------------------------------
 
     def _binding_scope(self, name: str) -> int | None:
-        scope = self.context.kinds.binding_scope(name)
-        return None if scope is None else id(scope.node)
+        scope = self.context.binding_scope(name)
+        return None if scope is None else id(scope)
 
     def _lookup(self, table: dict[int, dict[str, int]], node: cst.BaseExpression) -> int | None:
         if not isinstance(node, cst.Name):
@@ -170,7 +170,7 @@ class DataParallelDeviceMismatch(Rule):
         return None if scope is None else table.get(scope, {}).get(node.value)
 
     def _store(self, table: dict[int, dict[str, int]], name: str, index: int | None) -> None:
-        names = table.setdefault(id(self.context.kinds.current.node), {})
+        names = table.setdefault(id(self.context.current_scope), {})
         if index is None:
             names.pop(name, None)
         else:
@@ -185,7 +185,7 @@ class DataParallelDeviceMismatch(Rule):
             self._changes_current_device = "set_device" in code or "cuda.device(" in code
         if not self._changes_current_device:
             return 0
-        return self._set_device.get(id(self.context.kinds.current.node))
+        return self._set_device.get(id(self.context.current_scope))
 
     def _cuda_index(self, node: cst.BaseExpression) -> int | None:
         """The CUDA index a device expression names: `"cuda:1"`, `torch.device("cuda", 1)`, `1`."""
@@ -249,7 +249,7 @@ class DataParallelDeviceMismatch(Rule):
         qualified = self.context.imports.qualified_name(node.func)
         if qualified in _SET_DEVICE and node.args:
             index = self._cuda_index(node.args[0].value)
-            scope = id(self.context.kinds.current.node)
+            scope = id(self.context.current_scope)
             if index is not None:
                 self._set_device[scope] = index
             else:
@@ -273,7 +273,7 @@ class DataParallelDeviceMismatch(Rule):
                 self.report(node)
             elif isinstance(receiver, cst.Name) and placed is not None and self._is_statement(node):
                 binding_scope = self._binding_scope(receiver.value)
-                if binding_scope is not None and self.context.kinds.kind_of(receiver).is_module_like:
+                if binding_scope is not None and self.context.flow.value_of(receiver).is_module_like:
                     self._models.setdefault(binding_scope, {})[receiver.value] = placed
 
     def _fix(self, call: cst.Call, placed: int) -> PendingFix | None:

@@ -246,7 +246,7 @@ class HostSyncInLoop(Rule):
             return
         if not (loop.on_device or any(outer.on_device for outer in self._loops)):
             return
-        if isinstance(func, cst.Name) and func.value == "print" and self.context.kinds.lookup("print") is None:
+        if isinstance(func, cst.Name) and func.value == "print" and self.context.binding_scope("print") is None:
             if any(isinstance(arg.value, cst.Name) and arg.value.value in self._on_device() for arg in node.args):
                 if not self._under_periodic_if(node, loop):
                     loop.syncs.append(node)
@@ -257,7 +257,7 @@ class HostSyncInLoop(Rule):
         receiver = func.value
         if self._contains_sync(receiver) or not names_in(receiver) & self._on_device():
             return
-        if self.context.kinds.kind_of(receiver).is_module_like or self._under_periodic_if(node, loop):
+        if self.context.flow.value_of(receiver).is_module_like or self._under_periodic_if(node, loop):
             return
         loop.syncs.append(node)
 
@@ -311,7 +311,7 @@ class HostSyncInLoop(Rule):
                 and isinstance(current.func, cst.Attribute)
                 and current.func.attr.value in ("to", "cuda")
                 and move_target(self.context, current) is Target.ACCELERATOR
-                and not self.context.kinds.kind_of(current.func.value).is_module_like
+                and not self.context.flow.value_of(current.func.value).is_module_like
             ):
                 return True
             stack.extend(child_nodes(current))

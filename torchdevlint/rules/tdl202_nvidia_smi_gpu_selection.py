@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.tree import child_nodes
-from torchdevlint.analysis.value_kinds import keyword_argument
+from torchdevlint.analysis.tree import child_nodes, keyword_argument
 from torchdevlint.rule import Invalid, Rule, Valid
 
 _SHELL_CALLS = frozenset(
@@ -165,7 +164,7 @@ class NvidiaSmiGpuSelection(Rule):
         text = _string_text(node.value)
         for target in node.targets:
             if isinstance(target.target, cst.Name):
-                key = (id(self.context.kinds.current.node), target.target.value)
+                key = (id(self.context.current_scope), target.target.value)
                 if text is None:
                     self._strings.pop(key, None)
                 else:
@@ -181,8 +180,8 @@ class NvidiaSmiGpuSelection(Rule):
         if isinstance(node, (cst.List, cst.Tuple)):
             return " ".join(self._text(e.value, depth - 1) for e in node.elements)
         if isinstance(node, cst.Name):
-            for scope in reversed(self.context.kinds.scopes):
-                found = self._strings.get((id(scope.node), node.value))
+            for scope in reversed(self.context.scopes()):
+                found = self._strings.get((id(scope), node.value))
                 if found is not None:
                     return found
             return ""

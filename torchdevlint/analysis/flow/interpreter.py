@@ -865,6 +865,9 @@ class Interpreter:
             return self._method_call(node, callee_node.attr.value, receiver, arguments, env)
         callee = self._evaluate(callee_node, env)
         arguments = self._arguments(node, env)
+        if qualified in torch_api.PASS_THROUGH_ITERATORS and arguments:
+            # `tqdm(loader)`: the same elements, with a progress bar.
+            return self._builtin_container("iter", node, arguments)
         if qualified is not None:
             return self._torch_call(node, qualified, arguments, env)
         if callee.reference is not None and callee.reference.definition is not None:
@@ -910,7 +913,7 @@ class Interpreter:
         if len(operands) > 1 and any(word in name for word in _CALLEE_MEETING_WORDS):
             self._record_meeting(node, MeetingKind.CALL, operands)
         if name in ("tqdm", "trange"):
-            return replace(Value.of(Kind.OTHER), items=(("*", self._element_of(node.args[0].value, arguments[0])),)) if arguments else UNKNOWN
+            return self._builtin_container("iter", node, arguments)
         return UNKNOWN
 
     def _same_file_call(self, node: cst.Call, callee: Value, arguments: list[Value]) -> Value:
@@ -946,8 +949,9 @@ class Interpreter:
                 self.flow.values[id(node.func)] = attribute
                 return self._module_call(node, attribute, arguments)
             if (attribute is None or not attribute.is_known) and self.module_method and self._is_self(node.func) \
-                    and method not in _MODULE_API:
-                # A Module's attribute called like a submodule: one (set up where we cannot see).
+                    and method not in _MODULE_API and any(argument.is_tensor_like for argument in arguments):
+                # A Module's attribute called on tensors like a submodule: one (set up where we
+                # cannot see). Called on anything else it may be a factory (`self.block_type(c)`).
                 submodule = Value(frozenset({Kind.MODULE}), frozenset({MODULE_DEVICE_PLACE}))
                 self.flow.values[id(node.func)] = submodule
                 return self._module_call(node, submodule, arguments)

@@ -230,6 +230,9 @@ class FlowModel:
         return definition.owner if definition is not None else None
 
     def is_module_class(self, class_node: cst.ClassDef) -> bool:
+        if id(class_node) not in self._definitions:
+            # Interpreting the body that defines the class registers it.
+            self._flow(self._enclosing_scope(class_node))
         summary = self._class(id(class_node))
         return summary is not None and summary.is_module
 

@@ -1,4 +1,5 @@
-"""The shared value-kind inference, asked the way rules ask it: what is this expression here?"""
+"""What the flow model says each expression is, asked the way rules ask it: mid-walk, about
+the node being visited."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from torchdevlint.analysis.flow.values import Wrapping
-from torchdevlint.analysis.value_kinds import Kind, ValueInfo
+from torchdevlint.analysis.flow.values import Kind, Value, Wrapping
 from torchdevlint.engine import analyse_module
 from torchdevlint.rule import Rule
 
@@ -21,14 +21,14 @@ class _Probe(Rule):
     message = "probe"
 
     def setup(self) -> None:
-        self.seen: list[ValueInfo] = []
+        self.seen: list[Value] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and node.func.value == "probe":
-            self.seen.append(self.context.kinds.kind_of(node.args[0].value))
+            self.seen.append(self.context.flow.value_of(node.args[0].value))
 
 
-def kinds_of(source: str) -> list[ValueInfo]:
+def kinds_of(source: str) -> list[Value]:
     module = cst.parse_module(textwrap.dedent(source))
     (probe,) = analyse_module(module, "probe.py", [_Probe]).rules
     assert isinstance(probe, _Probe)
@@ -48,7 +48,7 @@ def kinds_of(source: str) -> list[ValueInfo]:
     ],
 )
 def test_tensors(source: str) -> None:
-    assert all(info.is_tensor for info in kinds_of(source))
+    assert all(info.is_tensor_like for info in kinds_of(source))
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_dataloader_loop_targets() -> None:
             probe(batch[0])
         """
     )
-    assert all(info.is_tensor for info in infos) and len(infos) == 4
+    assert all(info.is_tensor_like for info in infos) and len(infos) == 4
 
 
 def test_self_attributes_from_init() -> None:
@@ -120,23 +120,23 @@ def test_self_attributes_from_init() -> None:
                 probe(self.h)
         """
     )
-    assert info.is_tensor
+    assert info.is_tensor_like
 
 
 @pytest.mark.parametrize(
     "source",
     [
         "def f(x):\n    probe(x)\n",
-        "import torch\nx = torch.zeros(1)\nfor _ in range(3):\n    x = model(x)\nprobe(x)\n",
+        "import torch\nx = torch.zeros(1)\nfor _ in range(3):\n    x = transform(x)\nprobe(x)\n",
         "import numpy as np\nprobe(np.zeros(3))\n",
         "import torch\nx = torch.zeros(1)\ndef f():\n    x = load()\n    probe(x)\n",
         "from mylib import zeros\nprobe(zeros(3))\n",
     ],
 )
 def test_unknown_stays_unknown(source: str) -> None:
-    assert all(not info.is_tensor and not info.is_module_like for info in kinds_of(source))
+    assert all(not info.is_tensor_like and not info.is_module_like for info in kinds_of(source))
 
 
 def test_rebinding_an_imported_name_forgets_the_import() -> None:
     (info,) = kinds_of("import torch\nfrom torch import zeros\nzeros = lambda n: [0] * n\nprobe(zeros(3))\n")
-    assert not info.is_tensor
+    assert not info.is_tensor_like
