@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import textwrap
+
 import libcst as cst
 
 from torchdevlint.engine import lint_source
+from torchdevlint.registry import all_rules
 from torchdevlint.rule import Rule
 
 
@@ -46,3 +50,45 @@ def test_a_shared_analysis_is_one_instance_fed_once_and_before_the_rules() -> No
     assert first_counter is second_counter
     assert first_counter.calls == 2  # not 4: the walk feeds it once
     assert first_seen == second_seen == [1, 2]  # each rule sees the call already counted
+
+
+def test_a_linted_file_leaves_nothing_for_the_garbage_collector() -> None:
+    # The run collects garbage rarely (it would walk every tree being built): that is only
+    # safe while each file's analysis is freed by reference counting, without cycles.
+    source = textwrap.dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+                self.mask = torch.ones(2)
+            def forward(self, x):
+                h = torch.zeros(x.size(0), 2)
+                return self.fc(x) + h + self.mask
+
+        def train(model, loader, device):
+            for x, y in loader:
+                loss = nn.functional.cross_entropy(model(x.to(device)), y)
+                loss.backward()
+
+        model = nn.DataParallel(Net()).cuda()
+        train(model, DataLoader([]), "cuda")
+        torch.save(model.state_dict(), "m.pt")
+        state = torch.load("m.pt")
+        """
+    )
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        diagnostics = lint_source(source, "net.py", list(all_rules()))
+        unreachable = gc.collect()
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert diagnostics  # the analysis did run its course
+    assert unreachable == 0

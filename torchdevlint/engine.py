@@ -216,11 +216,14 @@ def lint_module(
     suppression comments themselves. Raises AnalysisTimeout past the deadline.
     """
     analysed = analyse_module(module, path, rule_classes, options, deadline=deadline)
-    reports = analysed.reports
-    if not reports:
-        return []
-    with room_for_nesting():
-        return _diagnostics(reports, module, source, path, analysed.context.parents, python_ast, honor_noqa)
+    try:
+        reports = analysed.reports
+        if not reports:
+            return []
+        with room_for_nesting():
+            return _diagnostics(reports, module, source, path, analysed.context.parents, python_ast, honor_noqa)
+    finally:
+        analysed.context.release()
 
 
 def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, path: str,

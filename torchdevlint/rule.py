@@ -57,7 +57,9 @@ class NoOptions:
 
 @dataclass(frozen=True)
 class Report:
-    rule: Rule
+    # The rule's class, not the instance: the instance keeps its reports, and a cycle would
+    # keep the whole tree alive until the garbage collector came by.
+    rule: type[Rule]
     node: cst.CSTNode
     message: str
     fix: PendingFix | None
@@ -94,7 +96,7 @@ class Rule:
         """Per-file state, and the shared analyses the rule reads (`self.context.shared(...)`)."""
 
     def report(self, node: cst.CSTNode, *, fix: PendingFix | None = None, message: str | None = None) -> None:
-        self.reports.append(Report(self, node, message or self.message, fix))
+        self.reports.append(Report(type(self), node, message or self.message, fix))
 
     def make_fix(
         self,
