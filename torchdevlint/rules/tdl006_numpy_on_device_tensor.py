@@ -273,6 +273,32 @@ class NumpyOnDeviceTensor(Rule):
             count=2,
             name="arithmetic-conversions-and-a-helpers-return",
         ),
+        Invalid(
+            """
+            import torch
+
+            def evaluate(model, loader, device):
+                predictions = []
+                with torch.no_grad():
+                    for images, labels in loader:
+                        logits = model(images.to(device))
+                        predictions.append(logits.argmax(dim=1).numpy())
+                return predictions
+            """,
+            fixed="""
+            import torch
+
+            def evaluate(model, loader, device):
+                predictions = []
+                with torch.no_grad():
+                    for images, labels in loader:
+                        logits = model(images.to(device))
+                        predictions.append(logits.argmax(dim=1).cpu().numpy())
+                return predictions
+            """,
+            applicability=Applicability.SAFE,
+            name="outputs-of-a-model-passed-in-on-inputs-moved-to-the-device",
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:

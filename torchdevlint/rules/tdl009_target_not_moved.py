@@ -35,6 +35,12 @@ class TargetNotMoved(Rule):
     the inputs were moved (`inputs = inputs.to(device)`), or the target of a full-batch
     training loop that moves only `x`. Reported where the CPU tensor meets the device data.
 
+    Where the batch comes from is often out of sight (a loader passed in): moving one of its
+    items on its own (`x, y = batch; x = x.to(device)`, `batch["x"].to(device)`) shows that
+    the batch is on the host, so its other items are taken for host tensors. Those items are
+    not reported where they go into a model with parameters (a model may well take a host
+    list such as `lengths`).
+
     ## Why is this bad?
     The model's output is on the GPU and the target is not: the loss fails with "Expected all
     tensors to be on the same device, but found at least two devices, cuda:0 and cpu!". On a
@@ -123,6 +129,27 @@ class TargetNotMoved(Rule):
                 error = (preds - torch.randn(100, 1)).abs().mean()
             """,
             name="full-batch-both-moved-and-values-brought-back",
+        ),
+        Valid(
+            """
+            import torch
+
+            def train(encoder, decoder, criterion, loader, device):
+                for images, captions, lengths in loader:
+                    images = images.to(device)
+                    captions = captions.to(device)
+                    outputs = decoder(encoder(images), captions, lengths)
+                    loss = criterion(outputs, captions)
+                    loss.backward()
+
+            def prefetch(loader, device):
+                for inputs, target in loader:
+                    for key in inputs:
+                        inputs[key] = inputs[key].to(device)
+                    target = target.to(device)
+                    yield inputs["patches"] * 2 + target.float().mean(), target
+            """,
+            name="a-model-given-host-lengths-and-a-dict-moved-key-by-key",
         ),
     ]
     INVALID = [
@@ -274,6 +301,25 @@ class TargetNotMoved(Rule):
             """,
             applicability=Applicability.UNSAFE,
             name="helper-called-with-the-moved-model-and-a-host-loader",
+        ),
+        Invalid(
+            """
+            import torch
+
+            def train_step(model, batch, criterion, device):
+                inputs, targets = batch
+                inputs = inputs.to(device)
+                return criterion(model(inputs), targets)
+
+            def accuracy(model, loader, device):
+                correct = 0
+                for batch in loader:
+                    predictions = model(batch["pixels"].to(device)).argmax(1)
+                    correct += (predictions == batch["label"]).sum().item()
+                return correct
+            """,
+            count=2,
+            name="batch-items-moved-one-by-one-target-left-behind",
         ),
     ]
 

@@ -210,6 +210,10 @@ class Interpreter:
         self._loop_exits: list[list[Env]] = []
         self._loop_continues: list[list[Env]] = []
         self._steps = 0
+        # Names bound together by unpacking an unknown value, until each is bound again.
+        self._unpacked_together: dict[str, tuple[str, ...]] = {}
+        # Names whose host placement was inferred from a moved sibling, until bound again.
+        self._inferred_on_host: set[str] = set()
 
     # ---- driver --------------------------------------------------------------------
 
@@ -472,6 +476,8 @@ class Interpreter:
     # ---- binding -------------------------------------------------------------------
 
     def _set(self, key: str, value: Value, env: Env) -> None:
+        self._unpacked_together.pop(key, None)
+        self._inferred_on_host.discard(key)
         if value.is_device and value.device is not None and value.device.kind is PlaceKind.DEVICE and not value.device.symbol:
             value = replace(value, device=replace(value.device, symbol=key))
         self._forget(key, env)
@@ -504,6 +510,12 @@ class Interpreter:
                     self._bind(element.value, UNKNOWN, env)
                     continue
                 self._bind(element.value, UNKNOWN if starred else self._unpacked(value, index), env)
+            names = [element.value.value for element in elements if type(element.value) is cst.Name]
+            if value == UNKNOWN and not starred and len(names) == len(elements) > 1:
+                # `x, y = batch`: parts of one thing we cannot see (see `_batch_is_on_the_host`).
+                batch = tuple(names)
+                for name in names:
+                    self._unpacked_together[name] = batch
             return
         if isinstance(target, cst.StarredElement):
             self._bind(target.value, UNKNOWN, env)
@@ -511,6 +523,8 @@ class Interpreter:
         if isinstance(target, cst.Subscript):
             # `batch["x"] = batch["x"].to(device)`: the container's key now holds the new value.
             base_key = place_key(target.value)
+            if base_key is not None:
+                self._unpacked_together.pop(base_key, None)  # changed: no longer as unpacked
             if base_key is not None and base_key in env:
                 constant = _constant_index(target)
                 base = env[base_key]
@@ -925,14 +939,19 @@ class Interpreter:
     def _module_call(self, node: cst.Call, module: Value, arguments: list[Value]) -> Value:
         operands = [Operand(node.func, module)]
         for arg, value in zip(node.args, arguments, strict=True):
+            if module.places != frozenset({ANYWHERE_PLACE}) and self._inferred_batch_item(arg.value):
+                continue  # a model may well take a batch's host list (`lengths`) on purpose
             operands.extend(_tensor_operands(arg.value, value))
         if Kind.WRAPPED_MODULE not in module.kinds:
             # DataParallel and DDP move their inputs to their device themselves.
             self._record_meeting(node, MeetingKind.MODULE_CALL, operands)
         places = module.places
         if places is None or ANYWHERE_PLACE in places:
-            tensors = [value for value in arguments if value.is_tensor_like]
-            combined = _combined_tensor(tensors) if tensors else None
+            # Where the module is not known, it works where its inputs are, or not at all:
+            # tensors, and inputs of unknown kind moved somewhere (`model(x.to(device))`).
+            inputs = [value if value.is_tensor_like else tensor(value.places) for value in arguments
+                      if value.is_tensor_like or (value.places is not None and value.kinds == {Kind.UNKNOWN})]
+            combined = _combined_tensor(inputs) if inputs else None
             places = combined.places if combined is not None else None
         return Value(frozenset({Kind.MODEL_OUTPUT}), places, grad=not self._grad_off)
 
@@ -981,6 +1000,9 @@ class Interpreter:
         if receiver.kinds == {Kind.UNKNOWN} and method in ("to", "cuda", "cpu", "xpu", "mps"):
             # `Net().to(device)`: a module or a tensor we cannot see, but placed on `device`.
             moved = self._move_target(node, method, arguments)
+            if moved is not None and moved != HOST_PLACE:
+                assert isinstance(node.func, cst.Attribute)
+                self._batch_is_on_the_host(node.func.value, env)
             return UNKNOWN if moved is None else UNKNOWN.with_places([moved])
         if method in ("append", "extend") and receiver.kinds == {Kind.CONTAINER} and len(arguments) == 1:
             self._grow_list(node, method, receiver, arguments[0], env)
@@ -1000,6 +1022,30 @@ class Interpreter:
         if len(operands) > 1 and any(word in callee_name for word in _CALLEE_MEETING_WORDS):
             self._record_meeting(node, MeetingKind.CALL, operands)
         return UNKNOWN
+
+    def _inferred_batch_item(self, node: cst.BaseExpression) -> bool:
+        """Is this a batch item that `_batch_is_on_the_host` took for a host tensor?"""
+        while type(node) is cst.Subscript:
+            node = node.value
+        return type(node) is cst.Name and node.value in self._inferred_on_host
+
+    def _batch_is_on_the_host(self, moved: cst.BaseExpression, env: Env) -> None:
+        """An item of an unknown batch moved to a device on its own (`batch["x"].to(device)`,
+        or `x.to(device)` after `x, y = batch`) shows where the batch is: on the host. Its
+        other items are host tensors (a DataLoader collates them so), until moved too."""
+        if type(moved) is cst.Subscript and _constant_index(moved) is not None:
+            key = place_key(moved.value)
+            if key is not None and key in env and env[key].kinds == {Kind.UNKNOWN} and env[key].places is None:
+                env[key] = Value(frozenset({Kind.CONTAINER}), frozenset({HOST_PLACE}),
+                                 items=(("*", tensor([HOST_PLACE])),))
+                self._inferred_on_host.add(key)
+        elif type(moved) is cst.Name:
+            batch = self._unpacked_together.get(moved.value)
+            for sibling in batch or ():
+                if sibling != moved.value and self._unpacked_together.get(sibling) is batch and sibling in env \
+                        and env[sibling].kinds == {Kind.UNKNOWN} and env[sibling].places is None:
+                    env[sibling] = tensor([HOST_PLACE])
+                    self._inferred_on_host.add(sibling)
 
     def _grow_list(self, node: cst.Call, method: str, receiver: Value, argument: Value, env: Env) -> None:
         """`outputs.append(t)`: a list of tensors, where they are (for `torch.cat(outputs)`)."""
