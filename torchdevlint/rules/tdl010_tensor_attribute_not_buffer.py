@@ -163,6 +163,21 @@ class TensorAttributeNotBuffer(Rule):
             """,
             name="blocks-built-by-a-class-passed-in",
         ),
+        Valid(
+            """
+            import torch.nn as nn
+            from .builders import build_clip_model, get_backbone
+
+            class Teacher(nn.Module):
+                def __init__(self, checkpoint, name):
+                    super().__init__()
+                    self.clip = build_clip_model(checkpoint)
+                    self.backbone = get_backbone(name)
+                def forward(self, x):
+                    return self.clip(self.backbone(x))
+            """,
+            name="models-made-by-builder-functions",
+        ),
     ]
     INVALID = [
         Invalid(

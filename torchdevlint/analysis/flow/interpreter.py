@@ -57,6 +57,9 @@ _MODULE_API = frozenset(
      "register_forward_pre_hook", "register_full_backward_hook", "extra_repr", "log", "log_dict", "save_hyperparameters"}
 )
 _MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbone")
+# `build_model(cfg)`, `get_encoder()`: functions that make or fetch a model, not models.
+_BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "setup", "construct", "prepare",
+                            "define", "instantiate", "new", "from", "fetch"})
 # Reductions along a dimension that return (values, indices).
 _VALUES_INDICES_METHODS = frozenset({"max", "min", "sort", "topk", "median", "mode", "kthvalue"})
 _BUILTIN_SCALARS = frozenset({"len", "int", "float", "bool", "str", "round", "abs", "sum", "min", "max", "repr", "hash", "id", "ord"})
@@ -918,7 +921,7 @@ class Interpreter:
         name = written.lower()
         # `Net()` builds a model (a class); `model(x)`, `self.net(x)` call one.
         if any(word in name for word in _MODEL_NAME_WORDS) and not any(word in name for word in ("loss", "criterion")) \
-                and not written[:1].isupper():
+                and not written[:1].isupper() and name.split("_", 1)[0] not in _BUILDER_VERBS:
             # `model(x)` with `model` made where we cannot see: a module, where it was moved
             # (`model = Net().to(device)`) or else wherever its inputs are.
             return self._module_call(node, Value(frozenset({Kind.MODULE}), callee.places), arguments)
