@@ -299,6 +299,32 @@ class NumpyOnDeviceTensor(Rule):
             applicability=Applicability.SAFE,
             name="outputs-of-a-model-passed-in-on-inputs-moved-to-the-device",
         ),
+        Invalid(
+            """
+            import torch
+
+            def make_batch(n, device=None):
+                return torch.randn(n, 3, device=device), torch.zeros(n, device=device)
+
+            inputs, labels = make_batch(8, device="cuda")
+            shown = inputs.numpy()
+            reference, expected = make_batch(8)
+            fine = reference.numpy() + expected.numpy()
+            """,
+            fixed="""
+            import torch
+
+            def make_batch(n, device=None):
+                return torch.randn(n, 3, device=device), torch.zeros(n, device=device)
+
+            inputs, labels = make_batch(8, device="cuda")
+            shown = inputs.cpu().numpy()
+            reference, expected = make_batch(8)
+            fine = reference.numpy() + expected.numpy()
+            """,
+            applicability=Applicability.SAFE,
+            name="a-helper-makes-tensors-on-the-device-each-call-asks-for",
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:

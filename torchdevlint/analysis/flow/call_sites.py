@@ -14,7 +14,7 @@ from typing import Any
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.values import SCALAR, UNKNOWN, Kind, Value
+from torchdevlint.analysis.flow.values import HOST_PLACE, SCALAR, UNKNOWN, Kind, PlaceKind, Value
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes
 
@@ -106,11 +106,27 @@ def _bind(function: cst.FunctionDef, site: CallSite) -> dict[str, Value] | None:
 
 
 def _default_value(default: cst.BaseExpression) -> Value:
+    if isinstance(default, cst.Name) and default.value == "None":
+        # Passed as a device (`device=None`), None means the default device: the host.
+        return replace(SCALAR, device=HOST_PLACE)
     if isinstance(default, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)):
         return SCALAR
-    if isinstance(default, cst.Name) and default.value in ("None", "True", "False"):
+    if isinstance(default, cst.Name) and default.value in ("True", "False"):
         return SCALAR
     return UNKNOWN
+
+
+def depends_on_device_parameter(result: Value, function: cst.FunctionDef) -> bool:
+    """Is the result placed on a device the function's caller chooses (`device=device`)?"""
+    names = set(_parameter_names(function))
+    pending = [result]
+    while pending:
+        value = pending.pop()
+        if value.places is not None and any(place.kind is PlaceKind.DEVICE and place.symbol in names
+                                            for place in value.places):
+            return True
+        pending.extend(item for _, item in value.items or ())
+    return False
 
 
 def refined(declared: Value, passed: Value) -> Value:

@@ -18,6 +18,7 @@ import libcst as cst
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.flow.call_sites import (
     CallSite,
+    depends_on_device_parameter,
     escaping_names,
     parameters_from_call_sites,
     refined,
@@ -44,6 +45,8 @@ _HOST_PARAMETER_WORDS = ("size", "num", "count", "step", "dim", "idx", "index")
 # Sequence lengths: data, unless the function hands them to a function wanting them on the CPU.
 _LENGTH_WORDS = ("len",)
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "list", "tuple", "dict"})
+# Interpretations of one function with a call's own arguments, at most.
+_PER_CALL_RUNS = 4
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,9 @@ class FlowModel:
         self._specialised: dict[int, FunctionFlow | None] = {}
         self._specialised_entry: dict[int, Env] = {}
         self._escaping: frozenset[str] | None = None
+        # Results of calls run with their own arguments (see `_result_for_these_arguments`).
+        self._per_call_results: dict[tuple[int, tuple[tuple[str, Value], ...]], Value | None] = {}
+        self._per_call_runs: dict[int, int] = {}
         self._all_declared_done = False
 
     # ---- questions rules ask -------------------------------------------------------
@@ -493,9 +499,40 @@ class FlowModel:
             result = flow.returns
             if id(target.node) in self._flows:
                 self._summaries[definition] = result
+        if receiver is None and call is not None and target.owner is None \
+                and depends_on_device_parameter(result, target.node):
+            result = self._result_for_these_arguments(target.node, call, arguments) or result
         if receiver is not None and receiver.places is not None:
             result = _substitute_module_device(result, receiver.places)
         return result
+
+    def _result_for_these_arguments(self, function: cst.FunctionDef, call: cst.Call,
+                                    arguments: Sequence[Value]) -> Value | None:
+        """The result of one call, where the function places it on a device its caller
+        chooses: `make_batch(device="cuda")` and `make_batch()` (device=None) differ.
+
+        A few interpretations per function (one per distinct set of arguments, kept unless
+        it read names of a body still running), and none from inside another such run: the
+        answer is then the function's summary."""
+        if self._specialising or id(function) in self._in_progress:
+            return None
+        definition = self._definitions[id(function)]
+        declared = self._entry_env(definition)
+        passed = parameters_from_call_sites(function, [CallSite(call, tuple(arguments), False)])
+        env = {name: refined(value, passed[name]) if name in passed else value for name, value in declared.items()}
+        if env == declared:
+            return None
+        key = (id(function), tuple(sorted(env.items(), key=lambda item: item[0])))
+        if key in self._per_call_results:
+            return self._per_call_results[key]
+        runs = self._per_call_runs.get(id(function), 0)
+        if runs >= _PER_CALL_RUNS:
+            return None
+        self._per_call_runs[id(function)] = runs + 1
+        returns = self._run(function, env, None).returns
+        if not self._provisional_reads:
+            self._per_call_results[key] = returns
+        return returns
 
     def instance_value(self, class_id: int) -> Value:
         summary = self._class(class_id)
