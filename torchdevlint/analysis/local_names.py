@@ -68,23 +68,32 @@ def _bound_in_body(statements: Sequence[cst.CSTNode]) -> tuple[set[str], set[str
     local: set[str] = set()
     declared: set[str] = set()
     pending = list(statements)
+    # Exact type tests: isinstance on LibCST's ABCs would cost more than the walk itself.
     while pending:
         node = pending.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        if type(node) is cst.FunctionDef or type(node) is cst.ClassDef:
             local.add(node.name.value)
             continue
-        if isinstance(node, cst.Lambda):
+        if type(node) is cst.Lambda:
             continue
-        if isinstance(node, (cst.Global, cst.Nonlocal)):
+        if type(node) is cst.Global or type(node) is cst.Nonlocal:
             declared.update(item.name.value for item in node.names)
             continue
-        _collect_bound(node, local)
+        if type(node) in _BINDING_NODE_TYPES:
+            _collect_bound(node, local)
         pending.extend(_children_in_function(node))
     return local, declared
 
 
+# The nodes `_collect_bound` finds bindings in.
+_BINDING_NODE_TYPES = frozenset({
+    cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.NamedExpr, cst.WithItem, cst.ExceptHandler,
+    cst.Del, cst.Import, cst.ImportFrom, cst.MatchAs, cst.MatchStar, cst.MatchMapping,
+})
+
+
 def _children_in_function(node: cst.CSTNode) -> list[cst.CSTNode]:
-    if isinstance(node, _COMPREHENSIONS):
+    if type(node) in _COMPREHENSIONS and isinstance(node, _COMPREHENSIONS):
         # Only walruses in a comprehension bind in the function; its targets do not.
         return [child for child in child_nodes(node) if not isinstance(child, cst.CompFor)] + (
             _comprehension_clauses(node.for_in)
