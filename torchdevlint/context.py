@@ -149,9 +149,13 @@ class FileContext:
             scope = scopes[index]
             if isinstance(scope, cst.ClassDef) and index != len(scopes) - 1:
                 continue
-            bound = self._scope_bindings.get(id(scope))
-            if bound is None:
-                bound = self._scope_bindings[id(scope)] = scope_bindings(scope)
+            bound: frozenset[str] | None
+            if isinstance(scope, cst.FunctionDef):
+                bound = self._bindings_of(scope).local
+            else:
+                bound = self._scope_bindings.get(id(scope))
+                if bound is None:
+                    bound = self._scope_bindings[id(scope)] = scope_bindings(scope)
             if name in bound:
                 return scope
         return None
@@ -166,10 +170,13 @@ class FileContext:
         function = self.current_scope
         if not isinstance(function, cst.FunctionDef):
             return True
+        return self._bindings_of(function).assignment_keeps_variable(name)
+
+    def _bindings_of(self, function: cst.FunctionDef) -> FunctionBindings:
         bindings = self._function_bindings.get(id(function))
         if bindings is None:
             bindings = self._function_bindings[id(function)] = function_bindings(function)
-        return bindings.assignment_keeps_variable(name)
+        return bindings
 
     def enclosing_method(self) -> Method | None:
         """The method (outermost function directly in a class body, neither static nor a

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import libcst as cst
 
@@ -36,23 +35,21 @@ def escaping_names(module: cst.Module) -> frozenset[str]:
     not_references: set[int] = set()
     escaping: set[str] = set()
     stack: list[cst.CSTNode] = [module]
-    # Exact type tests, without isinstance narrowing: LibCST's node classes are ABCs, and
-    # isinstance on them would be most of this walk's cost.
-    node: Any
+    # Exact type tests: LibCST's node classes are ABCs, and isinstance on them would be most
+    # of this walk's cost.
     while stack:
         node = stack.pop()
-        node_type = type(node)
-        if node_type is cst.Name:
+        if type(node) is cst.Name:
             if id(node) not in not_references:
                 escaping.add(node.value)
             continue
-        if node_type is cst.Call:
+        if type(node) is cst.Call:
             not_references.add(id(node.func))
-        elif node_type is cst.FunctionDef:
+        elif type(node) is cst.FunctionDef:
             not_references.add(id(node.name))
-        elif node_type is cst.Attribute:
+        elif type(node) is cst.Attribute:
             not_references.add(id(node.attr))
-        elif node_type is cst.Arg and node.keyword is not None:
+        elif type(node) is cst.Arg and node.keyword is not None:
             not_references.add(id(node.keyword))
         stack.extend(child_nodes(node))
     return frozenset(escaping)

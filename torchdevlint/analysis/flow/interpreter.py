@@ -56,6 +56,7 @@ _MODULE_API = frozenset(
      "float", "half", "double", "type", "get_submodule", "get_parameter", "get_buffer", "register_forward_hook",
      "register_forward_pre_hook", "register_full_backward_hook", "extra_repr", "log", "log_dict", "save_hyperparameters"}
 )
+_ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 _MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbone")
 # `build_model(cfg)`, `get_encoder()`: functions that make or fetch a model, not models.
 _BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "setup", "construct", "prepare",
@@ -942,7 +943,7 @@ class Interpreter:
     def _module_call(self, node: cst.Call, module: Value, arguments: list[Value]) -> Value:
         operands = [Operand(node.func, module)]
         for arg, value in zip(node.args, arguments, strict=True):
-            if module.places != frozenset({ANYWHERE_PLACE}) and self._inferred_batch_item(arg.value):
+            if self._inferred_on_host and self._inferred_batch_item(arg.value) and module.places != _ANYWHERE_ONLY:
                 continue  # a model may well take a batch's host list (`lengths`) on purpose
             operands.extend(_tensor_operands(arg.value, value))
         if Kind.WRAPPED_MODULE not in module.kinds:
