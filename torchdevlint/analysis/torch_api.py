@@ -134,6 +134,8 @@ PASS_THROUGH_ITERATORS: frozenset[str] = frozenset(
 
 TORCH_LOAD: frozenset[str] = frozenset({"torch.load", "torch.serialization.load"})
 TORCH_SAVE: frozenset[str] = frozenset({"torch.save", "torch.serialization.save"})
+# Strips a prefix such as `module.` from a state dict's keys, in place.
+STRIP_STATE_DICT_PREFIX = "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"
 
 TORCH_DEVICE = "torch.device"
 

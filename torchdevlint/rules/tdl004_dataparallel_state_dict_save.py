@@ -6,7 +6,6 @@ import libcst as cst
 
 from torchdevlint.analysis.flow.values import Wrapping
 from torchdevlint.analysis.names import dotted_name
-from torchdevlint.analysis.state_dict_flow import WrappedStateDictSaves
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -15,8 +14,9 @@ from torchdevlint.rule import Invalid, Rule, Valid
 class DataParallelStateDictSave(Rule):
     """
     ## What it does
-    Finds `model.state_dict()` reaching `torch.save` (directly, inside a dict or list, or
-    through a variable such as a checkpoint dict) when `model` is, or may be, wrapped in
+    Finds `model.state_dict()` reaching `torch.save` (directly, inside a dict or list,
+    through variables such as a checkpoint dict, or through a same-file helper that builds or
+    saves the checkpoint) when `model` is, or may be, wrapped in
     `nn.DataParallel` or `DistributedDataParallel`, for instance under
     `if torch.cuda.device_count() > 1:`. Reported at the `.state_dict()` call.
 
@@ -277,10 +277,40 @@ class DataParallelStateDictSave(Rule):
             applicability=Applicability.SAFE,
             name="helper-the-file-calls-with-a-wrapped-model",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def make_checkpoint(model, epoch):
+                return {"model": model.state_dict(), "epoch": epoch}
+
+            net = nn.DataParallel(nn.Linear(4, 2))
+            weights = net.state_dict()
+            snapshot = {"weights": weights}
+            torch.save(snapshot, "weights.pt")
+            torch.save(make_checkpoint(net, 1), "last.pt")
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def make_checkpoint(model, epoch):
+                return {"model": getattr(model, "module", model).state_dict(), "epoch": epoch}
+
+            net = nn.DataParallel(nn.Linear(4, 2))
+            weights = net.module.state_dict()
+            snapshot = {"weights": weights}
+            torch.save(snapshot, "weights.pt")
+            torch.save(make_checkpoint(net, 1), "last.pt")
+            """,
+            applicability=Applicability.SAFE,
+            count=2,
+            name="through-variables-and-a-helper-that-builds-the-checkpoint",
+        ),
     ]
 
     def setup(self) -> None:
-        self._saves = self.context.shared(WrappedStateDictSaves)
         # A wrapped model loading a state dict expects the prefix: the fix would break it.
         self._wrapped_model_loads = False
 
@@ -292,8 +322,11 @@ class DataParallelStateDictSave(Rule):
 
     def leave_Module(self, node: cst.Module) -> None:
         applicability = Applicability.UNSAFE if self._wrapped_model_loads else Applicability.SAFE
-        for saved in self._saves.saved:
-            self.report(saved.call, fix=self._fix(saved.receiver, saved.wrapping, applicability))
+        for saved in self.context.flow.saved_state_dicts():
+            assert isinstance(saved.call.func, cst.Attribute)
+            receiver = saved.call.func.value
+            wrapping = self.context.flow.value_of(receiver).wrapping
+            self.report(saved.call, fix=self._fix(receiver, wrapping, applicability))
 
     def _fix(self, receiver: cst.BaseExpression, wrapping: Wrapping, applicability: Applicability) -> PendingFix | None:
         code = self.context.code_for_node(receiver)

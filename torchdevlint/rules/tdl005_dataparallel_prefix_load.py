@@ -8,22 +8,19 @@ import libcst as cst
 
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.flow.values import Kind
-from torchdevlint.analysis.state_dict_flow import WrappedStateDictSaves
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
-_STRIP_HELPER = "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"
-
 
 @dataclass(frozen=True)
 class _Load:
-    """A bare model's `load_state_dict(...)` of something loaded from `path`."""
+    """A bare model's `load_state_dict(...)` of something loaded from one of `paths`."""
 
     call: cst.Call
     statement: cst.CSTNode | None
     argument: cst.BaseExpression
-    path: str
+    paths: frozenset[str]
 
 
 class DataParallelPrefixLoad(Rule):
@@ -99,6 +96,26 @@ class DataParallelPrefixLoad(Rule):
             bare.load_state_dict(torch.load("pretrained.pt", map_location="cpu"))
             """,
             name="different-file",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+            def train(path):
+                net = nn.DataParallel(nn.Linear(4, 2))
+                torch.save({"weights": net.state_dict()}, path)
+
+            def evaluate(path):
+                model = nn.Linear(4, 2)
+                checkpoint = torch.load(path, map_location="cpu")
+                consume_prefix_in_state_dict_if_present(checkpoint["weights"], "module.")
+                model.load_state_dict(checkpoint["weights"])
+                weights = torch.load(path, map_location="cpu")["weights"]
+                model.load_state_dict({k.removeprefix("module."): v for k, v in weights.items()})
+            """,
+            name="checkpoint-item-stripped-in-place-or-rebuilt",
         ),
     ]
     INVALID = [
@@ -236,40 +253,55 @@ class DataParallelPrefixLoad(Rule):
             applicability=Applicability.UNSAFE,
             name="saved-in-one-function-from-a-helper-wrapped-model-loaded-bare-in-another",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def train(path):
+                net = nn.DataParallel(nn.Linear(4, 2))
+                weights = net.state_dict()
+                torch.save({"weights": weights, "epoch": 3}, path)
+
+            def evaluate(path):
+                checkpoint = torch.load(path, map_location="cpu")
+                weights = checkpoint["weights"]
+                model = nn.Linear(4, 2)
+                model.load_state_dict(weights)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def train(path):
+                net = nn.DataParallel(nn.Linear(4, 2))
+                weights = net.state_dict()
+                torch.save({"weights": weights, "epoch": 3}, path)
+
+            def evaluate(path):
+                checkpoint = torch.load(path, map_location="cpu")
+                weights = checkpoint["weights"]
+                model = nn.Linear(4, 2)
+                torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(weights, "module.")
+                model.load_state_dict(weights)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="checkpoint-item-taken-out-through-a-variable",
+        ),
     ]
 
     def setup(self) -> None:
-        self._saves = self.context.shared(WrappedStateDictSaves)
-        # (scope node id, variable) -> path text of the torch.load it holds.
-        self._loaded: dict[tuple[int, str], str] = {}
         self._loads: list[_Load] = []
-
-    def _key(self, name: str) -> tuple[int, str]:
-        return id(self.context.current_scope), name
-
-    def _loaded_path(self, node: cst.BaseExpression) -> str | None:
-        if isinstance(node, cst.Call) and self.context.imports.qualified_name(node.func) in torch_api.TORCH_LOAD:
-            return self.context.code_for_node(node.args[0].value) if node.args else None
-        if isinstance(node, cst.Subscript):
-            node = node.value
-        if isinstance(node, cst.Name):
-            return self._loaded.get(self._key(node.value))
-        return None
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "load_state_dict" and node.args:
             self._check_load(node)
-        elif self.context.imports.qualified_name(node.func) == _STRIP_HELPER and node.args:
-            stripped = node.args[0].value
-            if isinstance(stripped, cst.Subscript):
-                stripped = stripped.value
-            if isinstance(stripped, cst.Name):
-                self._loaded.pop(self._key(stripped.value), None)
 
     def _check_load(self, node: cst.Call) -> None:
         assert isinstance(node.func, cst.Attribute)
         receiver = node.func.value
-        if self.context.flow.value_of(receiver).kinds != {Kind.MODULE}:
+        flow = self.context.flow
+        if flow.value_of(receiver).kinds != {Kind.MODULE}:
             return
         # A parameter annotated `nn.Module` may well be a wrapper (DataParallel is a Module).
         scope = self.context.current_scope
@@ -278,32 +310,28 @@ class DataParallelPrefixLoad(Rule):
             if receiver.value in {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}:
                 return
         argument = node.args[0].value
-        path = self._loaded_path(argument)
-        if path is None:
+        # The files whose state dict this is: the `torch.load(path)` calls it came from (a
+        # stripped prefix or a rebuilt dict no longer holds them).
+        paths = frozenset(
+            self.context.code_for_node(loaded.args[0].value)
+            for loaded in flow.held_calls(flow.value_of(argument))
+            if flow.qualified_name(loaded.func) in torch_api.TORCH_LOAD and loaded.args
+        )
+        if not paths:
             return
         statement = next(
             (a for a in self.context.ancestors(node) if isinstance(a, cst.SimpleStatementLine)), None
         )
-        self._loads.append(_Load(node, statement, argument, path))
-
-    def leave_Assign(self, node: cst.Assign) -> None:
-        path = self._loaded_path(node.value) if isinstance(node.value, cst.Call) else None
-        for target in node.targets:
-            if isinstance(target.target, cst.Name):
-                key = self._key(target.target.value)
-                if path is not None:
-                    self._loaded[key] = path
-                else:
-                    self._loaded.pop(key, None)
+        self._loads.append(_Load(node, statement, argument, paths))
 
     def leave_Module(self, node: cst.Module) -> None:
         saved_paths = {
             self.context.code_for_node(saved.save.args[1].value)
-            for saved in self._saves.saved
-            if saved.save is not None and len(saved.save.args) >= 2
+            for saved in self.context.flow.saved_state_dicts()
+            if saved.saved_where_made and len(saved.save.args) >= 2
         }
         for load in self._loads:
-            if load.path in saved_paths:
+            if load.paths & saved_paths:
                 self.report(load.call, fix=self._fix(load))
 
     def _fix(self, load: _Load) -> PendingFix | None:
@@ -315,7 +343,7 @@ class DataParallelPrefixLoad(Rule):
         imports: tuple[tuple[str, str | None], ...] = ()
         if torch_name is None:
             torch_name, imports = "torch", (("torch", None),)
-        helper = torch_name + _STRIP_HELPER.removeprefix("torch")
+        helper = torch_name + torch_api.STRIP_STATE_DICT_PREFIX.removeprefix("torch")
         code = self.context.code_for_node(argument)
         return self.make_fix(
             NodeEdit.insert_line_before(load.statement, f'{helper}({code}, "module.")'),

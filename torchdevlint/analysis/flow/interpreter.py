@@ -9,7 +9,7 @@ node; every place where tensors must be on one device is recorded as a `Meeting`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -141,6 +141,10 @@ class FunctionFlow:
     # Where host data in this body comes from: id -> a tensor factory call without `device=`,
     # or a `.cpu()`/`.to("cpu")` call (values brought back on purpose).
     origins: dict[int, cst.Call] = field(default_factory=dict)
+    # Checkpoint calls made in this body (see `Value.holds`), and each `torch.save` with the
+    # value it saves.
+    held: dict[int, cst.Call] = field(default_factory=dict)
+    saves: list[tuple[cst.Call, Value]] = field(default_factory=list)
     # Places whose tensor move was a statement of its own, its result thrown away.
     discarded_moves: set[str] = field(default_factory=set)
     final: Env | None = None
@@ -541,8 +545,10 @@ class Interpreter:
                     items = (("*", tensor(base.places, origins=base.origins)), (constant, value))
                     places = None if value.places is None else base.places | value.places
                     env[base_key] = replace(base, items=items, places=places)
-                else:
-                    env[base_key] = replace(base, items=None, places=None) if base.items is not None else base
+                elif base.items is not None:
+                    env[base_key] = replace(base, items=None, places=None)
+                if value.holds:
+                    env[base_key] = replace(env[base_key], holds=env[base_key].holds | value.holds)
 
     def _unpacked(self, value: Value, index: int) -> Value:
         known = value.item(str(index))
@@ -672,24 +678,27 @@ class Interpreter:
             if isinstance(element, cst.StarredElement):
                 exact = False
             items.append((str(index), value))
-        return Value(frozenset({Kind.CONTAINER}), items=tuple(items) if exact else None)
+        return Value(frozenset({Kind.CONTAINER}), items=tuple(items) if exact else None,
+                     holds=_held_by(value for _, value in items))
 
     def _dict(self, node: cst.Dict, env: Env) -> Value:
         entries: list[tuple[str, Value]] = []
         exact = True
+        holds: frozenset[int] = frozenset()
         for entry in node.elements:
             if isinstance(entry, cst.DictElement):
                 key = string_value(entry.key)
                 self._evaluate(entry.key, env)
                 value = self._evaluate(entry.value, env)
+                holds |= value.holds
                 if key is None:
                     exact = False
                 else:
                     entries.append((key, value))
             else:
-                self._evaluate(entry.value, env)
+                holds |= self._evaluate(entry.value, env).holds
                 exact = False
-        return Value(frozenset({Kind.CONTAINER}), items=tuple(entries) if exact else None)
+        return Value(frozenset({Kind.CONTAINER}), items=tuple(entries) if exact else None, holds=holds)
 
     def _set_display(self, node: cst.Set, env: Env) -> Value:
         for element in node.elements:
@@ -824,6 +833,12 @@ class Interpreter:
                 known = base.item("*")
             if known is not None:
                 return known
+        taken = self._part_of(base)
+        # `checkpoint["model"]`: part of a checkpoint holds what the checkpoint held.
+        return replace(taken, holds=taken.holds | base.holds) if base.holds else taken
+
+    @staticmethod
+    def _part_of(base: Value) -> Value:
         if base.is_tensor_like:
             # Indexing keeps the device; a CPU index into device data is allowed.
             return replace(base, items=None, origins=base.origins, zero_dim=False)
@@ -960,6 +975,11 @@ class Interpreter:
         return Value(frozenset({Kind.MODEL_OUTPUT}), places, grad=not self._grad_off)
 
     def _method_call(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value], env: Env) -> Value:
+        if method == "state_dict" and Kind.WRAPPED_MODULE in receiver.kinds and not node.args:
+            # A wrapper's keys, prefixed `module.`, on some path: where they are saved is tracked.
+            self.flow.held[id(node)] = node
+            return Value(frozenset({Kind.CONTAINER}), receiver.places if receiver.is_module_like else None,
+                         holds=frozenset({id(node)}))
         if receiver.instance_of is not None:
             definition = self.oracle.method_of(receiver.instance_of, method)
             if definition is not None:
@@ -1196,14 +1216,25 @@ class Interpreter:
             return tensor([MODULE_DEVICE_PLACE] if self.module_method else source.places)
         if qualified in torch_api.TORCH_LOAD:
             # Whatever was saved (a model, a checkpoint dict, tensors), where `map_location` puts it.
+            self.flow.held[id(node)] = node
+            loaded = replace(UNKNOWN, holds=frozenset({id(node)}))
             location = keywords.get("map_location")
             if location is None and len(positional) >= 2:
                 location = positional[1]
-            if location is None or not location.is_known:
-                return UNKNOWN
-            if location.device is not None:
-                return UNKNOWN.with_places([location.device])
-            return UNKNOWN
+            if location is not None and location.is_known and location.device is not None:
+                return loaded.with_places([location.device])
+            return loaded
+        if qualified in torch_api.TORCH_SAVE:
+            if positional:
+                self.flow.saves.append((node, positional[0]))
+            return SCALAR
+        if qualified == torch_api.STRIP_STATE_DICT_PREFIX and node.args:
+            # Strips the keys in place: what it held no longer has the prefix.
+            stripped = node.args[0].value
+            key = place_key(stripped.value if type(stripped) is cst.Subscript else stripped)
+            if key is not None and key in env:
+                env[key] = replace(env[key], holds=frozenset())
+            return SCALAR
         if torch_api.is_tensor_function(qualified) or qualified.startswith("torch.nn.functional."):
             return self._tensor_function(node, qualified, arguments)
         if qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES and qualified.startswith("torch."):
@@ -1394,6 +1425,13 @@ def _combined_tensor(values: Sequence[Value]) -> Value:
     on_host = places == frozenset({HOST_PLACE})
     return tensor(places, origins=origins if on_host else frozenset(), zero_dim=all(v.zero_dim for v in values),
                   grad=any(v.grad for v in values))
+
+
+def _held_by(values: Iterable[Value]) -> frozenset[int]:
+    held: frozenset[int] = frozenset()
+    for value in values:
+        held |= value.holds
+    return held
 
 
 def _constant_index(node: cst.Subscript) -> str | None:

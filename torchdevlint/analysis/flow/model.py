@@ -75,6 +75,17 @@ class OriginSite:
         return self.scope.name.value if isinstance(self.scope, cst.FunctionDef) else None
 
 
+@dataclass(frozen=True)
+class SavedStateDict:
+    """A wrapped model's `state_dict()` call (`call`) whose keys reach `torch.save` (`save`)."""
+
+    call: cst.Call
+    save: cst.Call
+    # Saved by the body that made it (not by a helper it was passed to): the save's own
+    # arguments, its path say, are the caller's.
+    saved_where_made: bool
+
+
 class FixAgreement(Enum):
     """What rewriting one statement would do to the places where tensors must meet."""
 
@@ -128,6 +139,9 @@ class FlowModel:
         self._provisional_reads: set[int] = set()
         self._host_meetings: list[HostMeeting] | None = None
         self._origins: dict[int, tuple[cst.Call, cst.CSTNode]] = {}
+        # Checkpoint calls by id (see `Value.holds`), from every body interpreted.
+        self._held: dict[int, cst.Call] = {}
+        self._saved_state_dicts: list[SavedStateDict] | None = None
         # The file's own calls of each function (by call node), from the declared-parameter runs.
         self._call_sites: dict[int, dict[int, CallSite]] = {}
         # Runs with parameters from call sites or a fix applied: their calls are not recorded.
@@ -197,6 +211,24 @@ class FlowModel:
                         found.append(HostMeeting(meeting, host, device, flow))
             self._host_meetings = found
         return self._host_meetings
+
+    def saved_state_dicts(self) -> list[SavedStateDict]:
+        """Every wrapped model's `state_dict()` that reaches `torch.save`, directly, inside a
+        checkpoint dict or list, through variables, or through a helper the file calls."""
+        if self._saved_state_dicts is None:
+            found: dict[tuple[int, int], SavedStateDict] = {}
+            for flow in self.all_flows():
+                for save, saved in flow.saves:
+                    for held in self.held_calls(saved):
+                        if isinstance(held.func, cst.Attribute) and held.func.attr.value == "state_dict":
+                            found.setdefault((id(held), id(save)), SavedStateDict(held, save, id(held) in flow.held))
+            self._saved_state_dicts = list(found.values())
+        return self._saved_state_dicts
+
+    def held_calls(self, value: Value) -> list[cst.Call]:
+        """The checkpoint calls (`state_dict()` of a wrapped model, `torch.load`) whose result
+        the value is or contains."""
+        return [self._held[key] for key in value.holds if key in self._held]
 
     def origin(self, origin_id: int) -> tuple[cst.Call, Scope] | None:
         """The call that put host data into a value (see `Value.origins`), and its body."""
@@ -328,7 +360,10 @@ class FlowModel:
                                       self_name=self._self_name(scope) if owner is not None else None,
                                       module_method=owner is not None and self.is_module_class(owner),
                                       deadline=self.deadline, replacements=replacements)
-            return interpreter.run(scope.body if isinstance(scope, cst.Module) else scope.body.body)
+            flow = interpreter.run(scope.body if isinstance(scope, cst.Module) else scope.body.body)
+            if replacements is None:
+                self._held.update(flow.held)
+            return flow
         finally:
             self._specialising -= 1
             self._in_progress.discard(id(scope))
@@ -372,6 +407,7 @@ class FlowModel:
             self._running.pop(key, None)
         for origin_key, call in flow.origins.items():
             self._origins[origin_key] = (call, scope)
+        self._held.update(flow.held)
         # Reading its own unfinished state (through a function it calls) does not make a body
         # provisional; reading another unfinished body's does.
         self._provisional_reads.discard(key)
@@ -500,7 +536,8 @@ class FlowModel:
             if id(target.node) in self._flows:
                 self._summaries[definition] = result
         if receiver is None and call is not None and target.owner is None \
-                and depends_on_device_parameter(result, target.node):
+                and (depends_on_device_parameter(result, target.node)
+                     or any(Kind.WRAPPED_MODULE in argument.kinds for argument in arguments)):
             result = self._result_for_these_arguments(target.node, call, arguments) or result
         if receiver is not None and receiver.places is not None:
             result = _substitute_module_device(result, receiver.places)
@@ -509,7 +546,8 @@ class FlowModel:
     def _result_for_these_arguments(self, function: cst.FunctionDef, call: cst.Call,
                                     arguments: Sequence[Value]) -> Value | None:
         """The result of one call, where the function places it on a device its caller
-        chooses: `make_batch(device="cuda")` and `make_batch()` (device=None) differ.
+        chooses: `make_batch(device="cuda")` and `make_batch()` (device=None) differ; or
+        where it is handed a wrapped model (whose `state_dict()` keys are prefixed).
 
         A few interpretations per function (one per distinct set of arguments, kept unless
         it read names of a body still running), and none from inside another such run: the

@@ -116,6 +116,10 @@ class Value:
     instance_of: int | None = None
     # A tensor that may require grad (a model's output computed with autograd on).
     grad: bool = False
+    # Ids of the checkpoint calls whose result this value is or contains (a wrapped model's
+    # `state_dict()`, a `torch.load(...)`): kept through containers and item reads and writes,
+    # so a rule can tell where a saved or loaded state dict came from.
+    holds: frozenset[int] = frozenset()
 
     # ---- construction -------------------------------------------------------------
 
@@ -149,6 +153,7 @@ class Value:
             self.reference if self.reference == other.reference else None,
             self.instance_of if self.instance_of == other.instance_of else None,
             self.grad or other.grad,
+            self.holds | other.holds,
         )
 
     # ---- questions ------------------------------------------------------------------
@@ -221,6 +226,8 @@ class Value:
             parts.append("0-dim")
         if self.grad:
             parts.append("may require grad")
+        if self.holds:
+            parts.append("holds checkpoint data")
         if self.items is not None:
             inner = ", ".join(f"{key}: {value.describe()}" for key, value in self.items)
             parts.append(f"[{inner}]")
