@@ -227,3 +227,34 @@ def test_a_function_the_file_only_calls_directly_sees_what_its_calls_pass() -> N
     assert annotated.describe() == "module, on device 'cuda' (cuda)"
     # Passed to code we cannot see, it may be called with anything.
     assert passed_around.describe() == "unknown"
+
+
+def test_a_plain_class_method_the_class_alone_calls_sees_what_its_calls_pass() -> None:
+    own_call, passed_around, framework_class = _probes(
+        """
+        import torch.nn as nn
+        import lightning as L
+
+        class Trainer:
+            def __init__(self):
+                self.model = nn.Linear(2, 2).cuda()
+            def evaluate(self, model):
+                probe(model)
+            def report(self, model):
+                probe(model)
+            def run(self, hooks):
+                self.evaluate(self.model)
+                self.report(self.model)
+                hooks.append(self.report)
+
+        class Module(L.LightningModule):
+            def check(self, model):
+                probe(model)
+            def training_step(self, batch, index):
+                self.check(nn.Linear(2, 2).cuda())
+        """
+    )
+    assert own_call.describe() == "module, on device 'cuda' (cuda)"
+    # Handed out as a callback, or in a class a framework calls into: callers we cannot see.
+    assert not passed_around.is_known
+    assert not framework_class.is_known

@@ -133,6 +133,9 @@ PASS_THROUGH_ITERATORS: frozenset[str] = frozenset(
 )
 
 TORCH_LOAD: frozenset[str] = frozenset({"torch.load", "torch.serialization.load"})
+# Dataset classes whose items are decoded from files into CPU tensors.
+HOST_DATASET_PREFIXES = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.")
+TENSOR_DATASETS: frozenset[str] = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
 TORCH_SAVE: frozenset[str] = frozenset({"torch.save", "torch.serialization.save"})
 # Strips a prefix such as `module.` from a state dict's keys, in place.
 STRIP_STATE_DICT_PREFIX = "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"

@@ -37,10 +37,10 @@ class DataloaderStarvesGpu(Rule):
     Finds a `DataLoader` in a script that trains on a GPU (it calls `.backward()` and uses
     CUDA) whose batches a loop in the same file moves to the device with `.to(device)` or
     `.cuda()`, when the loader leaves `pin_memory` unset, or leaves `num_workers` unset (so
-    at 0). The loop may be in another function than the loader: a loader bound to
-    `train_loader` (or `self.train_loader`, or returned by a helper in the file) is the one
-    iterated as `train_loader`, and a loop over a parameter iterates what the calls of its
-    function in the file pass (`train(model, train_loader)`).
+    at 0). The loop may be in another function than the loader: the flow model follows a
+    loader through names, attributes (`self.train_loader`), helpers in the file that return
+    it (alone or in a tuple), and parameters filled by the file's own calls
+    (`train(model, train_loader)`, or `self.train_epoch(self.train_loader)` in a plain class).
 
     Not reported: loaders given `**kwargs`, settings written out (`pin_memory=False`,
     `num_workers=0`, `num_workers=args.workers`: a choice, not an omission), files that pin
@@ -251,6 +251,62 @@ class DataloaderStarvesGpu(Rule):
                 model(x).sum().backward()
             """,
             name="workers-left-at-zero-has-no-fix",
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from torchvision import datasets, transforms
+
+            def get_loaders(root):
+                train_set = datasets.MNIST(root, train=True, transform=transforms.ToTensor())
+                test_set = datasets.MNIST(root, train=False, transform=transforms.ToTensor())
+                return DataLoader(train_set, batch_size=64, num_workers=4), DataLoader(test_set, num_workers=4)
+
+            class Trainer:
+                def __init__(self, model, root):
+                    self.model = model.cuda()
+                    self.train_loader, self.test_loader = get_loaders(root)
+                    self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+                def train_epoch(self, loader):
+                    for images, labels in loader:
+                        images, labels = images.cuda(), labels.cuda()
+                        torch.nn.functional.cross_entropy(self.model(images), labels).backward()
+                        self.optimizer.step()
+
+                def fit(self, epochs):
+                    for _ in range(epochs):
+                        self.train_epoch(self.train_loader)
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            from torchvision import datasets, transforms
+
+            def get_loaders(root):
+                train_set = datasets.MNIST(root, train=True, transform=transforms.ToTensor())
+                test_set = datasets.MNIST(root, train=False, transform=transforms.ToTensor())
+                return DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True), DataLoader(test_set, num_workers=4)
+
+            class Trainer:
+                def __init__(self, model, root):
+                    self.model = model.cuda()
+                    self.train_loader, self.test_loader = get_loaders(root)
+                    self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+                def train_epoch(self, loader):
+                    for images, labels in loader:
+                        images, labels = images.cuda(), labels.cuda()
+                        torch.nn.functional.cross_entropy(self.model(images), labels).backward()
+                        self.optimizer.step()
+
+                def fit(self, epochs):
+                    for _ in range(epochs):
+                        self.train_epoch(self.train_loader)
+            """,
+            applicability=Applicability.SAFE,
+            name="loaders-returned-together-iterated-by-a-method-the-class-calls",
         ),
     ]
 

@@ -55,6 +55,25 @@ def escaping_names(module: cst.Module) -> frozenset[str]:
     return frozenset(escaping)
 
 
+def methods_called_only_on_self(module: cst.Module) -> frozenset[str]:
+    """Attribute names the file uses only as `self.<name>(...)` calls: methods no code here
+    passes around or calls on another object."""
+    called_on_self: set[str] = set()
+    other_uses: set[str] = set()
+    self_calls: set[int] = set()
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Call:
+            func = node.func
+            if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
+                self_calls.add(id(func))
+        elif type(node) is cst.Attribute:
+            (called_on_self if id(node) in self_calls else other_uses).add(node.attr.value)
+        stack.extend(child_nodes(node))
+    return frozenset(called_on_self - other_uses)
+
+
 def takes_call_site_arguments(function: cst.FunctionDef, escaping: frozenset[str]) -> bool:
     if function.name.value in escaping:
         return False

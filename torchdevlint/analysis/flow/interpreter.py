@@ -57,6 +57,7 @@ _MODULE_API = frozenset(
      "register_forward_pre_hook", "register_full_backward_hook", "extra_repr", "log", "log_dict", "save_hyperparameters"}
 )
 _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
+_UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
 _MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbone")
 # `build_model(cfg)`, `get_encoder()`: functions that make or fetch a model, not models.
 _BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "setup", "construct", "prepare",
@@ -519,7 +520,7 @@ class Interpreter:
                     continue
                 self._bind(element.value, UNKNOWN if starred else self._unpacked(value, index), env)
             names = [element.value.value for element in elements if type(element.value) is cst.Name]
-            if value == UNKNOWN and not starred and len(names) == len(elements) > 1:
+            if value.kinds == _UNKNOWN_ONLY and value.places is None and not starred and len(names) == len(elements) > 1:
                 # `x, y = batch`: parts of one thing we cannot see (see `_batch_is_on_the_host`).
                 batch = tuple(names)
                 for name in names:
@@ -1184,11 +1185,13 @@ class Interpreter:
                 element: Value = UNKNOWN
             else:
                 element = self._dataset_element(dataset)
-            return replace(Value.of(Kind.DATALOADER), items=(("*", element),))
-        if qualified in ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"):
+            # Which loops iterate this loader is asked of the model (see `Value.holds`).
+            self.flow.held[id(node)] = node
+            return Value(frozenset({Kind.DATALOADER}), items=(("*", element),), holds=frozenset({id(node)}))
+        if qualified in torch_api.TENSOR_DATASETS:
             parts = tuple((str(i), tensor(v.places) if v.is_tensor_like else UNKNOWN) for i, v in enumerate(positional))
             return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), items=parts)),))
-        if qualified.startswith("torchvision.datasets."):
+        if qualified.startswith(torch_api.HOST_DATASET_PREFIXES):
             return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), frozenset({HOST_PLACE}))),))
         if qualified in LEGACY_CUDA_TENSOR_TYPES:
             return tensor([Place(PlaceKind.DEVICE, "cuda", frozenset({"cuda"}))])

@@ -20,6 +20,7 @@ from torchdevlint.analysis.flow.call_sites import (
     CallSite,
     depends_on_device_parameter,
     escaping_names,
+    methods_called_only_on_self,
     parameters_from_call_sites,
     refined,
     takes_call_site_arguments,
@@ -149,6 +150,7 @@ class FlowModel:
         self._specialised: dict[int, FunctionFlow | None] = {}
         self._specialised_entry: dict[int, Env] = {}
         self._escaping: frozenset[str] | None = None
+        self._self_called: frozenset[str] | None = None
         # Results of calls run with their own arguments (see `_result_for_these_arguments`).
         self._per_call_results: dict[tuple[int, tuple[tuple[str, Value], ...]], Value | None] = {}
         self._per_call_runs: dict[int, int] = {}
@@ -332,8 +334,8 @@ class FlowModel:
         if self._flow(function) is None:
             return None
         definition = self._definitions.get(id(function))
-        if definition is None or definition.owner is not None:
-            return None  # methods are called by frameworks too
+        if definition is None or definition.owner is not None and not self._called_only_by_the_file(definition):
+            return None
         if not self._all_declared_done:
             self._all_declared_done = True
             for _ in self._declared_flows():
@@ -349,6 +351,17 @@ class FlowModel:
         passed = parameters_from_call_sites(function, sites.values())
         env = {name: refined(value, passed[name]) if name in passed else value for name, value in declared.items()}
         return env if env != declared else None
+
+    def _called_only_by_the_file(self, method: _Definition) -> bool:
+        """A method of a plain class (no base a framework could call it from) that the file
+        only calls as `self.<name>(...)`: its callers are all in sight."""
+        owner, function = method.owner, method.node
+        assert owner is not None and isinstance(function, cst.FunctionDef)
+        if owner.bases or function.decorators or function.name.value.startswith("__"):
+            return False
+        if self._self_called is None:
+            self._self_called = methods_called_only_on_self(self.module)
+        return function.name.value in self._self_called
 
     def _run(self, scope: Scope, env: Env, owner: cst.ClassDef | None,
              replacements: dict[int, cst.BaseSmallStatement] | None = None) -> FunctionFlow:

@@ -116,9 +116,9 @@ class Value:
     instance_of: int | None = None
     # A tensor that may require grad (a model's output computed with autograd on).
     grad: bool = False
-    # Ids of the checkpoint calls whose result this value is or contains (a wrapped model's
-    # `state_dict()`, a `torch.load(...)`): kept through containers and item reads and writes,
-    # so a rule can tell where a saved or loaded state dict came from.
+    # Ids of the calls whose result this value is or contains, where rules ask where a value
+    # came from: a wrapped model's `state_dict()`, `torch.load(...)`, a `DataLoader(...)`.
+    # Kept through containers, item reads and writes, and same-file calls.
     holds: frozenset[int] = frozenset()
 
     # ---- construction -------------------------------------------------------------
@@ -227,7 +227,7 @@ class Value:
         if self.grad:
             parts.append("may require grad")
         if self.holds:
-            parts.append("holds checkpoint data")
+            parts.append("traced to the call that made it")
         if self.items is not None:
             inner = ", ".join(f"{key}: {value.describe()}" for key, value in self.items)
             parts.append(f"[{inner}]")
