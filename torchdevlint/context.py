@@ -46,6 +46,9 @@ class FileContext:
         self._function_bindings: dict[int, FunctionBindings] = {}
         self._scope_bindings: dict[int, frozenset[str]] = {}
         self._flow: FlowModel | None = None
+        self._methods: dict[int, Method | None] = {}
+        # Syntax seen that LibCST parses but the running Python may not (see engine.py).
+        self.may_be_newer_syntax = False
 
     def release(self) -> None:
         """Drop what the pass built. The flow model and the shared analyses refer back to
@@ -57,6 +60,7 @@ class FileContext:
         self.stack.clear()
         self._function_bindings.clear()
         self._scope_bindings.clear()
+        self._methods.clear()
 
     @property
     def flow(self) -> FlowModel:
@@ -181,12 +185,19 @@ class FileContext:
     def enclosing_method(self) -> Method | None:
         """The method (outermost function directly in a class body, neither static nor a
         classmethod) we are in."""
+        # A question of the innermost scope alone, asked at nearly every node of a class.
+        scope = self.current_scope
+        if id(scope) in self._methods:
+            return self._methods[id(scope)]
+        found: Method | None = None
         scopes = self.scopes()
         for outer, inner in zip(scopes, scopes[1:], strict=False):
-            if isinstance(outer, cst.ClassDef) and isinstance(inner, cst.FunctionDef):
-                if any(isinstance(d.decorator, cst.Name) and d.decorator.value in ("staticmethod", "classmethod")
-                       for d in inner.decorators):
-                    return None
-                params = inner.params.params
-                return Method(inner, outer, params[0].name.value if params else None)
-        return None
+            if type(outer) is cst.ClassDef and type(inner) is cst.FunctionDef:
+                assert isinstance(inner, cst.FunctionDef) and isinstance(outer, cst.ClassDef)
+                if not any(type(d.decorator) is cst.Name and d.decorator.value in ("staticmethod", "classmethod")
+                           for d in inner.decorators):
+                    params = inner.params.params
+                    found = Method(inner, outer, params[0].name.value if params else None)
+                break
+        self._methods[id(scope)] = found
+        return found

@@ -34,11 +34,32 @@ _DEADLINE_CHECK_INTERVAL = 2048
 
 
 class _Analysis:
-    """The engine's own visitor: the file's imports, in source order."""
+    """The engine's own visitor: the file's imports, in source order, and syntax that only a
+    newer Python accepts."""
 
     def __init__(self, context: FileContext) -> None:
         self.context = context
         self.imports = context.imports
+
+    # LibCST parses the grammar of every Python version; the running one is the judge (see
+    # `lint_source`). These are the constructs where the two may disagree.
+
+    def _newer_syntax(self, node: cst.CSTNode) -> None:
+        self.context.may_be_newer_syntax = True
+
+    visit_TypeAlias = visit_TypeParameters = visit_TemplatedString = _newer_syntax
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler | cst.ExceptStarHandler) -> None:
+        # `except A, B:` without parentheses (PEP 758).
+        if type(node.type) is cst.Tuple and not node.type.lpar:
+            self.context.may_be_newer_syntax = True
+
+    visit_ExceptStarHandler = visit_ExceptHandler
+
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        # PEP 701: quotes, backslashes, comments and line breaks inside a replacement field.
+        if not self.context.may_be_newer_syntax and _may_use_pep_701(node):
+            self.context.may_be_newer_syntax = True
 
     def visit_Import(self, node: cst.Import) -> None:
         self.imports.record_import(node)
@@ -162,6 +183,25 @@ class _Walker:
             work.extend(children)
 
 
+_PEP_701_NODES = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString, cst.Comment,
+                  cst.ParenthesizedWhitespace, cst.EmptyLine, cst.TrailingWhitespace, cst.Newline)
+
+
+def _may_use_pep_701(node: cst.FormattedStringExpression) -> bool:
+    """Whether a replacement field holds what only Python 3.12 reads inside an f-string
+    (conservatively: any string, comment or line break, whitespace included)."""
+    stack: list[cst.CSTNode] = [node.expression]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, _PEP_701_NODES):
+            return True
+        if type(current) is cst.SimpleWhitespace and ("\\" in current.value or "\n" in current.value):
+            return True
+        stack.extend(current.children)
+    return any(type(w) is not cst.SimpleWhitespace or "\n" in w.value or "\\" in w.value
+               for w in (node.whitespace_before_expression, node.whitespace_after_expression))
+
+
 # Marks, in the walk's work list, the point where the node entered last is left.
 _LEAVE = object()
 
@@ -208,16 +248,21 @@ def lint_module(
     *,
     honor_noqa: bool = True,
     python_ast: ast.Module | None = None,
+    judge_syntax: bool = False,
     deadline: Deadline | None = None,
 ) -> list[Diagnostic]:
     """Run the rules over a parsed module; `source` must be the text it was parsed from.
 
     `honor_noqa=False` keeps findings on `# noqa` lines, for front ends (flake8) that apply
-    suppression comments themselves. Raises AnalysisTimeout past the deadline.
+    suppression comments themselves. With `judge_syntax`, the running Python parses the
+    source too where it matters (see `lint_source`) and InvalidSource is raised if it cannot.
+    Raises AnalysisTimeout past the deadline.
     """
     analysed = analyse_module(module, path, rule_classes, options, deadline=deadline)
     try:
         reports = analysed.reports
+        if judge_syntax and python_ast is None and (reports or analysed.context.may_be_newer_syntax):
+            python_ast = check_syntax(source, path)
         if not reports:
             return []
         with room_for_nesting():
@@ -274,12 +319,20 @@ def lint_source(
     if not mentions_torch(source):
         return []
     rule_classes = rules_that_can_fire(source, rule_classes)
-    python_ast = check_syntax(source, path)
     if not rule_classes:
+        check_syntax(source, path)
         return []
-    module = cst.parse_module(source)
+    # Parse once: LibCST agrees with the running Python on what is valid, except for syntax
+    # newer than it, which the walk notes. The stdlib parser then judges, and it also runs
+    # where there are findings (their positions come from its tree) or LibCST fails (for
+    # Python's own message).
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError:
+        check_syntax(source, path)
+        raise
     return lint_module(module, source, path, rule_classes, options, honor_noqa=honor_noqa,
-                       python_ast=python_ast, deadline=deadline)
+                       judge_syntax=True, deadline=deadline)
 
 
 class InvalidSource(Exception):

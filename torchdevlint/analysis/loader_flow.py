@@ -70,9 +70,10 @@ def names_in(node: cst.CSTNode) -> set[str]:
     stack: list[cst.CSTNode] = [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, cst.Name):
+        # Exact type tests: isinstance on LibCST's ABCs is slow.
+        if type(current) is cst.Name:
             found.add(current.value)
-        elif isinstance(current, cst.Attribute):
+        elif type(current) is cst.Attribute:
             stack.append(current.value)
         else:
             stack.extend(child_nodes(current))

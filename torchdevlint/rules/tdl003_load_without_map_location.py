@@ -209,8 +209,12 @@ class LoadWithoutMapLocation(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        written = func.value if type(func) is cst.Name else func.attr.value if type(func) is cst.Attribute else None
+        if written != "load" and self.context.imports.qualified_name(func) not in torch_api.TORCH_LOAD:
+            return  # not `….load(...)` nor an imported alias: no need to ask the model
         flow = self.context.flow
-        if flow.qualified_name(node.func) not in torch_api.TORCH_LOAD:
+        if flow.qualified_name(func) not in torch_api.TORCH_LOAD:
             return
         if any(arg.star == "**" for arg in node.args):
             return

@@ -63,8 +63,8 @@ def _is_module_init_call(node: cst.Call) -> bool:
 def _self_attribute(node: cst.BaseExpression, self_name: str | None) -> str | None:
     if (
         self_name is not None
-        and isinstance(node, cst.Attribute)
-        and isinstance(node.value, cst.Name)
+        and type(node) is cst.Attribute
+        and type(node.value) is cst.Name
         and node.value.value == self_name
     ):
         return node.attr.value

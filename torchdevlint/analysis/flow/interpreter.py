@@ -505,7 +505,7 @@ class Interpreter:
         key = place_key(target)
         if key is not None:
             self._set(key, value, env)
-            if isinstance(target, cst.Attribute) and self.self_name is not None and isinstance(target.value, cst.Name) \
+            if type(target) is cst.Attribute and self.self_name is not None and type(target.value) is cst.Name \
                     and target.value.value == self.self_name:
                 attribute = target.attr.value
                 previous = self.flow.attribute_writes.get(attribute)
@@ -566,8 +566,8 @@ class Interpreter:
 
     def _assign(self, target: cst.BaseExpression, value_node: cst.BaseExpression | None, value: Value, env: Env) -> None:
         if (
-            isinstance(target, (cst.Tuple, cst.List))
-            and isinstance(value_node, (cst.Tuple, cst.List))
+            (type(target) is cst.Tuple or type(target) is cst.List)
+            and (type(value_node) is cst.Tuple or type(value_node) is cst.List)
             and len(target.elements) == len(value_node.elements)
             and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value_node.elements))
         ):
@@ -582,7 +582,7 @@ class Interpreter:
     def _expression_statement(self, node: cst.BaseExpression, env: Env) -> None:
         self._evaluate(node, env)
         # `model.to(device)`, `model.cuda()`: a Module moves in place.
-        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+        if not (type(node) is cst.Call and type(node.func) is cst.Attribute):
             return
         receiver_node = node.func.value
         key = place_key(receiver_node)
@@ -892,7 +892,7 @@ class Interpreter:
     def _call(self, node: cst.Call, env: Env) -> Value:
         callee_node = node.func
         qualified = self.qualified(callee_node, env)
-        if isinstance(callee_node, cst.Attribute) and qualified is None:
+        if type(callee_node) is cst.Attribute and qualified is None:
             receiver = self._evaluate(callee_node.value, env)
             arguments = self._arguments(node, env)
             self.flow.values.setdefault(id(callee_node), UNKNOWN)
@@ -908,7 +908,7 @@ class Interpreter:
             return self._same_file_call(node, callee, arguments)
         if callee.is_module_like:
             return self._module_call(node, callee, arguments)
-        if isinstance(callee_node, cst.Name):
+        if type(callee_node) is cst.Name:
             name = callee_node.value
             if name in _BUILTIN_SCALARS and callee.kinds == {Kind.UNKNOWN}:
                 return SCALAR
