@@ -132,7 +132,7 @@ def test_newer_syntax_than_python_is_named(tmp_path: Path) -> None:
     ["type Shape = tuple[int, ...]", "def first[T](x: T) -> T: return x", 'print(f"{x["a"]}")', "print(f'{'-'.join(x)}')", 'print(f"{x:{"w"}}")', 'print(f"{x # note\n}")',
      'print(f"{(x,\n y)}")'],
 )
-def test_fstrings_only_a_newer_python_reads_are_named_even_without_findings(tmp_path: Path, line: str) -> None:
+def test_syntax_only_a_newer_python_reads_is_named_even_without_findings(tmp_path: Path, line: str) -> None:
     # LibCST reads PEP 695 and PEP 701 syntax; the running Python is the judge, findings or not.
     (tmp_path / "new.py").write_text(f"import torch\nx = torch.zeros(2).to(\"cpu\")\n{line}\n")
     result = check(tmp_path, "new.py")
