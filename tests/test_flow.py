@@ -235,7 +235,7 @@ def test_a_plain_class_method_the_class_alone_calls_sees_what_its_calls_pass() -
         import torch.nn as nn
         import lightning as L
 
-        class Trainer:
+        class Trainer(object):
             def __init__(self):
                 self.model = nn.Linear(2, 2).cuda()
             def evaluate(self, model):

@@ -357,7 +357,9 @@ class FlowModel:
         only calls as `self.<name>(...)`: its callers are all in sight."""
         owner, function = method.owner, method.node
         assert owner is not None and isinstance(function, cst.FunctionDef)
-        if owner.bases or function.decorators or function.name.value.startswith("__"):
+        if function.decorators or function.name.value.startswith("__"):
+            return False
+        if any(dotted_name(base.value) != "object" for base in owner.bases):
             return False
         if self._self_called is None:
             self._self_called = methods_called_only_on_self(self.module)
