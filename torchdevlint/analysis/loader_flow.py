@@ -20,6 +20,7 @@ import libcst as cst
 
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.devices import is_device_string
+from torchdevlint.analysis.flow.interpreter import Held
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes, keyword_argument
@@ -312,9 +313,8 @@ class LoaderFlow:
         iterated = flow.value_of(loop.iterable)
         if iterated.kinds != {Kind.DATALOADER}:
             return []
-        calls = [call for call in flow.held_calls(iterated)
-                 if self.context.imports.qualified_name(call.func) in torch_api.DATALOADERS]
-        if len(calls) != len(iterated.holds):
+        calls = flow.held_calls(iterated, Held.DATALOADER)
+        if not calls or len(calls) != len(iterated.holds):
             return []  # a loader made where this file cannot see its settings
         return [self._describe(call) for call in calls]
 
@@ -327,16 +327,6 @@ class LoaderFlow:
                 if loaders:
                     found.append((loop, loaders))
         return found
-
-
-def _moves(node: cst.CSTNode) -> bool:
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Call) and isinstance(current.func, cst.Attribute) and current.func.attr.value in ("to", "cuda"):
-            return True
-        stack.extend(child_nodes(current))
-    return False
 
 
 def move_target(context: FileContext, call: cst.Call) -> Target:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.flow.interpreter import Held
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
@@ -314,8 +315,8 @@ class DataParallelPrefixLoad(Rule):
         # stripped prefix or a rebuilt dict no longer holds them).
         paths = frozenset(
             self.context.code_for_node(loaded.args[0].value)
-            for loaded in flow.held_calls(flow.value_of(argument))
-            if flow.qualified_name(loaded.func) in torch_api.TORCH_LOAD and loaded.args
+            for loaded in flow.held_calls(flow.value_of(argument), Held.LOAD)
+            if loaded.args
         )
         if not paths:
             return

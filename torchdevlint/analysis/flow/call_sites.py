@@ -29,11 +29,25 @@ class CallSite:
     bound_method: bool
 
 
-def escaping_names(module: cst.Module) -> frozenset[str]:
-    """Names used as anything but the callee of a call or the name a `def` binds (attribute
-    and keyword names, `x.train()` and `f(train=...)`, are other things)."""
+@dataclass(frozen=True)
+class NameUses:
+    """How the file uses its names, for deciding whose callers are all in sight."""
+
+    # Names used as anything but the callee of a call or the name a `def` binds (attribute
+    # and keyword names, `x.train()` and `f(train=...)`, are other things).
+    escaping: frozenset[str]
+    # Attribute names used only as `self.<name>(...)` calls: methods no code here passes
+    # around or calls on another object.
+    called_only_on_self: frozenset[str]
+
+
+def name_uses(module: cst.Module) -> NameUses:
+    """One walk over the file for both facts of `NameUses`."""
     not_references: set[int] = set()
     escaping: set[str] = set()
+    self_calls: set[int] = set()
+    called_on_self: set[str] = set()
+    other_attribute_uses: set[str] = set()
     stack: list[cst.CSTNode] = [module]
     # Exact type tests: LibCST's node classes are ABCs, and isinstance on them would be most
     # of this walk's cost.
@@ -44,34 +58,19 @@ def escaping_names(module: cst.Module) -> frozenset[str]:
                 escaping.add(node.value)
             continue
         if type(node) is cst.Call:
-            not_references.add(id(node.func))
+            func = node.func
+            not_references.add(id(func))
+            if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
+                self_calls.add(id(func))
         elif type(node) is cst.FunctionDef:
             not_references.add(id(node.name))
         elif type(node) is cst.Attribute:
             not_references.add(id(node.attr))
+            (called_on_self if id(node) in self_calls else other_attribute_uses).add(node.attr.value)
         elif type(node) is cst.Arg and node.keyword is not None:
             not_references.add(id(node.keyword))
         stack.extend(child_nodes(node))
-    return frozenset(escaping)
-
-
-def methods_called_only_on_self(module: cst.Module) -> frozenset[str]:
-    """Attribute names the file uses only as `self.<name>(...)` calls: methods no code here
-    passes around or calls on another object."""
-    called_on_self: set[str] = set()
-    other_uses: set[str] = set()
-    self_calls: set[int] = set()
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
-        if type(node) is cst.Call:
-            func = node.func
-            if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
-                self_calls.add(id(func))
-        elif type(node) is cst.Attribute:
-            (called_on_self if id(node) in self_calls else other_uses).add(node.attr.value)
-        stack.extend(child_nodes(node))
-    return frozenset(called_on_self - other_uses)
+    return NameUses(frozenset(escaping), frozenset(called_on_self - other_attribute_uses))
 
 
 def takes_call_site_arguments(function: cst.FunctionDef, escaping: frozenset[str]) -> bool:

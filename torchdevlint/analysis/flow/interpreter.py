@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any, Protocol
 
 import libcst as cst
@@ -122,6 +123,15 @@ class Meeting:
         return len(places) == 1
 
 
+class Held(Enum):
+    """The calls a value can be traced to (see `Value.holds`)."""
+
+    # A wrapped model's `state_dict()`: keys prefixed `module.`.
+    WRAPPED_STATE_DICT = "wrapped state_dict()"
+    LOAD = "torch.load"
+    DATALOADER = "DataLoader"
+
+
 @dataclass
 class FunctionFlow:
     """What the model concluded for one function body."""
@@ -144,7 +154,7 @@ class FunctionFlow:
     origins: dict[int, cst.Call] = field(default_factory=dict)
     # Checkpoint calls made in this body (see `Value.holds`), and each `torch.save` with the
     # value it saves.
-    held: dict[int, cst.Call] = field(default_factory=dict)
+    held: dict[int, tuple[Held, cst.Call]] = field(default_factory=dict)
     saves: list[tuple[cst.Call, Value]] = field(default_factory=list)
     # Places whose tensor move was a statement of its own, its result thrown away.
     discarded_moves: set[str] = field(default_factory=set)
@@ -978,7 +988,7 @@ class Interpreter:
     def _method_call(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value], env: Env) -> Value:
         if method == "state_dict" and Kind.WRAPPED_MODULE in receiver.kinds and not node.args:
             # A wrapper's keys, prefixed `module.`, on some path: where they are saved is tracked.
-            self.flow.held[id(node)] = node
+            self.flow.held[id(node)] = (Held.WRAPPED_STATE_DICT, node)
             return Value(frozenset({Kind.CONTAINER}), receiver.places if receiver.is_module_like else None,
                          holds=frozenset({id(node)}))
         if receiver.instance_of is not None:
@@ -1186,7 +1196,7 @@ class Interpreter:
             else:
                 element = self._dataset_element(dataset)
             # Which loops iterate this loader is asked of the model (see `Value.holds`).
-            self.flow.held[id(node)] = node
+            self.flow.held[id(node)] = (Held.DATALOADER, node)
             return Value(frozenset({Kind.DATALOADER}), items=(("*", element),), holds=frozenset({id(node)}))
         if qualified in torch_api.TENSOR_DATASETS:
             parts = tuple((str(i), tensor(v.places) if v.is_tensor_like else UNKNOWN) for i, v in enumerate(positional))
@@ -1219,7 +1229,7 @@ class Interpreter:
             return tensor([MODULE_DEVICE_PLACE] if self.module_method else source.places)
         if qualified in torch_api.TORCH_LOAD:
             # Whatever was saved (a model, a checkpoint dict, tensors), where `map_location` puts it.
-            self.flow.held[id(node)] = node
+            self.flow.held[id(node)] = (Held.LOAD, node)
             loaded = replace(UNKNOWN, holds=frozenset({id(node)}))
             location = keywords.get("map_location")
             if location is None and len(positional) >= 2:

@@ -18,14 +18,14 @@ import libcst as cst
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.flow.call_sites import (
     CallSite,
+    NameUses,
     depends_on_device_parameter,
-    escaping_names,
-    methods_called_only_on_self,
+    name_uses,
     parameters_from_call_sites,
     refined,
     takes_call_site_arguments,
 )
-from torchdevlint.analysis.flow.interpreter import Env, FunctionFlow, Interpreter, Meeting, Operand
+from torchdevlint.analysis.flow.interpreter import Env, FunctionFlow, Held, Interpreter, Meeting, Operand
 from torchdevlint.analysis.flow.values import (
     HOST_PLACE,
     MODULE_DEVICE_PLACE,
@@ -141,7 +141,7 @@ class FlowModel:
         self._host_meetings: list[HostMeeting] | None = None
         self._origins: dict[int, tuple[cst.Call, cst.CSTNode]] = {}
         # Checkpoint calls by id (see `Value.holds`), from every body interpreted.
-        self._held: dict[int, cst.Call] = {}
+        self._held: dict[int, tuple[Held, cst.Call]] = {}
         self._saved_state_dicts: list[SavedStateDict] | None = None
         # The file's own calls of each function (by call node), from the declared-parameter runs.
         self._call_sites: dict[int, dict[int, CallSite]] = {}
@@ -149,8 +149,7 @@ class FlowModel:
         self._specialising = 0
         self._specialised: dict[int, FunctionFlow | None] = {}
         self._specialised_entry: dict[int, Env] = {}
-        self._escaping: frozenset[str] | None = None
-        self._self_called: frozenset[str] | None = None
+        self._name_uses: NameUses | None = None
         # Results of calls run with their own arguments (see `_result_for_these_arguments`).
         self._per_call_results: dict[tuple[int, tuple[tuple[str, Value], ...]], Value | None] = {}
         self._per_call_runs: dict[int, int] = {}
@@ -221,16 +220,15 @@ class FlowModel:
             found: dict[tuple[int, int], SavedStateDict] = {}
             for flow in self.all_flows():
                 for save, saved in flow.saves:
-                    for held in self.held_calls(saved):
-                        if isinstance(held.func, cst.Attribute) and held.func.attr.value == "state_dict":
-                            found.setdefault((id(held), id(save)), SavedStateDict(held, save, id(held) in flow.held))
+                    for held in self.held_calls(saved, Held.WRAPPED_STATE_DICT):
+                        found.setdefault((id(held), id(save)), SavedStateDict(held, save, id(held) in flow.held))
             self._saved_state_dicts = list(found.values())
         return self._saved_state_dicts
 
-    def held_calls(self, value: Value) -> list[cst.Call]:
-        """The checkpoint calls (`state_dict()` of a wrapped model, `torch.load`) whose result
-        the value is or contains."""
-        return [self._held[key] for key in value.holds if key in self._held]
+    def held_calls(self, value: Value, kind: Held) -> list[cst.Call]:
+        """The calls of that kind whose result the value is or contains."""
+        return [call for held_kind, call in (self._held[key] for key in value.holds if key in self._held)
+                if held_kind is kind]
 
     def origin(self, origin_id: int) -> tuple[cst.Call, Scope] | None:
         """The call that put host data into a value (see `Value.origins`), and its body."""
@@ -343,9 +341,7 @@ class FlowModel:
         sites = self._call_sites.get(id(function))
         if not sites:
             return None
-        if self._escaping is None:
-            self._escaping = escaping_names(self.module)
-        if not takes_call_site_arguments(function, self._escaping):
+        if not takes_call_site_arguments(function, self._uses().escaping):
             return None
         declared = self._entry_env(definition)
         passed = parameters_from_call_sites(function, sites.values())
@@ -361,9 +357,12 @@ class FlowModel:
             return False
         if any(dotted_name(base.value) != "object" for base in owner.bases):
             return False
-        if self._self_called is None:
-            self._self_called = methods_called_only_on_self(self.module)
-        return function.name.value in self._self_called
+        return function.name.value in self._uses().called_only_on_self
+
+    def _uses(self) -> NameUses:
+        if self._name_uses is None:
+            self._name_uses = name_uses(self.module)
+        return self._name_uses
 
     def _run(self, scope: Scope, env: Env, owner: cst.ClassDef | None,
              replacements: dict[int, cst.BaseSmallStatement] | None = None) -> FunctionFlow:
