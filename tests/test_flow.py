@@ -185,7 +185,7 @@ def test_debug_flow_command_prints_one_line(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "torchdevlint", "debug", "flow", f"{program}:3"],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"{program}:3: y: tensor, on device 'cuda' (cuda)\n"
+    assert result.stdout == f"{program}:3: y: tensor, on device 'cuda' (cuda:0)\n"
 
 
 def test_debug_flow_reports_a_syntax_error_without_a_traceback(tmp_path: Path) -> None:
@@ -222,9 +222,9 @@ def test_a_function_the_file_only_calls_directly_sees_what_its_calls_pass() -> N
         callback(net)
         """
     )
-    assert on_device.describe() == "module, on device 'cuda' (cuda)"
-    assert joined.describe() == "tensor, on device 'cuda' (cuda) or host"
-    assert annotated.describe() == "module, on device 'cuda' (cuda)"
+    assert on_device.describe() == "module, on device 'cuda' (cuda:0)"
+    assert joined.describe() == "tensor, on device 'cuda' (cuda:0) or host"
+    assert annotated.describe() == "module, on device 'cuda' (cuda:0)"
     # Passed to code we cannot see, it may be called with anything.
     assert passed_around.describe() == "unknown"
 
@@ -254,7 +254,7 @@ def test_a_plain_class_method_the_class_alone_calls_sees_what_its_calls_pass() -
                 self.check(nn.Linear(2, 2).cuda())
         """
     )
-    assert own_call.describe() == "module, on device 'cuda' (cuda)"
+    assert own_call.describe() == "module, on device 'cuda' (cuda:0)"
     # Handed out as a callback, or in a class a framework calls into: callers we cannot see.
     assert not passed_around.is_known
     assert not framework_class.is_known

@@ -32,9 +32,11 @@ class Method:
 class FileContext:
     """The file, its imports as read so far, the path to the current node, and the flow model."""
 
-    def __init__(self, module: cst.Module, path: str, deadline: Deadline | None = None) -> None:
+    def __init__(self, module: cst.Module, path: str, deadline: Deadline | None = None,
+                 source: str | None = None) -> None:
         self.module = module
         self.path = path
+        self._source = source
         self.deadline = deadline if deadline is not None else NoDeadline()
         self.imports = ImportTable()
         # The node being visited and all its ancestors, outermost first.
@@ -66,7 +68,7 @@ class FileContext:
     def flow(self) -> FlowModel:
         """The device-flow model of the file, interpreted lazily, function by function."""
         if self._flow is None:
-            self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline)
+            self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source)
         return self._flow
 
     def enclosing_scope(self, node: cst.CSTNode) -> Scope:

@@ -66,7 +66,7 @@ def flow_lines(source: str, path: str, only_line: int | None = None) -> list[str
                 if after is None:
                     continue
                 for name, description in _changes(flow.before[key], after):
-                    if name.startswith("__"):
+                    if name.startswith(("__", "<")):  # dunders, and the model's own entries
                         continue
                     facts.append((line, 0, f"{name}: {description}"))
             for meeting in flow.meetings.values():

@@ -225,14 +225,16 @@ def analyse_module(
     options: Mapping[str, object] | None = None,
     *,
     deadline: Deadline | None = None,
+    source: str | None = None,
 ) -> AnalysedFile:
     """The single pass: the engine's analysis and the given rules walk the module together.
 
     The public way in for anything that needs the analysis of a file (tests, a `debug` view):
-    give it a rule whose visits ask `self.context` what they want to know.
+    give it a rule whose visits ask `self.context` what they want to know. `source`, the
+    text the module was parsed from, saves regenerating it where the analysis reads it.
     """
     options = options or {}
-    context = FileContext(module, path, deadline)
+    context = FileContext(module, path, deadline, source)
     rules = tuple(rule_class(context, options.get(rule_class.code)) for rule_class in rule_classes)
     with room_for_nesting():
         _Walker(context, _Analysis(context), rules).walk(module)
@@ -258,7 +260,7 @@ def lint_module(
     source too where it matters (see `lint_source`) and InvalidSource is raised if it cannot.
     Raises AnalysisTimeout past the deadline.
     """
-    analysed = analyse_module(module, path, rule_classes, options, deadline=deadline)
+    analysed = analyse_module(module, path, rule_classes, options, deadline=deadline, source=source)
     try:
         reports = analysed.reports
         if judge_syntax and python_ast is None and (reports or analysed.context.may_be_newer_syntax):

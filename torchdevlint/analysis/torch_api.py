@@ -88,11 +88,22 @@ HOST_READ_METHODS: frozenset[str] = frozenset({"cpu", "numpy", "item", "tolist"}
 # Tensor-valued attributes of a Tensor.
 TENSOR_ATTRIBUTES: frozenset[str] = frozenset({"T", "mT", "H", "mH", "data", "grad", "real", "imag"})
 
-WRAPPERS: frozenset[str] = frozenset(
+DATA_PARALLEL: frozenset[str] = frozenset(
+    {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
+)
+
+# `torch.nn.parallel.data_parallel(module, inputs, ...)`: DataParallel's functional form.
+DATA_PARALLEL_FUNCTIONS: frozenset[str] = frozenset(
+    {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
+)
+
+# What `.cuda()` and `"cuda"` mean from here on: set, and (with `torch.cuda.device(n)`) changed
+# for a block.
+SET_CUDA_DEVICE = "torch.cuda.set_device"
+CUDA_DEVICE_CONTEXT = "torch.cuda.device"
+
+WRAPPERS: frozenset[str] = DATA_PARALLEL | frozenset(
     {
-        "torch.nn.DataParallel",
-        "torch.nn.parallel.DataParallel",
-        "torch.nn.parallel.data_parallel.DataParallel",
         "torch.nn.DistributedDataParallel",
         "torch.nn.parallel.DistributedDataParallel",
         "torch.nn.parallel.distributed.DistributedDataParallel",

@@ -436,7 +436,7 @@ class ForwardTensorWithoutDevice(Rule):
             current = self.context.parents.get(id(current))
         if current is None:
             return None
-        return dict(flow.before[id(current)])
+        return self.context.flow.env_before(current)
 
     def _names_bound_around(self, call: cst.Call, scope: cst.FunctionDef) -> set[str]:
         """Names a comprehension or lambda between the call and its function binds."""

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis import torch_api
 from torchdevlint.rule import Invalid, Rule, Valid
 
-_DATA_PARALLEL = frozenset(
-    {
-        "torch.nn.DataParallel",
-        "torch.nn.parallel.DataParallel",
-        "torch.nn.parallel.data_parallel.DataParallel",
-        # The functional form: replicate, scatter, apply and gather in one call.
-        "torch.nn.parallel.data_parallel",
-        "torch.nn.parallel.data_parallel.data_parallel",
-    }
-)
+# The functional form replicates, scatters, applies and gathers in one call.
+_DATA_PARALLEL = torch_api.DATA_PARALLEL | torch_api.DATA_PARALLEL_FUNCTIONS
 
 
 class DataParallelOverDdp(Rule):

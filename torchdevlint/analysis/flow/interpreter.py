@@ -21,11 +21,13 @@ from torchdevlint.analysis.devices import (
     AVAILABILITY_CHECKS,
     LEGACY_CUDA_TENSOR_TYPES,
     disables_grad,
+    integer_value,
     parse_device_string,
     string_value,
 )
 from torchdevlint.analysis.flow.values import (
     ANYWHERE_PLACE,
+    CURRENT_CUDA_DEVICE,
     HOST_PLACE,
     MODULE_DEVICE_PLACE,
     OTHER,
@@ -35,6 +37,7 @@ from torchdevlint.analysis.flow.values import (
     Place,
     PlaceKind,
     Value,
+    cuda_place,
     device_value,
     join_all,
     reference,
@@ -59,6 +62,7 @@ _MODULE_API = frozenset(
 )
 _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 _UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
+_CUDA_ONLY = frozenset({"cuda"})
 _MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbone")
 # `build_model(cfg)`, `get_encoder()`: functions that make or fetch a model, not models.
 _BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "setup", "construct", "prepare",
@@ -171,6 +175,8 @@ class Oracle(Protocol):
     def attribute_value(self, class_id: int, attribute: str, instance: Value) -> Value | None: ...
     def method_of(self, class_id: int, name: str) -> int | None: ...
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None: ...
+    @property
+    def entry_cuda_device(self) -> Value: ...
 
 
 def names_bound_by(node: cst.BaseExpression) -> Iterator[cst.Name]:
@@ -240,7 +246,9 @@ class Interpreter:
         if isinstance(self.flow.node, cst.FunctionDef) and any(
                 self._disables_grad(d.decorator, self.env0) for d in self.flow.node.decorators):
             self._grad_off += 1
-        final = self._block(body, dict(self.env0))
+        env = dict(self.env0)
+        env.setdefault(CURRENT_CUDA_DEVICE, self.oracle.entry_cuda_device)
+        final = self._block(body, env)
         self.flow.final = final
         if isinstance(self.flow.node, cst.FunctionDef):
             # Falling off the end returns None.
@@ -292,17 +300,25 @@ class Interpreter:
             return self._try(node, env)
         if type(node) is cst.With:
             grad_off = False
+            outer_cuda_device = env.get(CURRENT_CUDA_DEVICE)
             for item in node.items:
                 value = self._evaluate(item.item, env)
                 grad_off = grad_off or self._disables_grad(item.item, env)
                 if item.asname is not None:
                     entered = value if value.is_module_like or value.is_tensor_like else UNKNOWN
                     self._bind(item.asname.name, entered, env)
+                if type(item.item) is cst.Call and self.qualified(item.item.func, env) == torch_api.CUDA_DEVICE_CONTEXT:
+                    # `with torch.cuda.device(1):` changes the current device for the block.
+                    index = self._device_index_argument(item.item, [self.flow.values.get(id(arg.value), UNKNOWN) for arg in item.item.args])
+                    env[CURRENT_CUDA_DEVICE] = device_value(cuda_place("'cuda'", index))
             self._grad_off += grad_off
             try:
-                return self._block(node.body.body, env)
+                after = self._block(node.body.body, env)
             finally:
                 self._grad_off -= grad_off
+            if after is not None and outer_cuda_device is not None:
+                after[CURRENT_CUDA_DEVICE] = outer_cuda_device
+            return after
         if type(node) is cst.Match:
             self._evaluate(node.subject, env)
             result: Env | None = None
@@ -669,7 +685,7 @@ class Interpreter:
 
     def _string(self, node: cst.SimpleString | cst.ConcatenatedString, env: Env) -> Value:
         text = string_value(node)
-        place = _literal_place(text) if text is not None else None
+        place = _literal_place(text, self._current_cuda_index(env)) if text is not None else None
         return SCALAR if place is None else replace(SCALAR, device=place)
 
     def _formatted_string(self, node: cst.FormattedString, env: Env) -> Value:
@@ -1012,11 +1028,11 @@ class Interpreter:
             if attribute is not None and attribute.reference is not None and attribute.reference.definition is not None:
                 return self.oracle.call_result(attribute.reference.definition, node, arguments, None)
         if receiver.is_tensor_like:
-            return self._tensor_method(node, method, receiver, arguments)
+            return self._tensor_method(node, method, receiver, arguments, env)
         if receiver.is_module_like:
             if method in torch_api.MODULE_SELF_RETURNING_METHODS:
                 if method in ("to", "cuda", "cpu", "xpu", "mps"):
-                    moved = self._move_target(node, method, arguments)
+                    moved = self._move_target(node, method, arguments, env)
                     return receiver.with_places(None if moved is None else [moved])
                 return receiver
             if method in ("register_buffer", "register_parameter") and node.args and self._is_self(node.func):
@@ -1034,7 +1050,7 @@ class Interpreter:
             return UNKNOWN
         if receiver.kinds == {Kind.UNKNOWN} and method in ("to", "cuda", "cpu", "xpu", "mps"):
             # `Net().to(device)`: a module or a tensor we cannot see, but placed on `device`.
-            moved = self._move_target(node, method, arguments)
+            moved = self._move_target(node, method, arguments, env)
             if moved is not None and moved != HOST_PLACE:
                 assert isinstance(node.func, cst.Attribute)
                 self._batch_is_on_the_host(node.func.value, env)
@@ -1099,7 +1115,7 @@ class Interpreter:
         return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
                 and self.self_name is not None and func.value.value == self.self_name)
 
-    def _tensor_method(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value]) -> Value:
+    def _tensor_method(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value], env: Env) -> Value:
         if method == "item":
             return SCALAR
         if method == "tolist":
@@ -1109,7 +1125,7 @@ class Interpreter:
         if method in ("size", "dim", "numel", "nelement", "element_size", "is_floating_point", "get_device", "is_contiguous"):
             return SCALAR
         if method in ("to", "cuda", "cpu", "xpu", "mps"):
-            moved = self._move_target(node, method, arguments)
+            moved = self._move_target(node, method, arguments, env)
             if moved is None:
                 if method == "to" and not self._changes_device(node, arguments):
                     return tensor(receiver.places, origins=receiver.origins, zero_dim=receiver.zero_dim,
@@ -1151,16 +1167,29 @@ class Interpreter:
             return True
         return False
 
-    def _move_target(self, node: cst.Call, method: str, arguments: list[Value]) -> Place | None:
+    def _current_cuda_index(self, env: Env) -> int | None:
+        current = env.get(CURRENT_CUDA_DEVICE)
+        return current.device.index if current is not None and current.device is not None else None
+
+    def _move_target(self, node: cst.Call, method: str, arguments: list[Value], env: Env) -> Place | None:
         """Where `.to(...)`, `.cuda()`, `.cpu()` put the value; None when the code does not say."""
         if method == "cpu":
             return HOST_PLACE
-        if method in ("cuda", "xpu", "mps"):
-            # The current device of that type, as `"cuda"` names it.
+        if method == "cuda":
+            # The current device, as `"cuda"` names it, or the one given.
+            given = self._device_index_argument(node, arguments)
+            if given is None and any(arg.keyword is None or arg.keyword.value == "device" for arg in node.args):
+                return cuda_place("'cuda'", None)
+            return cuda_place("'cuda'", self._current_cuda_index(env) if given is None else given)
+        if method in ("xpu", "mps"):
             return Place(PlaceKind.DEVICE, repr(method), frozenset({method}))
         for arg, value in zip(node.args, arguments, strict=True):
             if arg.keyword is not None and arg.keyword.value != "device":
                 continue
+            index = integer_value(arg.value)
+            if index is not None:
+                # `.to(1)`: a CUDA device by its number.
+                return cuda_place(repr(f"cuda:{index}"), index)
             if value.is_device and value.device is not None:
                 return value.device
             if value.device is not None:  # a device string
@@ -1176,6 +1205,33 @@ class Interpreter:
             return None
         return None
 
+    def _first_device_id(self, node: cst.Call) -> int | None:
+        """`device_ids[0]` of a DataParallel call: where it wants the module. Without
+        `device_ids` (or with None) it takes every GPU, from cuda:0."""
+        written = [arg.value for arg in node.args if arg.keyword is None and not arg.star][1:2] or \
+            [arg.value for arg in node.args if arg.keyword is not None and arg.keyword.value == "device_ids"]
+        if any(arg.star for arg in node.args):
+            return None
+        if not written or type(written[0]) is cst.Name and written[0].value == "None":
+            return 0
+        ids = written[0]
+        if isinstance(ids, (cst.List, cst.Tuple)) and ids.elements and not isinstance(ids.elements[0], cst.StarredElement):
+            first = ids.elements[0].value
+            return _cuda_index_of(first, self.flow.values.get(id(first), UNKNOWN))
+        if type(ids) is cst.Call and dotted_name(ids.func) == "list" and ids.args:
+            ids = ids.args[0].value
+        if type(ids) is cst.Call and dotted_name(ids.func) == "range" and ids.args:
+            return 0 if len(ids.args) == 1 else integer_value(ids.args[0].value)
+        return None
+
+    def _device_index_argument(self, node: cst.Call, arguments: list[Value]) -> int | None:
+        """The CUDA device a call's first argument (or `device=`) names: `1`, `"cuda:1"`."""
+        for arg, value in zip(node.args, arguments, strict=True):
+            if arg.keyword is not None and arg.keyword.value != "device" or arg.star:
+                continue
+            return _cuda_index_of(arg.value, value)
+        return None
+
     def _torch_call(self, node: cst.Call, qualified: str, arguments: list[Value], env: Env) -> Value:
         keywords = {arg.keyword.value: value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is not None}
         positional = [value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is None and not arg.star]
@@ -1186,9 +1242,17 @@ class Interpreter:
             return Value.of(Kind.MEMORY_BUFFER)
         if qualified == torch_api.TORCH_DEVICE:
             return device_value(self._device_call_place(node, positional, keywords))
+        if qualified == torch_api.SET_CUDA_DEVICE:
+            index = self._device_index_argument(node, arguments)
+            env[CURRENT_CUDA_DEVICE] = device_value(cuda_place("'cuda'", index))
+            return SCALAR
         if qualified in torch_api.WRAPPERS:
             inner = positional[0] if positional else keywords.get("module", UNKNOWN)
-            return Value(frozenset({Kind.WRAPPED_MODULE}), inner.places if inner.is_module_like else None)
+            first = self._first_device_id(node) if qualified in torch_api.DATA_PARALLEL else None
+            # What it wraps is a module, whatever the model could see of it.
+            placed = inner.is_module_like or inner.kinds == _UNKNOWN_ONLY
+            return Value(frozenset({Kind.WRAPPED_MODULE}), inner.places if placed else None,
+                         device=None if first is None else cuda_place("device_ids[0]", first))
         if qualified in torch_api.DATALOADERS:
             dataset = positional[0] if positional else keywords.get("dataset", UNKNOWN)
             if "collate_fn" in keywords:
@@ -1299,7 +1363,16 @@ class Interpreter:
     def _device_call_place(self, node: cst.Call, positional: list[Value], keywords: dict[str, Value]) -> Place:
         first = positional[0] if positional else keywords.get("type")
         if first is not None and first.device is not None:
-            return first.device
+            place = first.device
+            # `torch.device("cuda", 1)`, `torch.device("cuda", index=rank)`.
+            written = [arg.value for arg in node.args if arg.keyword is None and not arg.star][1:2] or \
+                [arg.value for arg in node.args if arg.keyword is not None and arg.keyword.value == "index"]
+            if written and place.types == _CUDA_ONLY:
+                return replace(place, index=integer_value(written[0]))
+            return place
+        number = integer_value(node.args[0].value) if node.args and node.args[0].keyword is None else None
+        if number is not None:
+            return cuda_place(repr(f"cuda:{number}"), number)
         if first is not None and first.kinds == {Kind.SCALAR} and node.args:
             argument = node.args[0].value
             # `torch.device("cuda" if torch.cuda.is_available() else "cpu")`
@@ -1459,13 +1532,25 @@ def _constant_index(node: cst.Subscript) -> str | None:
     return None
 
 
-def _literal_place(text: str) -> Place | None:
+def _literal_place(text: str, current_cuda_index: int | None) -> Place | None:
     literal = parse_device_string(text)
     if literal is None:
         return None
     if literal.is_host:
         return HOST_PLACE if literal.type == "cpu" else None
-    return Place(PlaceKind.DEVICE, repr(text), frozenset({literal.type}))
+    index = current_cuda_index if literal.type == "cuda" and literal.index is None else literal.index
+    return Place(PlaceKind.DEVICE, repr(text), frozenset({literal.type}), index)
+
+
+def _cuda_index_of(node: cst.BaseExpression, value: Value) -> int | None:
+    """The CUDA device an expression names: a number, or a CUDA device whose index is known."""
+    number = integer_value(node)
+    if number is not None:
+        return number
+    device = value.device
+    if device is not None and device.kind is PlaceKind.DEVICE and device.types == _CUDA_ONLY:
+        return device.index
+    return None
 
 
 def _string_device_type(node: cst.BaseExpression) -> str | None:

@@ -33,6 +33,8 @@ from torchdevlint.analysis.flow.values import (
     Kind,
     Place,
     Value,
+    cuda_place,
+    device_value,
     tensor,
 )
 from torchdevlint.analysis.names import dotted_name
@@ -122,8 +124,11 @@ class FlowModel:
     """Answers, for any expression, its value at its program point (see `value_of`)."""
 
     def __init__(self, module: cst.Module, enclosing_scope: Callable[[cst.CSTNode], Scope],
-                 deadline: Deadline | None = None) -> None:
+                 deadline: Deadline | None = None, source: str | None = None) -> None:
         self.module = module
+        # The text the module was parsed from (regenerated from the tree when not given).
+        self._source = source
+        self._entry_cuda_device: Value | None = None
         self._enclosing_scope = enclosing_scope
         self.deadline = deadline if deadline is not None else NoDeadline()
         self._definitions: dict[int, _Definition] = {}
@@ -155,6 +160,17 @@ class FlowModel:
         self._per_call_runs: dict[int, int] = {}
         self._all_declared_done = False
 
+    @property
+    def entry_cuda_device(self) -> Value:
+        """The current CUDA device where a body starts: cuda:0, unless the file changes it
+        somewhere (`torch.cuda.set_device`, `with torch.cuda.device(n)`); then unknown until
+        the body sets it."""
+        if self._entry_cuda_device is None:
+            text = self._source if self._source is not None else self.module.code
+            changes = "set_device" in text or "cuda.device(" in text
+            self._entry_cuda_device = device_value(cuda_place("'cuda'", None if changes else 0))
+        return self._entry_cuda_device
+
     # ---- questions rules ask -------------------------------------------------------
 
     def value_of(self, node: cst.BaseExpression) -> Value:
@@ -170,8 +186,10 @@ class FlowModel:
         return value.reference.qualified
 
     def env_before(self, statement: cst.CSTNode) -> Env | None:
+        """The program's bindings before a statement (without the model's own entries)."""
         flow = self.flow_for(self._enclosing_scope(statement))
-        return flow.before.get(id(statement)) if flow is not None else None
+        env = flow.before.get(id(statement)) if flow is not None else None
+        return None if env is None else {key: value for key, value in env.items() if not key.startswith("<")}
 
     def meetings(self, scope: Scope) -> list[Meeting]:
         flow = self.flow_for(scope)

@@ -54,6 +54,9 @@ class Place:
     symbol: str = ""
     # Device types it may be (`{"cuda", "cpu"}` for a fallback); None when unknown.
     types: frozenset[str] | None = None
+    # Which device of its type, where the code shows it: `"cuda:1"`, `.cuda(1)`, or `"cuda"`
+    # where the current device is known (see `CURRENT_CUDA_DEVICE`); None otherwise.
+    index: int | None = None
 
     @property
     def may_be_accelerator(self) -> bool:
@@ -66,7 +69,8 @@ class Place:
     def describe(self) -> str:
         if self.kind is PlaceKind.DEVICE:
             types = "?" if self.types is None else "|".join(sorted(self.types))
-            return f"device {self.symbol} ({types})"
+            index = "" if self.index is None else f":{self.index}"
+            return f"device {self.symbol} ({types}{index})"
         return str(self.kind.value)
 
 
@@ -96,6 +100,7 @@ _TENSOR_LIKE = frozenset({Kind.TENSOR, Kind.MODEL_OUTPUT})
 _MODULE_LIKE = frozenset({Kind.MODULE, Kind.WRAPPED_MODULE})
 _JUST_DEVICE = frozenset({Kind.DEVICE})
 _JUST_HOST = frozenset({HOST_PLACE})
+_JUST_CUDA = frozenset({"cuda"})
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,8 @@ class Value:
     zero_dim: bool = False
     # Known elements of a tuple/list, or keys of a dict: ((key, value), ...), keys as text.
     items: tuple[tuple[str, Value], ...] | None = None
-    # For a device value: the place it names. For a module: see `places`.
+    # For a device value: the place it names. For a DataParallel wrapper: the device of its
+    # `device_ids[0]`, where its module must be. For a module: see `places`.
     device: Place | None = None
     reference: Reference | None = None
     # For an instance of a same-file class: the id of its ClassDef.
@@ -205,6 +211,14 @@ class Value:
     def may_be_on_accelerator(self) -> bool:
         return self.places is None or any(place.may_be_accelerator for place in self.places)
 
+    @property
+    def cuda_index(self) -> int | None:
+        """The index of the one CUDA device this value is on, on every path, where known."""
+        if self.places is None or len(self.places) != 1:
+            return None
+        (place,) = self.places
+        return place.index if place.kind is PlaceKind.DEVICE and place.types == _JUST_CUDA else None
+
     def item(self, key: str) -> Value | None:
         if self.items is None:
             return None
@@ -254,6 +268,15 @@ SCALAR = Value.of(Kind.SCALAR)
 def tensor(places: Iterable[Place] | None, *, origins: frozenset[int] = frozenset(), zero_dim: bool = False,
            grad: bool = False) -> Value:
     return Value(frozenset({Kind.TENSOR}), None if places is None else frozenset(places), origins, zero_dim, grad=grad)
+
+
+# The environment key under which the model keeps the current CUDA device (what `"cuda"` and
+# `.cuda()` mean): not a name a program can bind.
+CURRENT_CUDA_DEVICE = "<current cuda device>"
+
+
+def cuda_place(symbol: str, index: int | None) -> Place:
+    return Place(PlaceKind.DEVICE, symbol, _JUST_CUDA, index)
 
 
 def device_value(place: Place) -> Value:
