@@ -258,3 +258,68 @@ def test_a_plain_class_method_the_class_alone_calls_sees_what_its_calls_pass() -
     # Handed out as a callback, or in a class a framework calls into: callers we cannot see.
     assert not passed_around.is_known
     assert not framework_class.is_known
+
+
+def test_cuda_devices_carry_their_index_where_the_code_shows_it() -> None:
+    facts = _facts(
+        """
+        import torch
+        import torch.nn as nn
+        a = torch.zeros(2).cuda()
+        b = torch.zeros(2).to(1)
+        gpu = torch.device("cuda", 2)
+        c = torch.zeros(2, device=gpu)
+        torch.cuda.set_device(3)
+        d = torch.zeros(2).cuda()
+        with torch.cuda.device(1):
+            e = torch.zeros(2).cuda()
+        f = torch.zeros(2).cuda()
+        if flag:
+            torch.cuda.set_device(0)
+        g = torch.zeros(2).cuda()
+        wrapped = nn.DataParallel(nn.Linear(2, 2).cuda(), device_ids=[1, 2])
+        """
+    )
+    # The file changes the current device, so a body starts with it unknown.
+    assert "a: tensor, on device 'cuda' (cuda)" in facts
+    assert "b: tensor, on device 'cuda:1' (cuda:1)" in facts
+    assert "c: tensor, on device 'cuda:2' (cuda:2)" in facts
+    assert "d: tensor, on device 'cuda' (cuda:3)" in facts
+    assert "e: tensor, on device 'cuda' (cuda:1)" in facts
+    assert "f: tensor, on device 'cuda' (cuda:3)" in facts
+    assert "g: tensor, on device 'cuda' (cuda)" in facts
+    assert "wrapped: wrapped module, names device device_ids[0] (cuda:1), on device 'cuda' (cuda)" in facts
+
+
+def test_results_of_calls_it_cannot_see_are_placed_by_their_device_inputs() -> None:
+    facts = _facts(
+        """
+        import torch
+        def train(model, batch, criterion, args, device):
+            batch = {k: v.to(device) for k, v in batch.items()}
+            out = model(**batch)
+            loss = out.loss
+            weighted = args.weight * loss
+            extractor = make_extractor().to(device)
+            features = extractor(batch["x"])
+            task = criterion(features, batch["y"])
+        """
+    )
+    assert "batch: container, on device device (?)" in facts
+    assert "loss: model output, on device device (?), may require grad" in facts
+    assert "weighted: tensor, on device device (?), may require grad" in facts
+    assert "features: model output, on device device (?), may require grad" in facts
+    assert "task: tensor, on device device (?), 0-dim, may require grad" in facts
+
+
+def test_a_parameter_left_to_its_default_device_is_there() -> None:
+    values = _probes(
+        """
+        import torch
+        def check(steps, device=torch.device("cpu")):
+            x = torch.ones(3, device=device)
+            probe(x)
+        check(10)
+        """
+    )
+    assert values[0].on_host

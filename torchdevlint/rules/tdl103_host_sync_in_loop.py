@@ -6,10 +6,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from torchdevlint.analysis.loader_flow import Target, move_target, names_in
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes
-from torchdevlint.context import FileContext
 from torchdevlint.rule import Invalid, Rule, Valid
 
 # Tensor methods that copy to the host and so wait for every queued kernel.
@@ -22,17 +20,8 @@ class _Loop:
     node: cst.For | cst.While
     # A `.backward()` call sits in this loop's own body (not in a nested loop).
     trains: bool = False
-    # Names holding data on the device: moved there in this loop, or computed from such data.
-    on_device: set[str] = field(default_factory=set)
     # Synchronising calls, kept until we know whether the loop trains.
     syncs: list[cst.Call] = field(default_factory=list)
-
-
-def _is_sync_call(context: FileContext, node: cst.CSTNode) -> bool:
-    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
-        return False
-    method = node.func.attr.value
-    return method in _SYNC_METHODS or (method == "to" and move_target(context, node) is Target.CPU)
 
 
 def _is_periodic(test: cst.BaseExpression) -> bool:
@@ -65,9 +54,10 @@ class HostSyncInLoop(Rule):
     """
     ## What it does
     Finds `.item()`, `.tolist()`, `.cpu()`, `.to("cpu")` and `print(tensor)` on device data
-    inside a training loop: a loop whose own body calls `.backward()` and moves its inputs
-    to a device. Device data is what the loop moved with `.to(device)`/`.cuda()` and
-    everything computed from it (the model's output, the loss, predictions). Calls under an
+    inside a training loop: a loop whose own body calls `.backward()`. Device data is what
+    the flow model shows on a device on every path: moved there (`.to(device)`, `.cuda()`),
+    made there, and what is computed from it (the model's output, the loss, predictions).
+    A chain is reported at its first copy (`x.cpu().tolist()`). Calls under an
     `if` that tests a modulo (`if step % 100 == 0:`) are periodic logging, and calls in a
     branch that raises, breaks or exits run once; neither is reported.
 
@@ -155,6 +145,29 @@ class HostSyncInLoop(Rule):
         Invalid(
             """
             import torch
+            import torch.nn.functional as F
+
+            def to_device(batch, device):
+                images, labels = batch
+                return images.to(device), labels.to(device)
+
+            def loss_fn(logits, labels):
+                return F.cross_entropy(logits, labels)
+
+            def train(model, loader, optimizer, device, history):
+                for batch in loader:
+                    images, labels = to_device(batch, device)
+                    loss = args.weight * loss_fn(model(images), labels)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    history.append(loss.item())
+            """,
+            name="batch-moved-by-a-helper-and-a-loss-function",
+        ),
+        Invalid(
+            """
+            import torch
 
             for images, labels in loader:
                 images, labels = images.to(device), labels.to(device)
@@ -230,12 +243,6 @@ class HostSyncInLoop(Rule):
                 return None
         return None
 
-    def _on_device(self) -> set[str]:
-        found: set[str] = set()
-        for loop in self._loops:
-            found |= loop.on_device
-        return found
-
     def visit_Call(self, node: cst.Call) -> None:
         loop = self._current(node)
         if loop is None:
@@ -244,32 +251,24 @@ class HostSyncInLoop(Rule):
         if isinstance(func, cst.Attribute) and func.attr.value == "backward":
             loop.trains = True
             return
-        if not (loop.on_device or any(outer.on_device for outer in self._loops)):
-            return
         if isinstance(func, cst.Name) and func.value == "print" and self.context.binding_scope("print") is None:
-            if any(isinstance(arg.value, cst.Name) and arg.value.value in self._on_device() for arg in node.args):
-                if not self._under_periodic_if(node, loop):
-                    loop.syncs.append(node)
+            if any(self._on_device(arg.value) for arg in node.args) and not self._under_periodic_if(node, loop):
+                loop.syncs.append(node)
             return
-        if not _is_sync_call(self.context, node):
-            return
-        assert isinstance(func, cst.Attribute)
-        receiver = func.value
-        if self._contains_sync(receiver) or not names_in(receiver) & self._on_device():
-            return
-        if self.context.flow.value_of(receiver).is_module_like or self._under_periodic_if(node, loop):
-            return
-        loop.syncs.append(node)
+        if self._is_sync_call(node) and not self._under_periodic_if(node, loop):
+            loop.syncs.append(node)
 
-    def _contains_sync(self, node: cst.CSTNode) -> bool:
-        """`x.cpu().tolist()`: the first sync in a chain is the one reported."""
-        stack: list[cst.CSTNode] = [node]
-        while stack:
-            current = stack.pop()
-            if _is_sync_call(self.context, current):
-                return True
-            stack.extend(child_nodes(current))
-        return False
+    def _on_device(self, node: cst.BaseExpression) -> bool:
+        """Data the model shows on an accelerator on every path (not a module)."""
+        value = self.context.flow.value_of(node)
+        return value.on_accelerator and not value.is_module_like
+
+    def _is_sync_call(self, node: cst.Call) -> bool:
+        """A copy of device data to the host: `.item()`, `.tolist()`, `.cpu()`, `.to("cpu")`."""
+        if not isinstance(node.func, cst.Attribute) or not self._on_device(node.func.value):
+            return False
+        method = node.func.attr.value
+        return method in _SYNC_METHODS or method == "to" and self.context.flow.value_of(node).on_host
 
     def _under_periodic_if(self, node: cst.CSTNode, loop: _Loop) -> bool:
         """Under `if step % N == 0:`, or in a branch that leaves the loop (`sys.exit(1)`)."""
@@ -282,37 +281,4 @@ class HostSyncInLoop(Rule):
             if isinstance(ancestor, cst.If) and child is ancestor.body and _leaves_loop(ancestor.body):
                 return True
             child = ancestor
-        return False
-
-    def leave_Assign(self, node: cst.Assign) -> None:
-        self._record(node, [t.target for t in node.targets], node.value)
-
-    def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
-            self._record(node, [node.target], node.value)
-
-    def _record(self, statement: cst.CSTNode, targets: list[cst.BaseExpression], value: cst.BaseExpression) -> None:
-        loop = self._current(statement)
-        if loop is None:
-            return
-        names = set().union(*(names_in(t) for t in targets if isinstance(t, (cst.Name, cst.Tuple, cst.List))))
-        if self._contains_sync(value):
-            for each in self._loops:
-                each.on_device -= names
-        elif self._moves_to_device(value) or names_in(value) & self._on_device():
-            loop.on_device |= names
-
-    def _moves_to_device(self, value: cst.CSTNode) -> bool:
-        stack: list[cst.CSTNode] = [value]
-        while stack:
-            current = stack.pop()
-            if (
-                isinstance(current, cst.Call)
-                and isinstance(current.func, cst.Attribute)
-                and current.func.attr.value in ("to", "cuda")
-                and move_target(self.context, current) is Target.ACCELERATOR
-                and not self.context.flow.value_of(current.func.value).is_module_like
-            ):
-                return True
-            stack.extend(child_nodes(current))
         return False

@@ -8,7 +8,7 @@ callers moved it. Values that reach it from other files stay unknown.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import libcst as cst
@@ -83,11 +83,13 @@ def takes_call_site_arguments(function: cst.FunctionDef, escaping: frozenset[str
     return True
 
 
-def parameters_from_call_sites(function: cst.FunctionDef, sites: Iterable[CallSite]) -> dict[str, Value]:
-    """Each parameter's value joined over the call sites; unknown where any site is opaque."""
+def parameters_from_call_sites(function: cst.FunctionDef, sites: Iterable[CallSite],
+                               defaults: Mapping[str, Value]) -> dict[str, Value]:
+    """Each parameter's value joined over the call sites; unknown where any site is opaque.
+    `defaults`: the values of the parameters' defaults, where the model evaluated them."""
     joined: dict[str, Value] = {}
     for site in sites:
-        bound = _bind(function, site)
+        bound = _bind(function, site, defaults)
         for name in _parameter_names(function):
             value = bound.get(name, UNKNOWN) if bound is not None else UNKNOWN
             joined[name] = value if name not in joined else joined[name].join(value)
@@ -99,7 +101,7 @@ def _parameter_names(function: cst.FunctionDef) -> list[str]:
     return [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
 
 
-def _bind(function: cst.FunctionDef, site: CallSite) -> dict[str, Value] | None:
+def _bind(function: cst.FunctionDef, site: CallSite, defaults: Mapping[str, Value]) -> dict[str, Value] | None:
     params = function.params
     positional = [*params.posonly_params, *params.params]
     if site.bound_method:
@@ -116,14 +118,17 @@ def _bind(function: cst.FunctionDef, site: CallSite) -> dict[str, Value] | None:
             index += 1
     for param in (*positional, *params.kwonly_params):
         if param.name.value not in bound and param.default is not None:
-            bound[param.name.value] = _default_value(param.default)
+            bound[param.name.value] = _default_value(param.default, defaults.get(param.name.value))
     return bound
 
 
-def _default_value(default: cst.BaseExpression) -> Value:
+def _default_value(default: cst.BaseExpression, evaluated: Value | None) -> Value:
     if isinstance(default, cst.Name) and default.value == "None":
         # Passed as a device (`device=None`), None means the default device: the host.
         return replace(SCALAR, device=HOST_PLACE)
+    if evaluated is not None and evaluated.device is not None:
+        # `device="cpu"`, `device=torch.device("cpu")`.
+        return evaluated
     if isinstance(default, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)):
         return SCALAR
     if isinstance(default, cst.Name) and default.value in ("True", "False"):

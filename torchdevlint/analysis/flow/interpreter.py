@@ -52,6 +52,7 @@ Env = dict[str, Value]
 _LOOP_ROUNDS = 3
 _DEVICE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
 _CALLEE_MEETING_WORDS = ("loss", "criterion", "crit", "metric", "model", "net")
+_LOSS_WORDS = ("loss", "criterion", "crit")
 # nn.Module's own methods: never a submodule called.
 _MODULE_API = frozenset(
     {"register_buffer", "register_parameter", "add_module", "register_module", "apply", "parameters",
@@ -63,6 +64,10 @@ _MODULE_API = frozenset(
 _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 _UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
 _CUDA_ONLY = frozenset({"cuda"})
+_MODEL_OUTPUT_ONLY = frozenset({Kind.MODEL_OUTPUT})
+# Inputs of unknown kind moved somewhere (`model(x.to(device))`), and batches of them
+# (`model(**batch)` after moving each of the batch's tensors).
+_PLACED_INPUT_KINDS = frozenset({Kind.UNKNOWN, Kind.CONTAINER})
 _MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbone")
 # `build_model(cfg)`, `get_encoder()`: functions that make or fetch a model, not models.
 _BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "setup", "construct", "prepare",
@@ -331,6 +336,7 @@ class Interpreter:
         if type(node) is cst.FunctionDef:
             for decorator in node.decorators:
                 self._evaluate(decorator.decorator, env)
+            self._evaluate_defaults(node, env)
             self.oracle.register_definition(node, self.flow.node, None)
             self.flow.definitions[node.name.value] = node
             env[node.name.value] = reference(node.name.value, id(node))
@@ -343,6 +349,13 @@ class Interpreter:
         callee = node.func if isinstance(node, cst.Call) else node
         return disables_grad(self.qualified(callee, env), node)
 
+    def _evaluate_defaults(self, function: cst.FunctionDef, env: Env) -> None:
+        """Defaults are evaluated where the function is defined (see `FlowModel._default_values`)."""
+        params = function.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            if param.default is not None:
+                self._evaluate(param.default, env)
+
     def _class(self, node: cst.ClassDef, env: Env) -> Env:
         for base in node.bases:
             self._evaluate(base.value, env)
@@ -353,6 +366,7 @@ class Interpreter:
                 self.oracle.register_definition(statement, self.flow.node, node)
                 for decorator in statement.decorators:
                     self._evaluate(decorator.decorator, class_env)
+                self._evaluate_defaults(statement, class_env)
                 continue
             result = self._statement(statement, class_env)
             if result is None:
@@ -769,7 +783,10 @@ class Interpreter:
             clause = clause.inner_for_in
         if isinstance(node, cst.DictComp):
             self._evaluate(node.key, inner)
-            self._evaluate(node.value, inner)
+            element = self._evaluate(node.value, inner)
+            if element.places is not None and (element.is_tensor_like or element.kinds == _UNKNOWN_ONLY):
+                # `{k: v.to(device) for k, v in batch.items()}`: its values are all there.
+                return Value(frozenset({Kind.CONTAINER}), element.places)
             return Value(frozenset({Kind.CONTAINER}))
         element = self._evaluate(node.elt, inner)
         # Walrus targets leak into the enclosing scope.
@@ -830,6 +847,9 @@ class Interpreter:
                 return tensor(base.places, origins=base.origins, grad=base.grad and attr not in ("data", "grad"))
             if attr in ("shape", "dtype", "ndim", "is_cuda", "requires_grad"):
                 return SCALAR
+            if base.kinds == _MODEL_OUTPUT_ONLY:
+                # `model(**batch).loss`, `.logits`: a field of the output, where the module is.
+                return replace(base, items=None, zero_dim=False)
             return UNKNOWN
         if base.is_module_like:
             if attr == "module":
@@ -899,6 +919,11 @@ class Interpreter:
             return tensor(right.places, origins=right.origins, zero_dim=right.zero_dim, grad=right.grad)
         if left.kinds == {Kind.SCALAR} and right.kinds == {Kind.SCALAR}:
             return SCALAR
+        # `args.weight * loss`: whatever the other operand is, the result of an operation on
+        # accelerator data is there (or the operation fails).
+        for known, other in ((left, right), (right, left)):
+            if known.is_tensor_like and known.on_accelerator and other.kinds == _UNKNOWN_ONLY:
+                return tensor(known.places, grad=known.grad)
         return UNKNOWN
 
     def _record_meeting(self, node: cst.CSTNode, kind: str, operands: list[Operand]) -> None:
@@ -968,12 +993,19 @@ class Interpreter:
             # `model(x)` with `model` made where we cannot see: a module, where it was moved
             # (`model = Net().to(device)`) or else wherever its inputs are.
             return self._module_call(node, Value(frozenset({Kind.MODULE}), callee.places), arguments)
+        if callee.kinds == _UNKNOWN_ONLY and callee.places is not None:
+            # Moved to a device and then called (`vgg = Vgg16().to(device)`, `vgg(x)`): a module.
+            return self._module_call(node, Value(frozenset({Kind.MODULE}), callee.places), arguments)
         operands = [Operand(arg.value, value) for arg, value in zip(node.args, arguments, strict=True)
                     if value.is_tensor_like]
         if len(operands) > 1 and any(word in name for word in _CALLEE_MEETING_WORDS):
             self._record_meeting(node, MeetingKind.CALL, operands)
         if name in ("tqdm", "trange"):
             return self._builtin_container("iter", node, arguments)
+        if operands and any(word in name for word in _LOSS_WORDS):
+            # `criterion(outputs, labels)` made where we cannot see: a loss, computed where its
+            # inputs are (a reduced one, so it mixes with data anywhere).
+            return replace(_combined_tensor([operand.value for operand in operands]), zero_dim=True)
         return UNKNOWN
 
     def _same_file_call(self, node: cst.Call, callee: Value, arguments: list[Value]) -> Value:
@@ -996,7 +1028,7 @@ class Interpreter:
             # Where the module is not known, it works where its inputs are, or not at all:
             # tensors, and inputs of unknown kind moved somewhere (`model(x.to(device))`).
             inputs = [value if value.is_tensor_like else tensor(value.places) for value in arguments
-                      if value.is_tensor_like or (value.places is not None and value.kinds == {Kind.UNKNOWN})]
+                      if value.is_tensor_like or (value.places is not None and value.kinds <= _PLACED_INPUT_KINDS)]
             combined = _combined_tensor(inputs) if inputs else None
             places = combined.places if combined is not None else None
         return Value(frozenset({Kind.MODEL_OUTPUT}), places, grad=not self._grad_off)
@@ -1368,7 +1400,9 @@ class Interpreter:
             written = [arg.value for arg in node.args if arg.keyword is None and not arg.star][1:2] or \
                 [arg.value for arg in node.args if arg.keyword is not None and arg.keyword.value == "index"]
             if written and place.types == _CUDA_ONLY:
-                return replace(place, index=integer_value(written[0]))
+                index = integer_value(written[0])
+                # Named by its variable where the index is not a literal (see `_set`).
+                return cuda_place("" if index is None else repr(f"cuda:{index}"), index)
             return place
         number = integer_value(node.args[0].value) if node.args and node.args[0].keyword is None else None
         if number is not None:

@@ -335,8 +335,10 @@ class FlowModel:
         key = id(function)
         if key in self._specialised:
             return self._specialised[key]
-        if self._in_progress:
-            return None  # asked from inside an interpretation: parameters as declared
+        if self._in_progress and not self._specialising:
+            # Asked from inside a run with declared parameters: those runs collect the call
+            # sites that specialised runs start from, so they see parameters as declared.
+            return None
         self._specialised[key] = None  # also while it runs
         env = self._call_site_env(function)
         if env is not None:
@@ -362,9 +364,21 @@ class FlowModel:
         if not takes_call_site_arguments(function, self._uses().escaping):
             return None
         declared = self._entry_env(definition)
-        passed = parameters_from_call_sites(function, sites.values())
+        passed = parameters_from_call_sites(function, sites.values(), self._default_values(definition))
         env = {name: refined(value, passed[name]) if name in passed else value for name, value in declared.items()}
         return env if env != declared else None
+
+    def _default_values(self, definition: _Definition) -> dict[str, Value]:
+        """The values of a function's parameter defaults, evaluated where it is defined."""
+        function = definition.node
+        assert isinstance(function, cst.FunctionDef)
+        flow = self._flows.get(id(definition.enclosing)) or self._running.get(id(definition.enclosing))
+        if flow is None:
+            return {}
+        params = function.params
+        return {param.name.value: flow.values[id(param.default)]
+                for param in (*params.posonly_params, *params.params, *params.kwonly_params)
+                if param.default is not None and id(param.default) in flow.values}
 
     def _called_only_by_the_file(self, method: _Definition) -> bool:
         """A method of a plain class (no base a framework could call it from) that the file
@@ -556,7 +570,8 @@ class FlowModel:
         target = self._definitions.get(definition)
         if target is None or not isinstance(target.node, cst.FunctionDef):
             return UNKNOWN
-        result = self._summaries.get(definition)
+        specialised = self._specialised_flow(target.node) if self._specialising else None
+        result = specialised.returns if specialised is not None else self._summaries.get(definition)
         if result is None:
             flow = self._flow(target.node)
             if flow is None:
@@ -569,7 +584,8 @@ class FlowModel:
                 self._summaries[definition] = result
         if receiver is None and call is not None and target.owner is None \
                 and (depends_on_device_parameter(result, target.node)
-                     or any(Kind.WRAPPED_MODULE in argument.kinds for argument in arguments)):
+                     or any(Kind.WRAPPED_MODULE in argument.kinds for argument in arguments)
+                     or _computed_from_unplaced_inputs(result, arguments)):
             result = self._result_for_these_arguments(target.node, call, arguments) or result
         if receiver is not None and receiver.places is not None:
             result = _substitute_module_device(result, receiver.places)
@@ -588,7 +604,8 @@ class FlowModel:
             return None
         definition = self._definitions[id(function)]
         declared = self._entry_env(definition)
-        passed = parameters_from_call_sites(function, [CallSite(call, tuple(arguments), False)])
+        passed = parameters_from_call_sites(function, [CallSite(call, tuple(arguments), False)],
+                                            self._default_values(definition))
         env = {name: refined(value, passed[name]) if name in passed else value for name, value in declared.items()}
         if env == declared:
             return None
@@ -721,6 +738,13 @@ class FlowModel:
 
 def _operand_values(meeting: Meeting | None) -> tuple[Value, ...] | None:
     return None if meeting is None else tuple(operand.value for operand in meeting.operands)
+
+
+def _computed_from_unplaced_inputs(result: Value, arguments: Sequence[Value]) -> bool:
+    """A tensor result the summary cannot place, from a call handed placed tensors
+    (`loss_fn(model(x), y)`): with these arguments it may say where the result is."""
+    return result.is_tensor_like and result.places is None and any(
+        argument.is_tensor_like and argument.places is not None for argument in arguments)
 
 
 def _final_value(flow: FunctionFlow, name: str) -> Value | None:
