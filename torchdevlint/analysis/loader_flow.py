@@ -4,7 +4,10 @@ A DataLoader feeds the device when a loop in the same file iterates it and moves
 each batch with `.to(device)` / `.cuda()`. Which loaders a loop iterates is the flow model's
 answer (`Value.holds` of the iterated value): through names, attributes, helpers that return
 a loader, and parameters the file's own calls fill; a value that is anything but a loader
-on some path links nothing. What the dataset yields is the model's value of the dataset.
+on some path links nothing. What the dataset yields is the model's value of the dataset,
+and where a move sends its receiver is the model's `move_destination`. Which names hold a
+batch is followed here, in the loop's own body: the loop's targets and what is computed
+from them.
 
 Shared by the rules about pinned memory and loader workers: one instance per file
 (`context.shared(LoaderFlow)`), fed by the engine's walk; they read the results at
@@ -18,11 +21,8 @@ from enum import Enum
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
-from torchdevlint.analysis.devices import is_device_string
 from torchdevlint.analysis.flow.interpreter import Held
 from torchdevlint.analysis.flow.values import Kind
-from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes, keyword_argument
 from torchdevlint.context import FileContext
 
@@ -32,10 +32,6 @@ _PIN_MEMORY_POSITION = 7
 _ITERATOR_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm"})
 _NESTED_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
-# Names a device variable is given; `.to(rank)` and `.cuda(args.gpu)` in DDP scripts.
-_DEVICE_WORDS = ("device", "gpu", "cuda", "rank")
-# `self.device`, `args.device`: a configured device, unlike `tensor.device`.
-_SETTINGS_OBJECTS = frozenset({"self", "args", "opt", "opts", "config", "cfg", "hparams", "params", "settings", "flags", "FLAGS"})
 
 
 class PinMemory(Enum):
@@ -55,14 +51,6 @@ class DatasetSource(Enum):
     # A TensorDataset of CPU tensors: items are slices, cheap to take in the main process.
     HOST_TENSORS = "host tensors"
     UNKNOWN = "unknown"
-
-
-class Target(Enum):
-    """Where a `.to(...)` / `.cuda(...)` call sends its receiver."""
-
-    ACCELERATOR = "accelerator"
-    CPU = "cpu"
-    OTHER = "other"
 
 
 def names_in(node: cst.CSTNode) -> set[str]:
@@ -101,15 +89,6 @@ def is_non_blocking(call: cst.Call) -> bool:
         and len(positional) >= 2
         and _is_true(positional[1].value)
     )
-
-
-def _identifier(node: cst.BaseExpression) -> str | None:
-    """`train_loader` for `train_loader`, `self.train_loader`, `args.train_loader`."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute) and dotted_name(node) is not None:
-        return node.attr.value
-    return None
 
 
 @dataclass(frozen=True)
@@ -280,7 +259,8 @@ class LoaderFlow:
         if method == "pin_memory":
             self.pins_anywhere = True
             return
-        if method not in ("to", "cuda") or move_target(self.context, node) is not Target.ACCELERATOR:
+        destination = self.context.flow.move_destination(node) if method in ("to", "cuda") else None
+        if destination is None or not destination.may_be_accelerator:
             return
         if self.context.flow.value_of(func.value).is_module_like:
             return
@@ -327,54 +307,3 @@ class LoaderFlow:
                 if loaders:
                     found.append((loop, loaders))
         return found
-
-
-def move_target(context: FileContext, call: cst.Call) -> Target:
-    """Where `x.to(...)` / `x.cuda(...)` sends `x`: an accelerator, the CPU, or somewhere unclear."""
-    func = call.func
-    if not isinstance(func, cst.Attribute):
-        return Target.OTHER
-    if func.attr.value == "cuda":
-        return Target.ACCELERATOR
-    if func.attr.value != "to":
-        return Target.OTHER
-    keyword = keyword_argument(call, "device")
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    if keyword is not None:
-        value = keyword.value
-    elif positional:
-        value = positional[0].value
-    else:
-        return Target.OTHER
-    return device_expression_target(context, value)
-
-
-def device_expression_target(context: FileContext, value: cst.BaseExpression) -> Target:
-    if isinstance(value, cst.SimpleString):
-        if not is_device_string(value):
-            return Target.OTHER
-        text = value.evaluated_value
-        return Target.CPU if isinstance(text, str) and text.split(":", 1)[0] == "cpu" else Target.ACCELERATOR
-    if isinstance(value, cst.Integer):
-        return Target.ACCELERATOR
-    if isinstance(value, cst.Call):
-        if context.imports.qualified_name(value.func) == torch_api.TORCH_DEVICE and value.args:
-            return device_expression_target(context, value.args[0].value)
-        return Target.OTHER
-    if isinstance(value, (cst.Name, cst.Attribute)):
-        if context.imports.qualified_name(value) is not None:
-            return Target.OTHER  # torch.float32, torch.device: not a device value
-        info = context.flow.value_of(value)
-        if info.is_tensor_like or info.is_module_like:
-            return Target.OTHER
-        if isinstance(value, cst.Attribute) and value.attr.value == "device" and not (
-            isinstance(value.value, cst.Name) and value.value.value in _SETTINGS_OBJECTS
-        ):
-            # `labels.to(outputs.device)`: wherever another value lives, maybe the CPU.
-            return Target.OTHER
-        identifier = (_identifier(value) or "").lower()
-        if "cpu" in identifier:
-            return Target.CPU
-        if info.is_device or any(word in identifier for word in _DEVICE_WORDS):
-            return Target.ACCELERATOR
-    return Target.OTHER

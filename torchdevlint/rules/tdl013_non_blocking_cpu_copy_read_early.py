@@ -7,7 +7,8 @@ from enum import Enum
 
 import libcst as cst
 
-from torchdevlint.analysis.loader_flow import Target, is_non_blocking, move_target
+from torchdevlint.analysis.flow.values import HOST_PLACE
+from torchdevlint.analysis.loader_flow import is_non_blocking
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.context import FileContext
 from torchdevlint.diagnostics import Applicability
@@ -45,7 +46,7 @@ def _is_cpu_copy(context: FileContext, node: cst.CSTNode) -> bool:
         and isinstance(node.func, cst.Attribute)
         and node.func.attr.value == "to"
         and is_non_blocking(node)
-        and move_target(context, node) is Target.CPU
+        and context.flow.move_destination(node) == HOST_PLACE
     )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from torchdevlint.analysis.flow.values import HOST_PLACE
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -268,7 +269,7 @@ class HostSyncInLoop(Rule):
         if not isinstance(node.func, cst.Attribute) or not self._on_device(node.func.value):
             return False
         method = node.func.attr.value
-        return method in _SYNC_METHODS or method == "to" and self.context.flow.value_of(node).on_host
+        return method in _SYNC_METHODS or method == "to" and self.context.flow.move_destination(node) == HOST_PLACE
 
     def _under_periodic_if(self, node: cst.CSTNode, loop: _Loop) -> bool:
         """Under `if step % N == 0:`, or in a branch that leaves the loop (`sys.exit(1)`)."""

@@ -65,6 +65,7 @@ _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 _UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
 _CUDA_ONLY = frozenset({"cuda"})
 _MODEL_OUTPUT_ONLY = frozenset({Kind.MODEL_OUTPUT})
+_DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu", "xpu", "mps"})
 # Inputs of unknown kind moved somewhere (`model(x.to(device))`), and batches of them
 # (`model(**batch)` after moving each of the batch's tensors).
 _PLACED_INPUT_KINDS = frozenset({Kind.UNKNOWN, Kind.CONTAINER})
@@ -165,6 +166,9 @@ class FunctionFlow:
     # value it saves.
     held: dict[int, tuple[Held, cst.Call]] = field(default_factory=dict)
     saves: list[tuple[cst.Call, Value]] = field(default_factory=list)
+    # `.to(...)`, `.cuda()`, `.cpu()` calls (by id): where each sends its receiver, None where
+    # the code does not say (or `.to` changes only the dtype).
+    moves: dict[int, Place | None] = field(default_factory=dict)
     # Places whose tensor move was a statement of its own, its result thrown away.
     discarded_moves: set[str] = field(default_factory=set)
     final: Env | None = None
@@ -1034,6 +1038,9 @@ class Interpreter:
         return Value(frozenset({Kind.MODEL_OUTPUT}), places, grad=not self._grad_off)
 
     def _method_call(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value], env: Env) -> Value:
+        if method in _DEVICE_MOVE_METHODS:
+            # Where the call sends its receiver, whatever that is (a tensor, a batch, a model).
+            self.flow.moves[id(node)] = self._move_target(node, method, arguments, env)
         if method == "state_dict" and Kind.WRAPPED_MODULE in receiver.kinds and not node.args:
             # A wrapper's keys, prefixed `module.`, on some path: where they are saved is tracked.
             self.flow.held[id(node)] = (Held.WRAPPED_STATE_DICT, node)

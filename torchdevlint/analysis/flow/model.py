@@ -177,6 +177,12 @@ class FlowModel:
         flow = self.flow_for(self._enclosing_scope(node))
         return flow.values.get(id(node), UNKNOWN) if flow is not None else UNKNOWN
 
+    def move_destination(self, call: cst.Call) -> Place | None:
+        """Where a `.to(...)`, `.cuda()` or `.cpu()` call sends its receiver; None when the
+        code does not say, or the call is no move (`.to(torch.float16)`)."""
+        flow = self.flow_for(self._enclosing_scope(call))
+        return flow.moves.get(id(call)) if flow is not None else None
+
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         """The imported name an expression stands for here (`torch.load` for `load` after
         `from torch import load`, unless a local or parameter shadows it)."""
