@@ -195,3 +195,26 @@ def test_command_line_select_replaces_the_configured_selection(tmp_path: Path) -
     assert json.loads(run_cli("check", "--format", "json", "train.py", cwd=tmp_path).stdout) == []
     chosen = json.loads(run_cli("check", "--select", "TDL001", "--format", "json", "train.py", cwd=tmp_path).stdout)
     assert [item["code"] for item in chosen] == ["TDL001"]
+
+
+def test_loads_in_test_files_are_skipped_unless_tests_are_included(tmp_path: Path) -> None:
+    load = "import torch\n\ndef test_round_trip(path):\n    assert torch.load(path)\n"
+    write(tmp_path, "tests/test_io.py", load)
+    write(tmp_path, "tests/io_test.py", load)
+    write(tmp_path, "tests/conftest.py", load)
+    write(tmp_path, "eval.py", load)  # an evaluation script whose entry point is named test_*
+    result = run_cli("check", "--no-cache", ".", cwd=tmp_path)
+    assert result.returncode == 1
+    reported = sorted(line.split(":", 1)[0] for line in result.stdout.splitlines() if "TDL003" in line)
+    assert reported == ["eval.py"]
+    (tmp_path / "pyproject.toml").write_text("[tool.torchdevlint.TDL003]\ninclude-tests = true\n")
+    result = run_cli("check", "--no-cache", ".", cwd=tmp_path)
+    reported = sorted(line.split(":", 1)[0] for line in result.stdout.splitlines() if "TDL003" in line)
+    assert reported == ["eval.py", "tests/conftest.py", "tests/io_test.py", "tests/test_io.py"]
+
+
+def test_a_script_named_like_a_test_file_without_tests_is_checked(tmp_path: Path) -> None:
+    write(tmp_path, "test_on_image.py", "import torch\nstate = torch.load(opt.checkpoint)\n")
+    result = run_cli("check", "--no-cache", "test_on_image.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "TDL003" in result.stdout

@@ -74,6 +74,11 @@ class ImportTable:
                 return local
         return None
 
+    def imports_from(self, package: str) -> bool:
+        """Whether the file imports the package or anything from it (`unittest.TestCase`)."""
+        prefix = package + "."
+        return any(qualified == package or qualified.startswith(prefix) for qualified in self._aliases.values())
+
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         """`T.nn.Linear` -> `torch.nn.Linear` when `import torch as T`; None if not imported."""
         dotted = dotted_name(node)

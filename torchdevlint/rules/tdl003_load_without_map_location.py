@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 
 import libcst as cst
 
@@ -57,14 +58,19 @@ class LoadWithoutMapLocation(Rule):
     model's own device anyway. Otherwise the fix is unsafe: code after the load may rely on
     tensors (an optimizer state, say) being restored on the GPU.
 
-    Also not reported, unless `include-tests` is set: loads inside test functions (`test_*`,
-    as pytest and unittest name them), which read back checkpoints the test itself wrote on
-    the same machine.
+    Also not reported, unless `include-tests` is set: loads in test code as pytest collects
+    it (`conftest.py`, modules that import pytest or unittest, and files named `test_*.py`
+    or `*_test.py` that define `test*` functions or `Test*` classes), which reads back
+    checkpoints the test itself wrote on the same machine. A script's own `test()` or `test_voc()` function is not test code: an
+    evaluation script loads checkpoints written elsewhere.
+
+    The fix adds `map_location` only. It never touches `weights_only`, whose default changed
+    in PyTorch 2.6: setting it changes what a checkpoint may contain.
 
     ## Options
     - `map-location` (default `"cpu"`): the location the fix uses when no device variable is
       in scope.
-    - `include-tests` (default `false`): also report loads inside `test_*` functions.
+    - `include-tests` (default `false`): also report loads in test code.
     """
 
     code = "TDL003"
@@ -98,6 +104,7 @@ class LoadWithoutMapLocation(Rule):
         ),
         Valid(
             """
+            import pytest
             import torch
             def test_checkpoint_round_trip(tmp_path):
                 torch.save({"w": torch.ones(2)}, tmp_path / "c.pt")
@@ -125,6 +132,34 @@ class LoadWithoutMapLocation(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            def test_voc(weights):
+                net = build_ssd("test", 300, 21)
+                net.load_state_dict(torch.load(weights))
+                net.eval()
+                return evaluate(net)
+
+            if __name__ == "__main__":
+                test_voc(args.trained_model)
+            """,
+            fixed="""
+            import torch
+
+            def test_voc(weights):
+                net = build_ssd("test", 300, 21)
+                net.load_state_dict(torch.load(weights, map_location="cpu"))
+                net.eval()
+                return evaluate(net)
+
+            if __name__ == "__main__":
+                test_voc(args.trained_model)
+            """,
+            applicability=Applicability.SAFE,
+            name="evaluation-script-entry-point-named-test",
+        ),
         Invalid(
             """
             import torch
@@ -220,7 +255,7 @@ class LoadWithoutMapLocation(Rule):
             return
         if node.args and node.args[0].keyword is None and flow.value_of(node.args[0].value).only(Kind.MEMORY_BUFFER):
             return
-        if not self.options.include_tests and self._in_test_function(node):
+        if not self.options.include_tests and self._in_test_code():
             return
         keyword = next((arg for arg in node.args if arg.keyword is not None and arg.keyword.value == "map_location"), None)
         if keyword is not None and not (isinstance(keyword.value, cst.Name) and keyword.value.value == "None"):
@@ -268,9 +303,21 @@ class LoadWithoutMapLocation(Rule):
         target = self.context.code_for_node(parent.targets[0].target)
         return self.context.flow.fix_agreement(parent, replacement, [target])
 
-    def _in_test_function(self, node: cst.Call) -> bool:
-        return any(isinstance(ancestor, cst.FunctionDef) and ancestor.name.value.startswith("test")
-                   for ancestor in self.context.ancestors(node))
+    def _in_test_code(self) -> bool:
+        """Test code as pytest collects it: a `test_*.py`, `*_test.py` or `conftest.py` file,
+        or a module that imports pytest or unittest. An evaluation script's `test()` entry
+        point is not test code."""
+        name = PurePath(self.context.path).name
+        if name == "conftest.py":
+            return True
+        imports = self.context.imports
+        if imports.imports_from("pytest") or imports.imports_from("unittest"):
+            return True
+        # A `test_*.py` file pytest finds no test in (`test_on_image.py`) is a script.
+        return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")) and any(
+            isinstance(statement, cst.FunctionDef) and statement.name.value.startswith("test")
+            or isinstance(statement, cst.ClassDef) and statement.name.value.startswith("Test")
+            for statement in self.context.module.body)
 
     def _device_variables(self, node: cst.Call) -> list[str]:
         """Names holding a device where the load runs (`device`, `args.device`)."""
