@@ -27,6 +27,7 @@ from torchdevlint.analysis.devices import (
 )
 from torchdevlint.analysis.flow.values import (
     ANYWHERE_PLACE,
+    CUDA_ONLY,
     CURRENT_CUDA_DEVICE,
     HOST_PLACE,
     MODULE_DEVICE_PLACE,
@@ -63,7 +64,6 @@ _MODULE_API = frozenset(
 )
 _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 _UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
-_CUDA_ONLY = frozenset({"cuda"})
 _MODEL_OUTPUT_ONLY = frozenset({Kind.MODEL_OUTPUT})
 _DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu", "xpu", "mps"})
 # Inputs of unknown kind moved somewhere (`model(x.to(device))`), and batches of them
@@ -703,8 +703,13 @@ class Interpreter:
 
     def _string(self, node: cst.SimpleString | cst.ConcatenatedString, env: Env) -> Value:
         text = string_value(node)
-        place = _literal_place(text, self._current_cuda_index(env)) if text is not None else None
-        return SCALAR if place is None else replace(SCALAR, device=place)
+        place = _literal_place(text) if text is not None else None
+        if place is None:
+            return SCALAR
+        if place.types == CUDA_ONLY and place.index is None:
+            # `"cuda"`: the current device (asked only for such strings).
+            place = replace(place, index=self._current_cuda_index(env))
+        return replace(SCALAR, device=place)
 
     def _formatted_string(self, node: cst.FormattedString, env: Env) -> Value:
         for part in node.parts:
@@ -1039,7 +1044,8 @@ class Interpreter:
 
     def _method_call(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value], env: Env) -> Value:
         if method in _DEVICE_MOVE_METHODS:
-            # Where the call sends its receiver, whatever that is (a tensor, a batch, a model).
+            # Where the call sends its receiver, whatever that is (a tensor, a batch, a model);
+            # the branches below read it from here.
             self.flow.moves[id(node)] = self._move_target(node, method, arguments, env)
         if method == "state_dict" and Kind.WRAPPED_MODULE in receiver.kinds and not node.args:
             # A wrapper's keys, prefixed `module.`, on some path: where they are saved is tracked.
@@ -1067,11 +1073,11 @@ class Interpreter:
             if attribute is not None and attribute.reference is not None and attribute.reference.definition is not None:
                 return self.oracle.call_result(attribute.reference.definition, node, arguments, None)
         if receiver.is_tensor_like:
-            return self._tensor_method(node, method, receiver, arguments, env)
+            return self._tensor_method(node, method, receiver, arguments)
         if receiver.is_module_like:
             if method in torch_api.MODULE_SELF_RETURNING_METHODS:
                 if method in ("to", "cuda", "cpu", "xpu", "mps"):
-                    moved = self._move_target(node, method, arguments, env)
+                    moved = self.flow.moves[id(node)]
                     return receiver.with_places(None if moved is None else [moved])
                 return receiver
             if method in ("register_buffer", "register_parameter") and node.args and self._is_self(node.func):
@@ -1089,7 +1095,7 @@ class Interpreter:
             return UNKNOWN
         if receiver.kinds == {Kind.UNKNOWN} and method in ("to", "cuda", "cpu", "xpu", "mps"):
             # `Net().to(device)`: a module or a tensor we cannot see, but placed on `device`.
-            moved = self._move_target(node, method, arguments, env)
+            moved = self.flow.moves[id(node)]
             if moved is not None and moved != HOST_PLACE:
                 assert isinstance(node.func, cst.Attribute)
                 self._batch_is_on_the_host(node.func.value, env)
@@ -1154,7 +1160,7 @@ class Interpreter:
         return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
                 and self.self_name is not None and func.value.value == self.self_name)
 
-    def _tensor_method(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value], env: Env) -> Value:
+    def _tensor_method(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value]) -> Value:
         if method == "item":
             return SCALAR
         if method == "tolist":
@@ -1164,7 +1170,7 @@ class Interpreter:
         if method in ("size", "dim", "numel", "nelement", "element_size", "is_floating_point", "get_device", "is_contiguous"):
             return SCALAR
         if method in ("to", "cuda", "cpu", "xpu", "mps"):
-            moved = self._move_target(node, method, arguments, env)
+            moved = self.flow.moves[id(node)]
             if moved is None:
                 if method == "to" and not self._changes_device(node, arguments):
                     return tensor(receiver.places, origins=receiver.origins, zero_dim=receiver.zero_dim,
@@ -1406,7 +1412,7 @@ class Interpreter:
             # `torch.device("cuda", 1)`, `torch.device("cuda", index=rank)`.
             written = [arg.value for arg in node.args if arg.keyword is None and not arg.star][1:2] or \
                 [arg.value for arg in node.args if arg.keyword is not None and arg.keyword.value == "index"]
-            if written and place.types == _CUDA_ONLY:
+            if written and place.types == CUDA_ONLY:
                 index = integer_value(written[0])
                 # Named by its variable where the index is not a literal (see `_set`).
                 return cuda_place("" if index is None else repr(f"cuda:{index}"), index)
@@ -1573,14 +1579,13 @@ def _constant_index(node: cst.Subscript) -> str | None:
     return None
 
 
-def _literal_place(text: str, current_cuda_index: int | None) -> Place | None:
+def _literal_place(text: str) -> Place | None:
     literal = parse_device_string(text)
     if literal is None:
         return None
     if literal.is_host:
         return HOST_PLACE if literal.type == "cpu" else None
-    index = current_cuda_index if literal.type == "cuda" and literal.index is None else literal.index
-    return Place(PlaceKind.DEVICE, repr(text), frozenset({literal.type}), index)
+    return Place(PlaceKind.DEVICE, repr(text), frozenset({literal.type}), literal.index)
 
 
 def _cuda_index_of(node: cst.BaseExpression, value: Value) -> int | None:
@@ -1589,7 +1594,7 @@ def _cuda_index_of(node: cst.BaseExpression, value: Value) -> int | None:
     if number is not None:
         return number
     device = value.device
-    if device is not None and device.kind is PlaceKind.DEVICE and device.types == _CUDA_ONLY:
+    if device is not None and device.kind is PlaceKind.DEVICE and device.types == CUDA_ONLY:
         return device.index
     return None
 

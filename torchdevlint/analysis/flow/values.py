@@ -100,7 +100,6 @@ _TENSOR_LIKE = frozenset({Kind.TENSOR, Kind.MODEL_OUTPUT})
 _MODULE_LIKE = frozenset({Kind.MODULE, Kind.WRAPPED_MODULE})
 _JUST_DEVICE = frozenset({Kind.DEVICE})
 _JUST_HOST = frozenset({HOST_PLACE})
-_JUST_CUDA = frozenset({"cuda"})
 
 
 @dataclass(frozen=True)
@@ -217,7 +216,7 @@ class Value:
         if self.places is None or len(self.places) != 1:
             return None
         (place,) = self.places
-        return place.index if place.kind is PlaceKind.DEVICE and place.types == _JUST_CUDA else None
+        return place.index if place.kind is PlaceKind.DEVICE and place.types == CUDA_ONLY else None
 
     def item(self, key: str) -> Value | None:
         if self.items is None:
@@ -270,13 +269,16 @@ def tensor(places: Iterable[Place] | None, *, origins: frozenset[int] = frozense
     return Value(frozenset({Kind.TENSOR}), None if places is None else frozenset(places), origins, zero_dim, grad=grad)
 
 
+# The device types of a place that is a CUDA device.
+CUDA_ONLY = frozenset({"cuda"})
+
 # The environment key under which the model keeps the current CUDA device (what `"cuda"` and
 # `.cuda()` mean): not a name a program can bind.
 CURRENT_CUDA_DEVICE = "<current cuda device>"
 
 
 def cuda_place(symbol: str, index: int | None) -> Place:
-    return Place(PlaceKind.DEVICE, symbol, _JUST_CUDA, index)
+    return Place(PlaceKind.DEVICE, symbol, CUDA_ONLY, index)
 
 
 def device_value(place: Place) -> Value:
