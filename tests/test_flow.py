@@ -323,3 +323,47 @@ def test_a_parameter_left_to_its_default_device_is_there() -> None:
         """
     )
     assert values[0].on_host
+
+
+def test_the_cpu_mode_answers_availability_checks_settings_and_device_tests() -> None:
+    values = _probes(
+        """
+        import argparse
+        import torch
+        class Config:
+            use_gpu = True
+        opt = Config()
+        args = argparse.ArgumentParser().parse_args()
+        use_cuda = not args.no_cuda and torch.cuda.is_available()
+        device = torch.device("cuda" if opt.use_gpu else "cpu")
+        probe(use_cuda)
+        probe(device.type == "cuda")
+        probe(args.gpu is not None)
+        probe(args.local_rank == -1)
+        probe(torch.cuda.device_count() > 1)
+        probe(len(args.gpu_ids) > 0)
+        probe(torch.zeros(2).is_cuda)
+        probe(args.cpu or opt.use_gpu)
+        probe(args.seed > 0)
+        """
+    )
+    assert [value.in_cpu_mode for value in values] == [False, False, False, True, False, False, False, True, None]
+
+
+def test_code_the_cpu_mode_cannot_reach_is_marked_and_joins_back() -> None:
+    facts = _facts(
+        """
+        import sys
+        import torch
+        def main(use_cuda):
+            if use_cuda:
+                a = 1
+            b = 2
+            if not torch.cuda.is_available():
+                sys.exit("needs a GPU")
+            c = 3
+        """
+    )
+    assert "a = 1: not reached in the CPU mode" in facts
+    assert "b = 2: not reached in the CPU mode" not in facts
+    assert "c = 3: not reached in the CPU mode" in facts

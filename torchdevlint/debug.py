@@ -14,6 +14,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchdevlint.analysis.flow.interpreter import Env
 from torchdevlint.analysis.flow.model import FlowModel, Scope
+from torchdevlint.analysis.flow.values import CPU_MODE_UNREACHED
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import room_for_nesting
 
@@ -59,6 +60,9 @@ def flow_lines(source: str, path: str, only_line: int | None = None) -> list[str
         for flow in model.all_flows():
             for key, statement in flow.statements.items():
                 line = positions[statement].start.line
+                if CPU_MODE_UNREACHED in flow.before[key] and type(statement) is cst.SimpleStatementLine:
+                    code = module.code_for_node(statement).strip()
+                    facts.append((line, 0, f"{code}: not reached in the CPU mode"))
                 after = flow.after.get(key)
                 if after is None and isinstance(statement, (cst.For, cst.While)) and statement.body.body:
                     first = statement.body.body[0]

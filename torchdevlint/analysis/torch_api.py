@@ -102,6 +102,18 @@ DATA_PARALLEL_FUNCTIONS: frozenset[str] = frozenset(
 SET_CUDA_DEVICE = "torch.cuda.set_device"
 CUDA_DEVICE_CONTEXT = "torch.cuda.device"
 
+# `torch.cuda` calls that fail where there is no GPU (measured on a CPU-only build). Seeding,
+# `empty_cache`, memory counters and `device_count` are lazy or answer without one.
+CUDA_CALLS_NEEDING_A_GPU: frozenset[str] = frozenset(
+    f"torch.cuda.{name}"
+    for name in (
+        "set_device", "device", "synchronize", "current_device", "get_device_name", "get_device_properties",
+        "get_device_capability", "mem_get_info", "reset_peak_memory_stats", "reset_max_memory_allocated",
+        "Event", "Stream", "current_stream", "default_stream", "get_rng_state", "init", "ipc_collect",
+        "set_per_process_memory_fraction", "memory_summary", "CUDAGraph", "graph",
+    )
+)
+
 WRAPPERS: frozenset[str] = DATA_PARALLEL | frozenset(
     {
         "torch.nn.DistributedDataParallel",

@@ -14,6 +14,7 @@ from torchdevlint.analysis.devices import (
     device_literal,
     mentions_any,
 )
+from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -35,28 +36,49 @@ _EXITS = frozenset({"exit", "quit", "sys.exit", "os._exit", "pytest.skip", "unit
 @dataclass(frozen=True)
 class _Site:
     node: cst.CSTNode
+    # The node visited when it was found (its ancestors are the path to it, nearest first).
+    visited: cst.CSTNode
+    ancestors: tuple[cst.CSTNode, ...]
     fix: PendingFix | None
+    # A call of a name that may hold a legacy CUDA constructor.
+    alias: bool = False
 
 
 class UnguardedCuda(Rule):
     """
     ## What it does
-    In a program that checks for a GPU (it calls `torch.cuda.is_available()` somewhere, so it
-    is meant to run without one too), finds CUDA used with no guard: `.cuda()` calls,
-    `"cuda"`/`"cuda:N"` (or `torch.device("cuda")`) handed to something that allocates there
-    (`.to("cuda")`, `device="cuda"` of a torch function, `map_location="cuda"`), and legacy
-    `torch.cuda.FloatTensor(...)` constructors.
+    In a program that offers a CPU mode, finds CUDA used where that mode goes. A program
+    offers one when it checks for a GPU (`torch.cuda.is_available()` other than as a
+    requirement), picks a device with a CPU fallback (`"cuda" if opt.use_gpu else "cpu"`),
+    tests a setting that names the CPU (`args.no_cuda`, `args.cpu`, `device.type == "cpu"`),
+    or has a command-line option for it (`--cpu`, `--no-cuda`, a `--cuda` switch, a
+    `--device` option offering `cpu`).
 
-    A use is guarded inside a conditional or ternary on `torch.cuda.is_available()` or on a
-    flag or device about it (`if use_cuda:`, `if args.gpu is not None:`,
-    `if device.type == "cuda":`), after an `assert`, `raise`, `return` or `exit` on one,
-    inside a `try`, in a function decorated with a GPU condition (`@pytest.mark.skipif(not
-    torch.cuda.is_available(), ...)`), in a helper named for the GPU (`def to_cuda(x)`), or
-    in distributed-only code (`if dist.is_initialized():`, `world_size > 1`), which is written
-    for NCCL and GPUs. Comparisons (`device.type == "cuda"`), `autocast` and `GradScaler`
-    device types, a device merely stored (`devices = [torch.device("cuda", 0)]`,
-    `Precision(device="cuda")` of another library), default values and docstrings are not
-    uses. Programs that never check are GPU-only by design and are not reported.
+    The CPU mode is the run with no GPU in which every setting chooses the CPU: availability
+    checks are false, `use_cuda`/`opt.use_gpu`/`args.gpu` are off, `args.no_cuda` is on, a
+    device setting is `"cpu"`, `x.is_cuda` is false. The flow model follows those answers
+    through assignments, attributes, parameters and calls, function by function: a use is
+    reported when the CPU mode reaches it. Uses are `.cuda()`, `"cuda"` handed to something
+    that allocates there (`.to("cuda")`, `device="cuda"` of a torch function,
+    `map_location="cuda"`), legacy `torch.cuda.FloatTensor(...)` constructors (also through a
+    name such as `Tensor = torch.cuda.FloatTensor`), and the `torch.cuda` calls that fail
+    without a GPU (`set_device`, `synchronize`, `get_device_name`, `Event`, `Stream`,
+    `torch.cuda.device(n)`; seeding, `empty_cache` and memory counters do not fail).
+
+    Not reached by the CPU mode: a branch its tests do not take (`if use_cuda:`, the
+    `else` of `if args.cpu:`, `x.cuda() if use_cuda else x`, `use_cuda and x.cuda()`), code
+    after `assert torch.cuda.is_available()` or `if not torch.cuda.is_available():
+    sys.exit(...)`, a function the file calls only from such code, a function named for the
+    GPU (`def to_cuda(x)`) or decorated with a GPU condition (`@pytest.mark.skipif(not
+    torch.cuda.is_available(), ...)`). A test about the device whose answer the model cannot
+    tell, and distributed-only code (`if dist.is_initialized():`, which NCCL runs on GPUs),
+    guard both ways; so does a `try` with a handler. Comparisons, `autocast` and `GradScaler`
+    device types, devices merely stored, default values and docstrings are not uses.
+    Programs with no CPU mode are GPU-only by design and are not reported (the off-by-default
+    portability rule TDL203 is for those).
+
+    A `--cuda` option declared `type=bool` with a true default is no guard: `bool("False")`
+    is `True`, so the CPU mode keeps it on (TDL014 reports the option itself).
 
     Also finds a guard that names `torch.cuda.is_available` without calling it: a function is
     always true, so the GPU branch is always taken.
@@ -64,15 +86,16 @@ class UnguardedCuda(Rule):
     ## Why is this bad?
     Without a GPU, `.cuda()` and a `"cuda"` device fail with "AssertionError: Torch not
     compiled with CUDA enabled" or "RuntimeError: Found no NVIDIA driver on your system",
-    although the program was written to fall back to the CPU.
+    although the program was written to run on the CPU too.
 
     ## Fix safety
     Unsafe. Where a device variable with a CPU fallback is in scope, `.cuda()` becomes
     `.to(device)`, the `"cuda"` string becomes that variable, and `torch.cuda.FloatTensor(...)`
     becomes `torch.FloatTensor(...).to(device)`: on a machine without a GPU the program now
-    runs on the CPU instead of failing, which changes what it does there. `.cuda(n)` and
-    `"cuda:n"` name a particular GPU and get no fix. A missing `()` after
-    `torch.cuda.is_available` is added; the GPU branch is then skipped where there is no GPU.
+    runs on the CPU instead of failing, which changes what it does there. `.cuda(n)`,
+    `"cuda:n"`, constructors through another name and the `torch.cuda` calls get no fix. A
+    missing `()` after `torch.cuda.is_available` is added; the GPU branch is then skipped
+    where there is no GPU.
 
     ## Options
     None.
@@ -156,6 +179,61 @@ class UnguardedCuda(Rule):
             """,
             name="stored-devices-and-distributed-only-code",
         ),
+        Valid(
+            """
+            import argparse
+            import torch
+
+            class Config:
+                use_gpu = True
+
+            opt = Config()
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gpu", type=int, default=None)
+            args = parser.parse_args()
+            device = torch.device("cuda" if opt.use_gpu else "cpu")
+
+            def to_gpu(batch):
+                return [t.cuda() for t in batch]
+
+            def step(model, x):
+                return model(x.cuda())
+
+            def train(model, x, use_cuda):
+                if not use_cuda:
+                    return model(x)
+                torch.cuda.synchronize()
+                return step(model, x)
+
+            if args.gpu is not None:
+                torch.cuda.set_device(args.gpu)
+            if opt.use_gpu:
+                model = torch.nn.Linear(2, 2).cuda()
+                train(model, torch.zeros(2), True)
+            Tensor = torch.cuda.FloatTensor if opt.use_gpu else torch.FloatTensor
+            weights = Tensor([1.0, 2.0])
+            if next(model.parameters()).is_cuda:
+                weights = weights.cuda()
+            """,
+            name="settings-keep-the-cpu-mode-out",
+        ),
+        Valid(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--use_cuda", default=True, type=str2bool,
+                                help="keep the extracted features on the GPU")
+            args = parser.parse_args()
+            model = torch.nn.Linear(2, 2).cuda()
+            features = torch.zeros(4, 2)
+            if args.use_cuda:
+                features = features.cuda()
+            torch.cuda.synchronize()
+            """,
+            name="a-setting-that-does-not-name-the-cpu-is-no-cpu-mode",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -229,59 +307,146 @@ class UnguardedCuda(Rule):
             applicability=Applicability.UNSAFE,
             name="is-available-not-called",
         ),
+        Invalid(
+            """
+            import torch
+
+            class Config:
+                use_gpu = True
+
+            opt = Config()
+            device = torch.device("cuda" if opt.use_gpu else "cpu")
+            Tensor = torch.cuda.FloatTensor
+
+            def attention_mask(lengths, width):
+                positions = torch.arange(width).cuda()
+                return positions[None, :] < lengths[:, None]
+
+            def sample_noise(n):
+                return Tensor(n, 16).normal_()
+
+            torch.cuda.set_device(0)
+            model = torch.nn.Linear(16, 2).to(device)
+            """,
+            fixed="""
+            import torch
+
+            class Config:
+                use_gpu = True
+
+            opt = Config()
+            device = torch.device("cuda" if opt.use_gpu else "cpu")
+            Tensor = torch.cuda.FloatTensor
+
+            def attention_mask(lengths, width):
+                positions = torch.arange(width).to(device)
+                return positions[None, :] < lengths[:, None]
+
+            def sample_noise(n):
+                return Tensor(n, 16).normal_()
+
+            torch.cuda.set_device(0)
+            model = torch.nn.Linear(16, 2).to(device)
+            """,
+            applicability=Applicability.UNSAFE,
+            count=3,
+            name="cpu-mode-from-a-config-class",
+        ),
+        Invalid(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--no-cuda", action="store_true")
+            args = parser.parse_args()
+            use_cuda = not args.no_cuda
+            model = torch.nn.Linear(2, 2)
+            if use_cuda:
+                model = model.cuda()
+            else:
+                model = model.to("cuda")
+            inputs = torch.zeros(8, 2)
+            inputs = inputs.cuda() if use_cuda else inputs
+            start = torch.cuda.Event(enable_timing=True)
+            """,
+            count=2,
+            name="no-cuda-option-and-the-wrong-branch",
+        ),
+        Invalid(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", type=bool, default=True, help="use CUDA")
+            args = parser.parse_args()
+            model = torch.nn.Linear(2, 2)
+            if args.cuda:
+                model = model.cuda()
+            """,
+            name="a-bool-typed-switch-is-no-guard",
+        ),
     ]
 
     def setup(self) -> None:
         self._sites: list[_Site] = []
-        self._expects_cpu = False
-        # Scopes (by id of their node) where an assert/raise/exit on the GPU came first.
-        self._guarded_scopes: set[int] = set()
-        # Flags assigned from an availability check: `ok = torch.cuda.is_available()`.
-        self._flags: set[str] = set()
-        # id(node) -> whether some ancestor of it guards it, for the flags known so far. A
-        # chain of n CUDA calls has n uses each n ancestors deep: without it, quadratic.
-        self._guarded_above: dict[int, bool] = {}
+        # An availability check that is no GPU requirement, or a command-line option for the
+        # CPU: the program runs without a GPU.
+        self._checks_for_cpu = False
+        # Scopes (by id of their node) that end, where a device test of unknown answer says
+        # there is no GPU, before anything after it runs (`if not has_gpu(): return`).
+        self._exited_scopes: set[int] = set()
         # Device variables with a CPU fallback, per binding scope.
         self._fallback_devices: dict[int, set[str]] = {}
+        # Names assigned a legacy CUDA constructor (`Tensor = torch.cuda.FloatTensor`).
+        self._constructor_aliases: set[str] = set()
 
-    # ---- guards -----------------------------------------------------------------------
+    # ---- reached in the CPU mode ---------------------------------------------------------
 
-    def _is_guard_test(self, test: cst.CSTNode) -> bool:
-        if mentions_any(test, _DEVICE_WORDS, strings=True) or asks_for_gpu(test, self.context.imports):
-            return True
-        return bool(self._flags) and mentions_any(test, tuple(self._flags))
+    def _is_device_test(self, test: cst.CSTNode) -> bool:
+        return mentions_any(test, _DEVICE_WORDS, strings=True) or asks_for_gpu(test, self.context.imports)
 
-    def _guarded(self, node: cst.CSTNode) -> bool:
-        if any(id(scope) in self._guarded_scopes for scope in self.context.scopes()):
-            return True
-        child: cst.CSTNode = node
-        walked: list[int] = []
-        guarded = False
-        for ancestor in self.context.ancestors(node):
-            known = self._guarded_above.get(id(child))
-            if known is not None:
-                guarded = known
-                break
-            walked.append(id(child))
+    def _reached_in_cpu_mode(self, site: _Site) -> bool:
+        """Whether the program's CPU mode reaches the use, as the flow model sees the tests
+        around it; a test about the device whose answer it cannot tell guards both ways."""
+        flow = self.context.flow
+        if any(id(scope) in self._exited_scopes for scope in site.ancestors):
+            return False
+        statement_known = False
+        child = site.visited
+        for ancestor in site.ancestors:
+            if not statement_known:
+                reached = flow.statement_reached_in_cpu_mode(ancestor)
+                if reached is not None:
+                    statement_known = True
+                    if not reached:
+                        return False
             if self._guards(ancestor, child):
-                guarded = True
-                break
+                return False
             child = ancestor
-        for node_id in walked:
-            self._guarded_above[node_id] = guarded
-        return guarded
+        return True
 
     def _guards(self, ancestor: cst.CSTNode, child: cst.CSTNode) -> bool:
-        """Whether `ancestor` guards what is below it through `child`."""
+        """Whether `ancestor` keeps the CPU mode out of what is below it through `child`."""
+        flow = self.context.flow
         if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
-            return self._is_guard_test(ancestor.test)
+            holds = flow.cpu_mode_truth(ancestor.test)
+            if holds is not None:
+                return holds is (child is not ancestor.body)
+            return self._is_device_test(ancestor.test)
         if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
-            return self._is_guard_test(ancestor.left)
+            holds = flow.cpu_mode_truth(ancestor.left)
+            if holds is not None:
+                return holds is isinstance(ancestor.operator, cst.Or)
+            return self._is_device_test(ancestor.left)
         if isinstance(ancestor, (cst.Try, cst.TryStar)) and child is ancestor.body and ancestor.handlers:
+            return True
+        if isinstance(ancestor, cst.FunctionDef) and not flow.function_reached_in_cpu_mode(ancestor):
             return True
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
             return mentions_any(ancestor.name, _DEVICE_WORDS) or any(
-                self._is_guard_test(d.decorator) for d in ancestor.decorators
+                self._is_device_test(d.decorator) for d in ancestor.decorators
             )
         # Parametrisations, markers and default values are not uses.
         return isinstance(ancestor, (cst.Decorator, cst.Param))
@@ -307,32 +472,28 @@ class UnguardedCuda(Rule):
                     return True
         return False
 
-    def _mark_guarded_scope(self) -> None:
-        self._guarded_scopes.add(id(self.context.current_scope))
-
     def visit_Assert(self, node: cst.Assert) -> None:
-        if self._is_guard_test(node.test):
-            self._mark_guarded_scope()
+        if self._is_device_test(node.test):
+            self._exited_scopes.add(id(self.context.current_scope))
 
     def visit_If(self, node: cst.If) -> None:
-        if self._is_guard_test(node.test) and self._exits(node.body):
-            self._mark_guarded_scope()
+        if self._is_device_test(node.test) and self._exits(node.body):
+            self._exited_scopes.add(id(self.context.current_scope))
 
     def leave_Assign(self, node: cst.Assign) -> None:
         value = node.value
         for target in node.targets:
             name = target.target
-            if isinstance(name, (cst.Name, cst.Attribute)) and asks_for_gpu(value, self.context.imports):
-                self._flags.add((name.attr if isinstance(name, cst.Attribute) else name).value.lower())
-                self._guarded_above.clear()
             if isinstance(name, cst.Name) and self._is_fallback_device(value):
                 self._fallback_devices.setdefault(id(self.context.current_scope), set()).add(name.value)
             elif isinstance(name, cst.Name):
                 self._fallback_devices.get(id(self.context.current_scope), set()).discard(name.value)
+            if isinstance(name, cst.Name) and mentions_any(value, ("cuda",)):
+                self._constructor_aliases.add(name.value)
         # `pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...)` guards the module.
         if any(isinstance(t.target, cst.Name) and t.target.value == "pytestmark" for t in node.targets):
-            if self._is_guard_test(value) and isinstance(self.context.current_scope, cst.Module):
-                self._mark_guarded_scope()
+            if self._is_device_test(value) and isinstance(self.context.current_scope, cst.Module):
+                self._exited_scopes.add(id(self.context.current_scope))
 
     def _is_fallback_device(self, value: cst.BaseExpression) -> bool:
         """`torch.device("cuda" if torch.cuda.is_available() else "cpu")` and the like."""
@@ -346,7 +507,7 @@ class UnguardedCuda(Rule):
         for conditional in conditionals:
             branches = (conditional.body, conditional.orelse)
             literals = [device_literal(b, self.context.imports) for b in branches]
-            if any(lit is not None and lit.is_host for lit in literals) and self._is_guard_test(conditional.test):
+            if any(lit is not None and lit.is_host for lit in literals) and self._is_device_test(conditional.test):
                 return True
         return False
 
@@ -362,17 +523,19 @@ class UnguardedCuda(Rule):
 
     # ---- sites -------------------------------------------------------------------------------
 
-    def _add(self, node: cst.CSTNode, fix: PendingFix | None, visited: cst.CSTNode) -> None:
+    def _add(self, node: cst.CSTNode, fix: PendingFix | None, visited: cst.CSTNode, *,
+             alias: bool = False) -> None:
         """Collect a use; `visited` is the node being visited (on the path), `node` is reported."""
-        if not self._guarded(visited):
-            self._sites.append(_Site(node, fix))
+        self._sites.append(_Site(node, visited, tuple(self.context.ancestors(visited)), fix, alias))
 
     def visit_Call(self, node: cst.Call) -> None:
         imports = self.context.imports
         qualified = imports.qualified_name(node.func)
         if qualified in _CPU_FALLBACK_CHECKS and not self._requires_gpu(node):
-            self._expects_cpu = True
+            self._checks_for_cpu = True
         func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "add_argument" and option_offers_cpu_mode(node):
+            self._checks_for_cpu = True
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
             if isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super":
                 return
@@ -380,6 +543,13 @@ class UnguardedCuda(Rule):
             return
         if qualified in LEGACY_CUDA_TENSOR_TYPES:
             self._add(node, self._legacy_fix(node), node)
+            return
+        if qualified in torch_api.CUDA_CALLS_NEEDING_A_GPU:
+            self._add(node, None, node)
+            return
+        if isinstance(func, cst.Name) and func.value in self._constructor_aliases:
+            # Told apart from other calls once the flow model says what the name holds.
+            self._add(node, None, node, alias=True)
             return
         if qualified is not None and qualified.startswith(_TOLERANT_CALLEES):
             return
@@ -467,7 +637,15 @@ class UnguardedCuda(Rule):
         return isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
 
     def leave_Module(self, node: cst.Module) -> None:
-        if not self._expects_cpu:
+        if not self._sites:
+            return
+        flow = self.context.flow
+        if not (self._checks_for_cpu or flow.offers_cpu_mode()):
             return
         for site in self._sites:
-            self.report(site.node, fix=site.fix)
+            if site.alias:
+                assert isinstance(site.node, cst.Call)
+                if flow.qualified_name(site.node.func) not in LEGACY_CUDA_TENSOR_TYPES:
+                    continue
+            if self._reached_in_cpu_mode(site):
+                self.report(site.node, fix=site.fix)

@@ -25,16 +25,20 @@ from torchdevlint.analysis.devices import (
     parse_device_string,
     string_value,
 )
+from torchdevlint.analysis.flow import cpu_mode
 from torchdevlint.analysis.flow.values import (
     ANYWHERE_PLACE,
+    CPU_MODE_UNREACHED,
     CUDA_ONLY,
     CURRENT_CUDA_DEVICE,
     HOST_PLACE,
     MODULE_DEVICE_PLACE,
     OTHER,
     SCALAR,
+    SWITCHED_OFF,
     UNKNOWN,
     Kind,
+    ModeConstant,
     Place,
     PlaceKind,
     Value,
@@ -76,6 +80,20 @@ _BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "s
 # Reductions along a dimension that return (values, indices).
 _VALUES_INDICES_METHODS = frozenset({"max", "min", "sort", "topk", "median", "mode", "kthvalue"})
 _BUILTIN_SCALARS = frozenset({"len", "int", "float", "bool", "str", "round", "abs", "sum", "min", "max", "repr", "hash", "id", "ord"})
+# Values a setting (`use_cuda`, `args.device`) may hold: never tensors, modules or loaders.
+_SETTING_KINDS = frozenset({Kind.UNKNOWN, Kind.SCALAR, Kind.DEVICE})
+# Calls after which nothing in the block runs.
+_EXIT_CALLS = frozenset({"sys.exit", "os._exit", "pytest.skip", "pytest.exit", "unittest.SkipTest"})
+_EXIT_BUILTINS = frozenset({"exit", "quit"})
+# What the CPU mode's checks answer: no GPU, one process.
+_CPU_MODE_ANSWERS: dict[str, ModeConstant] = {
+    **{check: False for check in AVAILABILITY_CHECKS if not check.endswith("device_count")},
+    **{check: 0 for check in AVAILABILITY_CHECKS if check.endswith("device_count")},
+    "torch.accelerator.current_accelerator": SWITCHED_OFF,
+    "torch.distributed.is_initialized": False,
+    "torch.distributed.get_world_size": 1,
+    "torch.distributed.get_rank": 0,
+}
 _LEGACY_HOST_TENSOR_TYPES = frozenset(
     f"torch.{name}Tensor" for name in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool", "")
 )
@@ -171,6 +189,12 @@ class FunctionFlow:
     moves: dict[int, Place | None] = field(default_factory=dict)
     # Places whose tensor move was a statement of its own, its result thrown away.
     discarded_moves: set[str] = field(default_factory=set)
+    # Tests of the device choice whose answer the CPU mode knows (by id), reached in that
+    # mode: whether the CPU mode carries on past them (False for `if not
+    # torch.cuda.is_available(): sys.exit()`). A distributed-only test is no such choice.
+    cpu_mode_tests: dict[int, bool] = field(default_factory=dict)
+    # Calls (by id) the CPU mode never reaches.
+    calls_unreached_in_cpu_mode: set[int] = field(default_factory=set)
     final: Env | None = None
 
 
@@ -186,6 +210,8 @@ class Oracle(Protocol):
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None: ...
     @property
     def entry_cuda_device(self) -> Value: ...
+    @property
+    def stuck_switches(self) -> frozenset[str]: ...
 
 
 def names_bound_by(node: cst.BaseExpression) -> Iterator[cst.Name]:
@@ -219,6 +245,9 @@ def _join_env(left: Env | None, right: Env | None) -> Env | None:
         a, b = left.get(key), right.get(key)
         # A name bound on one path only: where it is read, that path was taken (or it raises).
         joined[key] = b if a is None else a if b is None else a.join(b)  # type: ignore[assignment]
+    if (CPU_MODE_UNREACHED in left) != (CPU_MODE_UNREACHED in right):
+        # Reached in the CPU mode along one of the two paths.
+        del joined[CPU_MODE_UNREACHED]
     return joined
 
 
@@ -293,15 +322,18 @@ class Interpreter:
                 self.flow.after[id(node)] = dict(current)
             return current
         if type(node) is cst.If:
-            self._evaluate(node.test, env)
-            body = self._block(node.body.body, dict(env))
+            taken = self._cpu_mode_truth(node.test, env)
+            body = self._block(node.body.body, self._branch(env, taken is False))
             orelse_node = node.orelse
+            other_in = self._branch(env, taken is True)
             if orelse_node is None:
-                other: Env | None = env
+                other: Env | None = other_in
             elif type(orelse_node) is cst.If:
-                other = self._statement(orelse_node, dict(env))
+                other = self._statement(orelse_node, other_in)
             else:
-                other = self._block(orelse_node.body.body, dict(env))
+                other = self._block(orelse_node.body.body, other_in)
+            if taken is not None and CPU_MODE_UNREACHED not in env and cpu_mode.names_the_cpu_mode(node.test):
+                self.flow.cpu_mode_tests[id(node.test)] = (body if taken else other) is not None
             return _join_env(body, other)
         if type(node) is cst.For or type(node) is cst.While:
             return self._loop(node, env)
@@ -349,6 +381,45 @@ class Interpreter:
             return self._class(node, env)
         return env
 
+    # ---- the CPU mode ----------------------------------------------------------------
+
+    def _cpu_mode_truth(self, test: cst.BaseExpression, env: Env) -> bool | None:
+        """Evaluates a test; whether it holds in the program's CPU mode, where that is known."""
+        return cpu_mode.truth(self._evaluate(test, env).in_cpu_mode)
+
+    @staticmethod
+    def _branch(env: Env, unreached_in_cpu_mode: bool) -> Env:
+        branch = dict(env)
+        if unreached_in_cpu_mode:
+            branch[CPU_MODE_UNREACHED] = SCALAR
+        return branch
+
+    def _exits(self, node: cst.BaseExpression, env: Env) -> bool:
+        """`sys.exit(...)`, `exit()`, `pytest.skip(...)`: nothing after it runs."""
+        if type(node) is not cst.Call:
+            return False
+        if type(node.func) is cst.Name and node.func.value in _EXIT_BUILTINS:
+            return node.func.value not in env and self.oracle.outer_value(self.flow.node, node.func.value) is None
+        return self.qualified(node.func, env) in _EXIT_CALLS
+
+    def _with_setting(self, name: str, value: Value, *, option: bool = False) -> Value:
+        """A setting read by name (`use_cuda`, `opt.use_gpu`, `args.device`): what the CPU
+        mode makes it, where its value does not already say. An `option` (an attribute) may be
+        an argparse switch that cannot be switched off."""
+        if value.in_cpu_mode is not None or not value.kinds <= _SETTING_KINDS:
+            return value
+        if option and name in self.oracle.stuck_switches:
+            return replace(value, in_cpu_mode=True)
+        setting = cpu_mode.setting_in_cpu_mode(name)
+        return value if setting is None else replace(value, in_cpu_mode=setting)
+
+    def _constant(self, node: cst.BaseExpression) -> ModeConstant | None:
+        """What an evaluated expression is in the CPU mode: its value's answer, or the literal."""
+        value = self.flow.values.get(id(node))
+        if value is not None and value.in_cpu_mode is not None:
+            return value.in_cpu_mode
+        return cpu_mode.literal_constant(node)
+
     def _disables_grad(self, node: cst.BaseExpression, env: Env) -> bool:
         callee = node.func if isinstance(node, cst.Call) else node
         return disables_grad(self.qualified(callee, env), node)
@@ -384,12 +455,12 @@ class Interpreter:
         if isinstance(node, cst.For):
             iterable = self._evaluate(node.iter, env)
             element = self._element_of(node.iter, iterable)
-        else:
-            self._evaluate(node.test, env)
+        # `while torch.cuda.is_available() and ...:` the CPU mode never enters the body.
+        skipped = isinstance(node, cst.While) and self._cpu_mode_truth(node.test, env) is False
         head: Env = dict(env)
         exits: list[Env] = []
         for round_number in range(_LOOP_ROUNDS + 1):
-            body_env = dict(head)
+            body_env = self._branch(head, skipped)
             if isinstance(node, cst.For):
                 self._bind(node.target, element, body_env)
             self._loop_exits.append([])
@@ -452,7 +523,7 @@ class Interpreter:
             node = self.replacements.get(id(node), node)
         if type(node) is cst.Expr:
             self._expression_statement(node.value, env)
-            return env
+            return None if self._exits(node.value, env) else env
         if type(node) is cst.Assign:
             value = self._evaluate(node.value, env)
             for target in node.targets:
@@ -522,7 +593,9 @@ class Interpreter:
                 env.pop(item.name.value, None)
             return env
         if type(node) is cst.Assert:
-            self._evaluate(node.test, env)
+            if self._cpu_mode_truth(node.test, env) is False:
+                # `assert torch.cuda.is_available()`: the CPU mode stops here.
+                env[CPU_MODE_UNREACHED] = SCALAR
             return env
         return env
 
@@ -661,7 +734,7 @@ class Interpreter:
         return compute(self, node, env) if compute is not None else UNKNOWN
 
     def _compute_name(self, node: cst.Name, env: Env) -> Value:
-        return self._name(node.value, env)
+        return self._with_setting(node.value, self._name(node.value, env))
 
     def _binary(self, node: cst.BinaryOperation, env: Env) -> Value:
         left = self._evaluate(node.left, env)
@@ -671,7 +744,8 @@ class Interpreter:
     def _unary(self, node: cst.UnaryOperation, env: Env) -> Value:
         inner = self._evaluate(node.expression, env)
         if isinstance(node.operator, cst.Not):
-            return SCALAR
+            negated = cpu_mode.negation(inner.in_cpu_mode)
+            return SCALAR if negated is None else replace(SCALAR, in_cpu_mode=negated)
         return inner if inner.is_tensor_like or inner.kinds == {Kind.SCALAR} else UNKNOWN
 
     def _comparison(self, node: cst.Comparison, env: Env) -> Value:
@@ -685,18 +759,37 @@ class Interpreter:
             else:
                 result = self._arithmetic(node, previous, previous_node, right, comparison.comparator)
             previous, previous_node = right, comparison.comparator
+        if len(node.comparisons) == 1 and result.kinds <= _SETTING_KINDS:
+            comparison = node.comparisons[0]
+            answer = cpu_mode.compare(comparison.operator, self._constant(node.left),
+                                      self._constant(comparison.comparator))
+            if answer is not None:
+                return replace(SCALAR, in_cpu_mode=answer)
         return result
 
     def _boolean(self, node: cst.BooleanOperation, env: Env) -> Value:
         left = self._evaluate(node.left, env)
-        right = self._evaluate(node.right, env)
-        return left.join(right)
+        conjunctive = isinstance(node.operator, cst.And)
+        # `not torch.cuda.is_available() or has_tensor_cores()`: the CPU mode stops at the left.
+        decided = cpu_mode.truth(self._constant(node.left)) is (not conjunctive)
+        right = self._evaluate(node.right, self._branch(env, True) if decided else env)
+        combine = cpu_mode.conjunction if conjunctive else cpu_mode.disjunction
+        answer = combine(self._constant(node.left), self._constant(node.right))
+        joined = left.join(right)
+        return joined if answer is None else replace(joined, in_cpu_mode=answer)
 
     def _if_expression(self, node: cst.IfExp, env: Env) -> Value:
-        self._evaluate(node.test, env)
-        body = self._evaluate(node.body, env)
-        orelse = self._evaluate(node.orelse, env)
-        return self._conditional(node, body, orelse)
+        taken = self._cpu_mode_truth(node.test, env)
+        body = self._evaluate(node.body, self._branch(env, True) if taken is False else env)
+        orelse = self._evaluate(node.orelse, self._branch(env, True) if taken is True else env)
+        result = self._conditional(node, body, orelse)
+        if taken is None:
+            return result
+        chosen = self._constant(node.body if taken else node.orelse)
+        if CPU_MODE_UNREACHED not in env and (chosen == "cpu" or cpu_mode.names_the_cpu_mode(node.test)):
+            # `"cuda" if opt.use_gpu else "cpu"`: a device with a CPU fallback.
+            self.flow.cpu_mode_tests[id(node.test)] = True
+        return replace(result, in_cpu_mode=chosen)
 
     def _number(self, node: cst.BaseNumber, env: Env) -> Value:
         return SCALAR
@@ -831,6 +924,23 @@ class Interpreter:
         return f"{value.reference.qualified}{dot}{rest}"
 
     def _attribute(self, node: cst.Attribute, env: Env) -> Value:
+        value = self._attribute_value(node, env)
+        attr = node.attr.value
+        if value.in_cpu_mode is not None or not value.kinds <= _SETTING_KINDS:
+            return value
+        base = self.flow.values.get(id(node.value), UNKNOWN)
+        if attr == "is_cuda":
+            # Nothing is on a GPU in the CPU mode.
+            return replace(value, in_cpu_mode=False)
+        if attr == "device" and (base.is_tensor_like or base.is_module_like):
+            return replace(value, in_cpu_mode="cpu")
+        if attr == "type" and isinstance(base.in_cpu_mode, str):
+            return replace(value, in_cpu_mode=cpu_mode.device_type(base.in_cpu_mode))
+        if base.reference is not None or base.is_tensor_like or base.is_module_like:
+            return value
+        return self._with_setting(attr, value, option=True)
+
+    def _attribute_value(self, node: cst.Attribute, env: Env) -> Value:
         key = place_key(node)
         if key is not None and key in env:
             self._evaluate(node.value, env)
@@ -951,6 +1061,8 @@ class Interpreter:
 
     def _call(self, node: cst.Call, env: Env) -> Value:
         callee_node = node.func
+        if CPU_MODE_UNREACHED in env:
+            self.flow.calls_unreached_in_cpu_mode.add(id(node))
         qualified = self.qualified(callee_node, env)
         if type(callee_node) is cst.Attribute and qualified is None:
             receiver = self._evaluate(callee_node.value, env)
@@ -971,7 +1083,7 @@ class Interpreter:
         if type(callee_node) is cst.Name:
             name = callee_node.value
             if name in _BUILTIN_SCALARS and callee.kinds == {Kind.UNKNOWN}:
-                return SCALAR
+                return self._builtin_scalar(name, node)
             if name == "next" and arguments and callee.kinds == {Kind.UNKNOWN}:
                 return self._element_of(node.args[0].value, arguments[0])
             if name in ("enumerate", "zip", "iter", "list", "tuple", "sorted", "reversed") and callee.kinds == {Kind.UNKNOWN}:
@@ -980,6 +1092,20 @@ class Interpreter:
                     and dotted_name(node.args[0].value) == dotted_name(node.args[2].value) and arguments[0].is_module_like:
                 return replace(arguments[0], kinds=frozenset({Kind.MODULE}))
         return self._unknown_call(node, callee_node, callee, arguments)
+
+    def _builtin_scalar(self, name: str, node: cst.Call) -> Value:
+        """`len(args.gpu_ids)`, `str(device)`, `bool(use_cuda)` in the CPU mode."""
+        argument = self._constant(node.args[0].value) if len(node.args) == 1 and not node.args[0].star else None
+        if argument is None:
+            return SCALAR
+        answer: ModeConstant | None = None
+        if name == "len" and isinstance(argument, cpu_mode.Off):
+            answer = 0
+        elif name == "str" and isinstance(argument, str):
+            answer = argument
+        elif name == "bool":
+            answer = cpu_mode.truth(argument)
+        return SCALAR if answer is None else replace(SCALAR, in_cpu_mode=answer)
 
     def _builtin_container(self, name: str, node: cst.Call, arguments: list[Value]) -> Value:
         if name == "enumerate" and arguments:
@@ -1281,12 +1407,17 @@ class Interpreter:
         keywords = {arg.keyword.value: value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is not None}
         positional = [value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is None and not arg.star]
         has_splat = any(arg.star == "**" for arg in node.args)
-        if qualified in AVAILABILITY_CHECKS:
-            return SCALAR
+        answer = _CPU_MODE_ANSWERS.get(qualified)
+        if answer is not None:
+            return replace(SCALAR, in_cpu_mode=answer)
         if qualified == "io.BytesIO":
             return Value.of(Kind.MEMORY_BUFFER)
         if qualified == torch_api.TORCH_DEVICE:
-            return device_value(self._device_call_place(node, positional, keywords))
+            place = self._device_call_place(node, positional, keywords)
+            named = self._constant(node.args[0].value) if node.args else None
+            if not isinstance(named, str):
+                named = "cpu" if place.kind is PlaceKind.HOST or place.types and "cpu" in place.types else None
+            return replace(device_value(place), in_cpu_mode=named)
         if qualified == torch_api.SET_CUDA_DEVICE:
             index = self._device_index_argument(node, arguments)
             env[CURRENT_CUDA_DEVICE] = device_value(cuda_place("'cuda'", index))

@@ -16,6 +16,7 @@ from enum import Enum
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.flow import cpu_mode
 from torchdevlint.analysis.flow.call_sites import (
     CallSite,
     NameUses,
@@ -27,6 +28,7 @@ from torchdevlint.analysis.flow.call_sites import (
 )
 from torchdevlint.analysis.flow.interpreter import Env, FunctionFlow, Held, Interpreter, Meeting, Operand
 from torchdevlint.analysis.flow.values import (
+    CPU_MODE_UNREACHED,
     HOST_PLACE,
     MODULE_DEVICE_PLACE,
     UNKNOWN,
@@ -159,6 +161,8 @@ class FlowModel:
         self._per_call_results: dict[tuple[int, tuple[tuple[str, Value], ...]], Value | None] = {}
         self._per_call_runs: dict[int, int] = {}
         self._all_declared_done = False
+        self._functions_reached_in_cpu_mode: dict[int, bool] = {}
+        self._stuck_switches: frozenset[str] | None = None
 
     @property
     def entry_cuda_device(self) -> Value:
@@ -170,6 +174,26 @@ class FlowModel:
             changes = "set_device" in text or "cuda.device(" in text
             self._entry_cuda_device = device_value(cuda_place("'cuda'", None if changes else 0))
         return self._entry_cuda_device
+
+    @property
+    def stuck_switches(self) -> frozenset[str]:
+        """Attributes set by argparse GPU switches that nothing switches off (`type=bool`
+        with a true default, see `cpu_mode.stuck_switch`)."""
+        if self._stuck_switches is None:
+            text = self._source if self._source is not None else self.module.code
+            found: set[str] = set()
+            if "add_argument" in text and "bool" in text:
+                stack: list[cst.CSTNode] = [self.module]
+                while stack:
+                    node = stack.pop()
+                    if type(node) is cst.Call and type(node.func) is cst.Attribute \
+                            and node.func.attr.value == "add_argument":
+                        dest = cpu_mode.stuck_switch(node)
+                        if dest is not None:
+                            found.add(dest)
+                    stack.extend(child_nodes(node))
+            self._stuck_switches = frozenset(found)
+        return self._stuck_switches
 
     # ---- questions rules ask -------------------------------------------------------
 
@@ -196,6 +220,61 @@ class FlowModel:
         flow = self.flow_for(self._enclosing_scope(statement))
         env = flow.before.get(id(statement)) if flow is not None else None
         return None if env is None else {key: value for key, value in env.items() if not key.startswith("<")}
+
+    # ---- the CPU mode (see `cpu_mode`) -------------------------------------------------
+
+    def offers_cpu_mode(self) -> bool:
+        """Whether some test the program reaches without a GPU chooses a way on there: an
+        availability check, a device with a CPU fallback, a setting such as `use_cuda`."""
+        return any(any(flow.cpu_mode_tests.values()) for flow in self.all_flows())
+
+    def cpu_mode_truth(self, test: cst.BaseExpression) -> bool | None:
+        """Whether a test holds when the program runs in its CPU mode, where that is known."""
+        return cpu_mode.truth(self.value_of(test).in_cpu_mode)
+
+    def statement_reached_in_cpu_mode(self, statement: cst.CSTNode) -> bool | None:
+        """Whether the CPU mode can reach a statement of a body; None for other nodes."""
+        flow = self.flow_for(self._enclosing_scope(statement))
+        env = flow.before.get(id(statement)) if flow is not None else None
+        return None if env is None else CPU_MODE_UNREACHED not in env
+
+    def function_reached_in_cpu_mode(self, function: cst.FunctionDef) -> bool:
+        """False when the file makes every call of the function, and the CPU mode reaches none."""
+        key = id(function)
+        known = self._functions_reached_in_cpu_mode.get(key)
+        if known is not None:
+            return known
+        self._functions_reached_in_cpu_mode[key] = True  # also while deciding (recursion)
+        sites = self._call_sites_in_sight(function)
+        reached = sites is None or any(self._call_reached_in_cpu_mode(site.call) for site in sites)
+        self._functions_reached_in_cpu_mode[key] = reached
+        return reached
+
+    def _call_sites_in_sight(self, function: cst.FunctionDef) -> list[CallSite] | None:
+        """The file's calls of a function, where they are all its calls (None if it has none)."""
+        if self._flow(function) is None:
+            return None
+        definition = self._definitions.get(id(function))
+        if definition is None:
+            return None
+        if definition.owner is not None:
+            if not self._called_only_by_the_file(definition):
+                return None
+        elif not takes_call_site_arguments(function, self._uses().escaping):
+            return None
+        if not self._all_declared_done:
+            self._all_declared_done = True
+            for _ in self._declared_flows():
+                pass
+        sites = self._call_sites.get(id(function))
+        return list(sites.values()) if sites else None
+
+    def _call_reached_in_cpu_mode(self, call: cst.Call) -> bool:
+        scope = self._enclosing_scope(call)
+        flow = self._flows.get(id(scope))
+        if flow is not None and id(call) in flow.calls_unreached_in_cpu_mode:
+            return False
+        return not isinstance(scope, cst.FunctionDef) or self.function_reached_in_cpu_mode(scope)
 
     def meetings(self, scope: Scope) -> list[Meeting]:
         flow = self.flow_for(scope)
@@ -355,22 +434,12 @@ class FlowModel:
 
     def _call_site_env(self, function: cst.FunctionDef) -> Env | None:
         """The entry environment from the file's calls, if they say more than the declaration."""
-        if self._flow(function) is None:
+        sites = self._call_sites_in_sight(function)
+        if sites is None:
             return None
-        definition = self._definitions.get(id(function))
-        if definition is None or definition.owner is not None and not self._called_only_by_the_file(definition):
-            return None
-        if not self._all_declared_done:
-            self._all_declared_done = True
-            for _ in self._declared_flows():
-                pass
-        sites = self._call_sites.get(id(function))
-        if not sites:
-            return None
-        if not takes_call_site_arguments(function, self._uses().escaping):
-            return None
+        definition = self._definitions[id(function)]
         declared = self._entry_env(definition)
-        passed = parameters_from_call_sites(function, sites.values(), self._default_values(definition))
+        passed = parameters_from_call_sites(function, sites, self._default_values(definition))
         env = {name: refined(value, passed[name]) if name in passed else value for name, value in declared.items()}
         return env if env != declared else None
 

@@ -79,6 +79,18 @@ MODULE_DEVICE_PLACE = Place(PlaceKind.MODULE_DEVICE)
 ANYWHERE_PLACE = Place(PlaceKind.ANYWHERE)
 
 
+class Off(Enum):
+    """A GPU setting switched off, where the code does not say how: False, None, 0 or -1, no
+    device ids. As a test it is false; `is None`, `< 0`, `== -1` hold; `>= 0` does not."""
+
+    OFF = "off"
+
+
+SWITCHED_OFF = Off.OFF
+# What a value is when the program runs in its CPU mode (see `Value.in_cpu_mode`).
+ModeConstant = bool | int | str | Off
+
+
 class Wrapping(Enum):
     NO = "no"
     MAYBE = "maybe"
@@ -125,6 +137,10 @@ class Value:
     # came from: a wrapped model's `state_dict()`, `torch.load(...)`, a `DataLoader(...)`.
     # Kept through containers, item reads and writes, and same-file calls.
     holds: frozenset[int] = frozenset()
+    # What this value is when the program runs in its CPU mode: no GPU, and every setting that
+    # chooses the device (`use_cuda`, `args.no_cuda`, `--device`) choosing the CPU. `False` for
+    # `torch.cuda.is_available()`, `"cpu"` for a device with a CPU fallback; None when unknown.
+    in_cpu_mode: ModeConstant | None = None
 
     # ---- construction -------------------------------------------------------------
 
@@ -159,6 +175,7 @@ class Value:
             self.instance_of if self.instance_of == other.instance_of else None,
             self.grad or other.grad,
             self.holds | other.holds,
+            self.in_cpu_mode if self.in_cpu_mode == other.in_cpu_mode else None,
         )
 
     # ---- questions ------------------------------------------------------------------
@@ -241,6 +258,9 @@ class Value:
             parts.append("may require grad")
         if self.holds:
             parts.append("traced to the call that made it")
+        if self.in_cpu_mode is not None:
+            answer = "off" if isinstance(self.in_cpu_mode, Off) else repr(self.in_cpu_mode)
+            parts.append(f"{answer} in the CPU mode")
         if self.items is not None:
             inner = ", ".join(f"{key}: {value.describe()}" for key, value in self.items)
             parts.append(f"[{inner}]")
@@ -275,6 +295,9 @@ CUDA_ONLY = frozenset({"cuda"})
 # The environment key under which the model keeps the current CUDA device (what `"cuda"` and
 # `.cuda()` mean): not a name a program can bind.
 CURRENT_CUDA_DEVICE = "<current cuda device>"
+# An environment key present where the program's CPU mode cannot be (see `Value.in_cpu_mode`):
+# a branch its tests never take, code after `assert torch.cuda.is_available()`.
+CPU_MODE_UNREACHED = "<not reached in cpu mode>"
 
 
 def cuda_place(symbol: str, index: int | None) -> Place:

@@ -1,0 +1,240 @@
+"""The program's CPU mode: how it runs on a machine without a GPU, its settings choosing the CPU.
+
+A program offers a CPU mode when it tests for one somewhere: `torch.cuda.is_available()`, a
+device with a CPU fallback, or a setting (`use_cuda`, `args.no_cuda`, `opt.use_gpu`,
+`--device cpu`). In that mode every availability check is false and every such setting
+chooses the CPU. The interpreter evaluates tests in that mode (`Value.in_cpu_mode`), so the
+model knows which branches the CPU mode takes and which code it never reaches.
+
+Settings are recognised by name, as people name them: a name about the GPU (`use_gpu`,
+`cuda`, `n_gpu`, `gpu_ids`, `world_size`) is switched off, one about the CPU or negated
+(`cpu`, `no_cuda`, `disable_cuda`) is on, and a device setting (`device`, `args.dev`) is
+`"cpu"`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import libcst as cst
+
+from torchdevlint.analysis.devices import integer_value, string_value
+from torchdevlint.analysis.flow.values import SWITCHED_OFF, ModeConstant, Off
+
+__all__ = ["Off", "compare", "conjunction", "device_type", "disjunction", "literal_constant", "names_the_cpu_mode",
+           "negation", "option_offers_cpu_mode", "setting_in_cpu_mode", "stuck_switch", "truth"]
+
+_GPU_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu",
+                        "distributed", "ddp", "world", "multigpu", "cudnn"})
+_NEGATIONS = frozenset({"no", "not", "disable", "disabled", "without", "nocuda", "nogpu"})
+_DEVICE_WORDS = frozenset({"device", "dev"})
+_CPU_MODE_WORDS = frozenset({"cpu", "available"})
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def _words(name: str) -> list[str]:
+    return [word.lower() for word in _WORD.findall(name)]
+
+
+@functools.lru_cache(maxsize=4096)
+def setting_in_cpu_mode(name: str) -> ModeConstant | None:
+    """What a setting of this name is in the CPU mode; None for a name that is no setting."""
+    words = _words(name)
+    if not words:
+        return None
+    found = set(words)
+    if "cpu" in found or found & _NEGATIONS and found & (_GPU_WORDS | _DEVICE_WORDS):
+        return True
+    if found & _GPU_WORDS or words[-2:] == ["local", "rank"]:
+        return SWITCHED_OFF
+    if words[-1] in _DEVICE_WORDS:
+        return "cpu"
+    return None
+
+
+_NAMED_CONSTANTS: dict[str, ModeConstant] = {"True": True, "False": False, "None": SWITCHED_OFF}
+
+
+def names_the_cpu_mode(test: cst.CSTNode) -> bool:
+    """Whether a test says the program runs without a GPU: it asks for one
+    (`torch.cuda.is_available()`), names the CPU (`device.type == "cpu"`, `args.cpu`) or a
+    GPU switched off (`args.no_cuda`). `if args.use_cuda:` alone may be about where to keep
+    features, `if args.distributed:` about processes: neither says there is a CPU mode."""
+    stack: list[cst.CSTNode] = [test]
+    while stack:
+        node = stack.pop()
+        text = node.value if type(node) is cst.Name else string_value(node) if type(node) is cst.SimpleString else None
+        if text is not None:
+            words = set(_words(text))
+            if words & _CPU_MODE_WORDS or words & _NEGATIONS and words & (_GPU_WORDS | _DEVICE_WORDS):
+                return True
+        stack.extend(node.children)
+    return False
+
+
+def option_offers_cpu_mode(call: cst.Call) -> bool:
+    """`parser.add_argument(...)` of an option that runs the program on the CPU: `--cpu`,
+    `--no-cuda`, a `--cuda`/`--gpu` switch off by default (`action="store_true"`), a
+    `--device` option that offers `"cpu"` (its default, choices or help)."""
+    names = [string_value(arg.value) for arg in call.args if arg.keyword is None]
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    dest = keywords.get("dest")
+    words: set[str] = set()
+    for name in [*names, string_value(dest) if dest is not None else None]:
+        if name is not None and name.startswith("-") or name is not None and dest is not None:
+            words.update(_words(name))
+    if not words:
+        return False
+    if "cpu" in words or words & _NEGATIONS and words & (_GPU_WORDS | _DEVICE_WORDS):
+        return True
+    action = keywords.get("action")
+    if words & _GPU_WORDS and action is not None and string_value(action) == "store_true":
+        return True
+    if words & _GPU_WORDS and type(keywords.get("type")) is cst.Name:
+        # `--cuda type=bool`: meant as a switch, though it may not switch (see `stuck_switch`).
+        return cst.ensure_type(keywords["type"], cst.Name).value == "bool"
+    if words & _DEVICE_WORDS:
+        offered = [keywords.get(key) for key in ("default", "choices", "help")]
+        return any(node is not None and _mentions_cpu(node) for node in offered)
+    return False
+
+
+def stuck_switch(call: cst.Call) -> str | None:
+    """The attribute an argparse option `type=bool` with a true default sets, if it is about
+    the GPU: `bool("False")` is True, so no command line switches it off (`--cuda False`)."""
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    kind, default = keywords.get("type"), keywords.get("default")
+    if not (type(kind) is cst.Name and kind.value == "bool") or default is None:
+        return None
+    if not truth(literal_constant(default)):
+        return None
+    dest = _option_dest(call)
+    return dest if dest is not None and setting_in_cpu_mode(dest) is SWITCHED_OFF else None
+
+
+def _option_dest(call: cst.Call) -> str | None:
+    """Where argparse stores an option: `dest=`, else its first long name (dashes as `_`)."""
+    names = [string_value(arg.value) for arg in call.args if arg.keyword is None]
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "dest":
+            return string_value(arg.value)
+    long_names = [name for name in names if name is not None and name.startswith("--")]
+    chosen = long_names[0] if long_names else next((name for name in names if name is not None), None)
+    return None if chosen is None else chosen.lstrip("-").replace("-", "_")
+
+
+def _mentions_cpu(node: cst.CSTNode) -> bool:
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        text = string_value(current) if type(current) is cst.SimpleString else None
+        if text is not None and "cpu" in _words(text):
+            return True
+        stack.extend(current.children)
+    return False
+
+
+def literal_constant(node: cst.BaseExpression) -> ModeConstant | None:
+    """The constant a literal is in every mode: numbers, strings, True/False/None."""
+    if type(node) is cst.Name:
+        return _NAMED_CONSTANTS.get(node.value)
+    if type(node) is cst.UnaryOperation and isinstance(node.operator, cst.Minus):
+        inner = integer_value(node.expression)
+        return None if inner is None else -inner
+    number = integer_value(node)
+    if number is not None:
+        return number
+    return string_value(node)
+
+
+def truth(constant: ModeConstant | None) -> bool | None:
+    if constant is None:
+        return None
+    if isinstance(constant, Off):
+        return False
+    return bool(constant)
+
+
+def negation(constant: ModeConstant | None) -> bool | None:
+    value = truth(constant)
+    return None if value is None else not value
+
+
+def conjunction(left: ModeConstant | None, right: ModeConstant | None) -> bool | None:
+    a, b = truth(left), truth(right)
+    if a is False or b is False:
+        return False
+    return True if a and b else None
+
+
+def disjunction(left: ModeConstant | None, right: ModeConstant | None) -> bool | None:
+    a, b = truth(left), truth(right)
+    if a or b:
+        return True
+    return False if a is False and b is False else None
+
+
+def compare(operator: cst.BaseCompOp, left: ModeConstant | None, right: ModeConstant | None) -> bool | None:
+    """One comparison in the CPU mode; None where the constants do not decide it."""
+    if left is None or right is None:
+        return None
+    if isinstance(operator, (cst.Is, cst.IsNot)):
+        if not isinstance(right, Off):
+            return None
+        result = isinstance(left, Off)
+        return result if isinstance(operator, cst.Is) else not result
+    if isinstance(operator, (cst.In, cst.NotIn)):
+        if isinstance(left, str) and isinstance(right, str):
+            return (left in right) == isinstance(operator, cst.In)
+        return None
+    if isinstance(left, Off) or isinstance(right, Off):
+        return _compare_switched_off(operator, left, right)
+    if isinstance(operator, cst.Equal):
+        return left == right
+    if isinstance(operator, cst.NotEqual):
+        return left != right
+    if isinstance(left, str) or isinstance(right, str):
+        return None
+    if isinstance(operator, cst.LessThan):
+        return left < right
+    if isinstance(operator, cst.LessThanEqual):
+        return left <= right
+    if isinstance(operator, cst.GreaterThan):
+        return left > right
+    if isinstance(operator, cst.GreaterThanEqual):
+        return left >= right
+    return None
+
+
+def _compare_switched_off(operator: cst.BaseCompOp, left: ModeConstant, right: ModeConstant) -> bool | None:
+    """A setting switched off is None, False or a negative number: below every device index."""
+    flipped = isinstance(right, Off)
+    other = left if flipped else right
+    if isinstance(other, Off):
+        return isinstance(operator, cst.Equal) if isinstance(operator, (cst.Equal, cst.NotEqual)) else None
+    if isinstance(other, bool) or not isinstance(other, int):
+        return None
+    if flipped:
+        # `n < off` is `off > n`.
+        operator = {cst.LessThan: cst.GreaterThan(), cst.LessThanEqual: cst.GreaterThanEqual(),
+                    cst.GreaterThan: cst.LessThan(), cst.GreaterThanEqual: cst.LessThanEqual()}.get(
+            type(operator), operator)
+    if isinstance(operator, cst.Equal):
+        return True if other == -1 else (False if other > 0 else None)
+    if isinstance(operator, cst.NotEqual):
+        return False if other == -1 else (True if other > 0 else None)
+    if isinstance(operator, cst.GreaterThan):
+        return False if other >= -1 else None
+    if isinstance(operator, cst.GreaterThanEqual):
+        return False if other >= 0 else None
+    if isinstance(operator, cst.LessThan):
+        return True if other >= 0 else None
+    if isinstance(operator, cst.LessThanEqual):
+        return True if other >= -1 else None
+    return None
+
+
+def device_type(constant: ModeConstant | None) -> str | None:
+    """`"cuda:1"` -> `"cuda"`: the `.type` of a device given by that string."""
+    return constant.partition(":")[0] if isinstance(constant, str) else None
