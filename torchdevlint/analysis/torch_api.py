@@ -102,6 +102,10 @@ DATA_PARALLEL_FUNCTIONS: frozenset[str] = frozenset(
 SET_CUDA_DEVICE = "torch.cuda.set_device"
 CUDA_DEVICE_CONTEXT = "torch.cuda.device"
 
+# The accelerator PyTorch was built for (PyTorch 2.6+): None on a CPU-only build, and with
+# `check_available=True` wherever no device is present.
+CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"
+
 # `torch.cuda` calls that fail where there is no GPU (measured on a CPU-only build). Seeding,
 # `empty_cache`, memory counters and `device_count` are lazy or answer without one.
 CUDA_CALLS_NEEDING_A_GPU: frozenset[str] = frozenset(

@@ -410,39 +410,26 @@ class UnguardedCuda(Rule):
     def _reached_in_cpu_mode(self, site: _Site) -> bool:
         """Whether the program's CPU mode reaches the use, as the flow model sees the tests
         around it; a test about the device whose answer it cannot tell guards both ways."""
-        flow = self.context.flow
         if any(id(scope) in self._exited_scopes for scope in site.ancestors):
             return False
-        statement_known = False
+        if not self.context.flow.reached_in_cpu_mode(site.visited, site.ancestors):
+            return False
         child = site.visited
         for ancestor in site.ancestors:
-            if not statement_known:
-                reached = flow.statement_reached_in_cpu_mode(ancestor)
-                if reached is not None:
-                    statement_known = True
-                    if not reached:
-                        return False
             if self._guards(ancestor, child):
                 return False
             child = ancestor
         return True
 
     def _guards(self, ancestor: cst.CSTNode, child: cst.CSTNode) -> bool:
-        """Whether `ancestor` keeps the CPU mode out of what is below it through `child`."""
+        """Whether `ancestor` keeps the CPU mode out of what is below it through `child`, where
+        the flow model cannot tell: a test about the device with an answer it does not know."""
         flow = self.context.flow
         if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
-            holds = flow.cpu_mode_truth(ancestor.test)
-            if holds is not None:
-                return holds is (child is not ancestor.body)
-            return self._is_device_test(ancestor.test)
+            return flow.cpu_mode_truth(ancestor.test) is None and self._is_device_test(ancestor.test)
         if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
-            holds = flow.cpu_mode_truth(ancestor.left)
-            if holds is not None:
-                return holds is isinstance(ancestor.operator, cst.Or)
-            return self._is_device_test(ancestor.left)
+            return flow.cpu_mode_truth(ancestor.left) is None and self._is_device_test(ancestor.left)
         if isinstance(ancestor, (cst.Try, cst.TryStar)) and child is ancestor.body and ancestor.handlers:
-            return True
-        if isinstance(ancestor, cst.FunctionDef) and not flow.function_reached_in_cpu_mode(ancestor):
             return True
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
             return mentions_any(ancestor.name, _DEVICE_WORDS) or any(

@@ -51,6 +51,8 @@ ENVIRONMENT_NOT_A_STRING = re.compile(r"str expected, not \w+")
 # A non-blocking copy to the CPU read too early: CUDA raises nothing, so the emulated GPU (and, on
 # a real GPU, verify's own check) model the race and raise this (emulation.HOST_COPY_READ_EARLY).
 HOST_COPY_READ_EARLY = re.compile(r"a non_blocking copy to the CPU was read before synchronising")
+# `torch.accelerator.current_accelerator()` on a CPU-only build.
+NO_ACCELERATOR_DEVICE = re.compile(r"'NoneType' object has no attribute '(type|index)'")
 PREFIXED_STATE_DICT = re.compile(
     r"Error\(s\) in loading state_dict(?s:.*)(Unexpected|Missing) key\(s\) in state_dict: \"module\."
 )
@@ -65,6 +67,7 @@ EXPECTED_BY_RULE: dict[str, re.Pattern[str]] = {
     "TDL007": NO_GPU,
     "TDL008": ENVIRONMENT_NOT_A_STRING,
     "TDL013": HOST_COPY_READ_EARLY,
+    "TDL015": NO_ACCELERATOR_DEVICE,
 }
 
 

@@ -52,6 +52,32 @@ def gpu_trained_checkpoints() -> Iterator[None]:
 
 
 @contextmanager
+def cpu_only_build() -> Iterator[None]:
+    """`torch.accelerator.current_accelerator()` answers as a CPU-only build does: None.
+
+    A CUDA build whose GPUs are hidden still names `cuda` there (the build's accelerator,
+    whether or not a device is present), so without this the CPU host would be a machine with
+    a CUDA build and no GPU, not the CPU-only build that TDL015 is about.
+    """
+    accelerator = getattr(torch, "accelerator", None)
+    original = getattr(accelerator, "current_accelerator", None)
+    if accelerator is None or original is None:
+        yield
+        return
+
+    available = accelerator.is_available()  # asked once: it calls current_accelerator itself
+
+    def current_accelerator(check_available: bool = False) -> torch.device | None:
+        return original(check_available) if available else None
+
+    accelerator.current_accelerator = current_accelerator
+    try:
+        yield
+    finally:
+        accelerator.current_accelerator = original
+
+
+@contextmanager
 def host(kind: RunHost, gpus: int) -> Iterator[HostState]:
     state = HostState()
     if kind is RunHost.EMULATED:
@@ -73,5 +99,7 @@ def host(kind: RunHost, gpus: int) -> Iterator[HostState]:
         with host_copy_race_check(on_cuda=True):
             yield state
     else:
-        # The CPU is the machine as it is (the parent hides GPUs from a CPU run).
-        yield state
+        # The CPU is the machine as it is (the parent hides GPUs from a CPU run), with a
+        # CPU-only build's answers.
+        with cpu_only_build():
+            yield state

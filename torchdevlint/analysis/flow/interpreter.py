@@ -89,7 +89,6 @@ _EXIT_BUILTINS = frozenset({"exit", "quit"})
 _CPU_MODE_ANSWERS: dict[str, ModeConstant] = {
     **{check: False for check in AVAILABILITY_CHECKS if not check.endswith("device_count")},
     **{check: 0 for check in AVAILABILITY_CHECKS if check.endswith("device_count")},
-    "torch.accelerator.current_accelerator": SWITCHED_OFF,
     "torch.distributed.is_initialized": False,
     "torch.distributed.get_world_size": 1,
     "torch.distributed.get_rank": 0,
@@ -158,6 +157,8 @@ class Held(Enum):
     WRAPPED_STATE_DICT = "wrapped state_dict()"
     LOAD = "torch.load"
     DATALOADER = "DataLoader"
+    # `torch.accelerator.current_accelerator()`: None on a CPU-only build.
+    CURRENT_ACCELERATOR = "current_accelerator()"
 
 
 @dataclass
@@ -1407,6 +1408,11 @@ class Interpreter:
         keywords = {arg.keyword.value: value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is not None}
         positional = [value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is None and not arg.star]
         has_splat = any(arg.star == "**" for arg in node.args)
+        if qualified == torch_api.CURRENT_ACCELERATOR:
+            # The accelerator's device, or None (which the CPU mode gets) on a CPU-only build.
+            self.flow.held[id(node)] = (Held.CURRENT_ACCELERATOR, node)
+            return Value(frozenset({Kind.DEVICE}), device=Place(PlaceKind.DEVICE, "", None),
+                         holds=frozenset({id(node)}), in_cpu_mode=SWITCHED_OFF)
         answer = _CPU_MODE_ANSWERS.get(qualified)
         if answer is not None:
             return replace(SCALAR, in_cpu_mode=answer)

@@ -238,6 +238,32 @@ class FlowModel:
         env = flow.before.get(id(statement)) if flow is not None else None
         return None if env is None else CPU_MODE_UNREACHED not in env
 
+    def reached_in_cpu_mode(self, node: cst.CSTNode, ancestors: Sequence[cst.CSTNode]) -> bool:
+        """Whether the CPU mode reaches a node, given its ancestors (nearest first): its
+        statement, the conditionals and `and`/`or` around it, the functions it is in."""
+        statement_known = False
+        child = node
+        for ancestor in ancestors:
+            if not statement_known:
+                reached = self.statement_reached_in_cpu_mode(ancestor)
+                if reached is not None:
+                    statement_known = True
+                    if not reached:
+                        return False
+            if self._keeps_cpu_mode_out(ancestor, child):
+                return False
+            child = ancestor
+        return True
+
+    def _keeps_cpu_mode_out(self, ancestor: cst.CSTNode, child: cst.CSTNode) -> bool:
+        if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
+            holds = self.cpu_mode_truth(ancestor.test)
+            return holds is not None and holds is (child is not ancestor.body)
+        if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+            holds = self.cpu_mode_truth(ancestor.left)
+            return holds is not None and holds is isinstance(ancestor.operator, cst.Or)
+        return isinstance(ancestor, cst.FunctionDef) and not self.function_reached_in_cpu_mode(ancestor)
+
     def function_reached_in_cpu_mode(self, function: cst.FunctionDef) -> bool:
         """False when the file makes every call of the function, and the CPU mode reaches none."""
         key = id(function)
