@@ -6,31 +6,24 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.cuda_uses import (
+    CPU_FALLBACK_CHECKS,
+    CudaUse,
+    UseKind,
+    cuda_uses,
+    ends_block,
+    is_device_test,
+    kept_for_the_gpu,
+    names_a_constructor_alias,
+    shows_cpu_mode,
+)
 from torchdevlint.analysis.devices import (
     LEGACY_CUDA_TENSOR_TYPES,
-    asks_for_gpu,
-    calls_in,
     device_literal,
-    mentions_any,
 )
-from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
-
-# Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
-_CPU_FALLBACK_CHECKS = frozenset(
-    {"torch.cuda.is_available", "torch.accelerator.is_available", "torch.backends.mps.is_available"}
-)
-# Words in a test, a flag, a decorator or a helper's name that make it about the device. A
-# distributed run (`if dist.is_initialized():`, `world_size > 1`) counts too: multi-process
-# training code is written for NCCL, which needs GPUs.
-_DEVICE_WORDS = ("cuda", "gpu", "device", "accel", "cpu", "avail", "mps", "xpu", "dist", "world_size", "rank")
-# Calls that take a device type but fall back (or only warn) without a GPU.
-_TOLERANT_CALLEES = ("torch.amp.", "torch.cuda.amp.", "torch.cpu.amp.", "torch.autocast", "torch.cuda.")
-# Statements that end a guard's body: what follows runs only when the test was false.
-_EXITS = frozenset({"exit", "quit", "sys.exit", "os._exit", "pytest.skip", "unittest.SkipTest"})
 
 
 @dataclass(frozen=True)
@@ -405,7 +398,7 @@ class UnguardedCuda(Rule):
     # ---- reached in the CPU mode ---------------------------------------------------------
 
     def _is_device_test(self, test: cst.CSTNode) -> bool:
-        return mentions_any(test, _DEVICE_WORDS, strings=True) or asks_for_gpu(test, self.context.imports)
+        return is_device_test(test, self.context.imports)
 
     def _reached_in_cpu_mode(self, site: _Site) -> bool:
         """Whether the program's CPU mode reaches the use, as the flow model sees the tests
@@ -414,57 +407,14 @@ class UnguardedCuda(Rule):
             return False
         if not self.context.flow.reached_in_cpu_mode(site.visited, site.ancestors):
             return False
-        child = site.visited
-        for ancestor in site.ancestors:
-            if self._guards(ancestor, child):
-                return False
-            child = ancestor
-        return True
-
-    def _guards(self, ancestor: cst.CSTNode, child: cst.CSTNode) -> bool:
-        """Whether `ancestor` keeps the CPU mode out of what is below it through `child`, where
-        the flow model cannot tell: a test about the device with an answer it does not know."""
-        flow = self.context.flow
-        if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
-            return flow.cpu_mode_truth(ancestor.test) is None and self._is_device_test(ancestor.test)
-        if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
-            return flow.cpu_mode_truth(ancestor.left) is None and self._is_device_test(ancestor.left)
-        if isinstance(ancestor, (cst.Try, cst.TryStar)) and child is ancestor.body and ancestor.handlers:
-            return True
-        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-            return mentions_any(ancestor.name, _DEVICE_WORDS) or any(
-                self._is_device_test(d.decorator) for d in ancestor.decorators
-            )
-        # Parametrisations, markers and default values are not uses.
-        return isinstance(ancestor, (cst.Decorator, cst.Param))
-
-    @staticmethod
-    def _exits(body: cst.BaseSuite) -> bool:
-        statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
-        if not statements:
-            return False
-        last = statements[-1]
-        small = last.body if isinstance(last, cst.SimpleStatementLine) else (
-            last.body if isinstance(last, cst.SimpleStatementSuite) else []
-        )
-        for statement in small:
-            if isinstance(statement, (cst.Raise, cst.Return, cst.Continue, cst.Break)):
-                return True
-            if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
-                func = statement.value.func
-                name = func.value if isinstance(func, cst.Name) else None
-                if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
-                    name = f"{func.value.value}.{func.attr.value}"
-                if name in _EXITS:
-                    return True
-        return False
+        return not kept_for_the_gpu(site.visited, site.ancestors, self.context.imports, self.context.flow)
 
     def visit_Assert(self, node: cst.Assert) -> None:
         if self._is_device_test(node.test):
             self._exited_scopes.add(id(self.context.current_scope))
 
     def visit_If(self, node: cst.If) -> None:
-        if self._is_device_test(node.test) and self._exits(node.body):
+        if self._is_device_test(node.test) and ends_block(node.body):
             self._exited_scopes.add(id(self.context.current_scope))
 
     def leave_Assign(self, node: cst.Assign) -> None:
@@ -475,8 +425,9 @@ class UnguardedCuda(Rule):
                 self._fallback_devices.setdefault(id(self.context.current_scope), set()).add(name.value)
             elif isinstance(name, cst.Name):
                 self._fallback_devices.get(id(self.context.current_scope), set()).discard(name.value)
-            if isinstance(name, cst.Name) and mentions_any(value, ("cuda",)):
-                self._constructor_aliases.add(name.value)
+            alias = names_a_constructor_alias(name, value)
+            if alias is not None:
+                self._constructor_aliases.add(alias)
         # `pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...)` guards the module.
         if any(isinstance(t.target, cst.Name) and t.target.value == "pytestmark" for t in node.targets):
             if self._is_device_test(value) and isinstance(self.context.current_scope, cst.Module):
@@ -516,61 +467,21 @@ class UnguardedCuda(Rule):
         self._sites.append(_Site(node, visited, tuple(self.context.ancestors(visited)), fix, alias))
 
     def visit_Call(self, node: cst.Call) -> None:
-        imports = self.context.imports
-        qualified = imports.qualified_name(node.func)
-        if qualified in _CPU_FALLBACK_CHECKS and not self._requires_gpu(node):
+        if shows_cpu_mode(node, self.context.imports, self.context.ancestors(node)):
             self._checks_for_cpu = True
-        func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "add_argument" and option_offers_cpu_mode(node):
-            self._checks_for_cpu = True
-        if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
-            if isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super":
-                return
-            self._add(node, self._cuda_call_fix(node), node)
-            return
-        if qualified in LEGACY_CUDA_TENSOR_TYPES:
-            self._add(node, self._legacy_fix(node), node)
-            return
-        if qualified in torch_api.CUDA_CALLS_NEEDING_A_GPU:
-            self._add(node, None, node)
-            return
-        if isinstance(func, cst.Name) and func.value in self._constructor_aliases:
-            # Told apart from other calls once the flow model says what the name holds.
-            self._add(node, None, node, alias=True)
-            return
-        if qualified is not None and qualified.startswith(_TOLERANT_CALLEES):
-            return
-        for index, arg in enumerate(node.args):
-            keyword = arg.keyword.value if arg.keyword is not None else None
-            is_move = isinstance(func, cst.Attribute) and func.attr.value == "to"
-            if (
-                is_move and (keyword == "device" or keyword is None and index == 0)
-                or keyword == "device" and qualified is not None and qualified.startswith("torch.")
-                or keyword == "map_location" and qualified in torch_api.TORCH_LOAD
-            ):
-                self._check_device_argument(node, arg.value)
+        for use in cuda_uses(node, self.context.imports, self._constructor_aliases):
+            self._add(use.node, self._fix(use), node, alias=use.kind is UseKind.ALIAS_CALL)
 
-    def _requires_gpu(self, call: cst.Call) -> bool:
-        """A check inside an `assert` or an `if ...: raise/exit` says the program needs a GPU."""
-        for ancestor in self.context.ancestors(call):
-            if isinstance(ancestor, cst.Assert):
-                return True
-            if isinstance(ancestor, cst.If) and self._exits(ancestor.body) and call in calls_in(ancestor.test):
-                return True
-            if isinstance(ancestor, (cst.BaseSuite, cst.FunctionDef)):
-                return False
-        return False
-
-    def _check_device_argument(self, call: cst.Call, value: cst.BaseExpression) -> None:
-        """`"cuda"` or `torch.device("cuda")` handed to a call that puts something there."""
-        literal = device_literal(value, self.context.imports)
-        if literal is None or literal.type != "cuda":
-            return
-        fix = None
-        device = self._device_variable()
-        if device is not None and literal.index is None and "\n" not in self.context.code_for_node(value):
-            fix = self.make_fix(NodeEdit(value, device), applicability=Applicability.UNSAFE)
-        self._add(value, fix, call)
+    def _fix(self, use: CudaUse) -> PendingFix | None:
+        if use.kind is UseKind.MOVE:
+            return self._cuda_call_fix(cst.ensure_type(use.node, cst.Call))
+        if use.kind is UseKind.LEGACY_CONSTRUCTOR:
+            return self._legacy_fix(cst.ensure_type(use.node, cst.Call))
+        if use.kind is UseKind.DEVICE_ARGUMENT:
+            device = self._device_variable()
+            if device is not None and use.index is None and "\n" not in self.context.code_for_node(use.node):
+                return self.make_fix(NodeEdit(use.node, device), applicability=Applicability.UNSAFE)
+        return None
 
     def _cuda_call_fix(self, call: cst.Call) -> PendingFix | None:
         device = self._device_variable()
@@ -602,7 +513,7 @@ class UnguardedCuda(Rule):
     # ---- `torch.cuda.is_available` without a call ------------------------------------------
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if self.context.imports.qualified_name(node) not in _CPU_FALLBACK_CHECKS:
+        if self.context.imports.qualified_name(node) not in CPU_FALLBACK_CHECKS:
             return
         parent = self.context.parent(node)
         if isinstance(parent, cst.Call) and parent.func is node:

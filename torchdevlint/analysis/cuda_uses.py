@@ -1,0 +1,169 @@
+"""Where a program uses CUDA itself, and what says it is meant to run without a GPU.
+
+Shared by the rules about CUDA that a CPU-only run reaches (TDL007) and CUDA hard-coded in a
+program with no CPU mode (TDL203): which calls use CUDA, and which calls are evidence of a
+CPU mode that the flow model's tests (`FlowModel.offers_cpu_mode`) do not show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+import libcst as cst
+
+from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES, asks_for_gpu, calls_in, device_literal, mentions_any
+from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
+from torchdevlint.analysis.flow.model import FlowModel
+from torchdevlint.analysis.names import ImportTable
+
+# Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
+CPU_FALLBACK_CHECKS = frozenset(
+    {"torch.cuda.is_available", "torch.accelerator.is_available", "torch.backends.mps.is_available"}
+)
+# Calls that take a device type but fall back (or only warn) without a GPU.
+_TOLERANT_CALLEES = ("torch.amp.", "torch.cuda.amp.", "torch.cpu.amp.", "torch.autocast", "torch.cuda.")
+# Words in a test, a flag, a decorator or a helper's name that make it about the device. A
+# distributed run (`if dist.is_initialized():`, `world_size > 1`) counts too: multi-process
+# training code is written for NCCL, which needs GPUs.
+_DEVICE_WORDS = ("cuda", "gpu", "device", "accel", "cpu", "avail", "mps", "xpu", "dist", "world_size", "rank")
+# Statements that end a guard's body: what follows runs only when the test was false.
+_EXITS = frozenset({"exit", "quit", "sys.exit", "os._exit", "pytest.skip", "unittest.SkipTest"})
+
+
+class UseKind(Enum):
+    MOVE = "`.cuda()`"
+    DEVICE_ARGUMENT = "a `\"cuda\"` device"
+    LEGACY_CONSTRUCTOR = "a `torch.cuda.*Tensor` constructor"
+    CUDA_CALL = "a `torch.cuda` call that needs a GPU"
+    # A call of a name that may hold a legacy constructor (`Tensor = torch.cuda.FloatTensor`):
+    # a use once the flow model says it does.
+    ALIAS_CALL = "a legacy constructor through another name"
+
+
+@dataclass(frozen=True)
+class CudaUse:
+    node: cst.CSTNode
+    kind: UseKind
+    # For a device argument: which GPU it names (`"cuda:1"`), if any.
+    index: int | None = None
+
+
+def cuda_uses(call: cst.Call, imports: ImportTable, constructor_aliases: frozenset[str] | set[str]) -> list[CudaUse]:
+    """The CUDA uses a call makes: the call itself, or `"cuda"` handed to it."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+        if isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super":
+            return []
+        return [CudaUse(call, UseKind.MOVE)]
+    qualified = imports.qualified_name(func)
+    if qualified in LEGACY_CUDA_TENSOR_TYPES:
+        return [CudaUse(call, UseKind.LEGACY_CONSTRUCTOR)]
+    if qualified in torch_api.CUDA_CALLS_NEEDING_A_GPU:
+        return [CudaUse(call, UseKind.CUDA_CALL)]
+    if isinstance(func, cst.Name) and func.value in constructor_aliases:
+        return [CudaUse(call, UseKind.ALIAS_CALL)]
+    if qualified is not None and qualified.startswith(_TOLERANT_CALLEES):
+        return []
+    uses: list[CudaUse] = []
+    is_move = isinstance(func, cst.Attribute) and func.attr.value == "to"
+    for position, arg in enumerate(call.args):
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        if (
+            is_move and (keyword == "device" or keyword is None and position == 0)
+            or keyword == "device" and qualified is not None and qualified.startswith("torch.")
+            or keyword == "map_location" and qualified in torch_api.TORCH_LOAD
+        ):
+            literal = device_literal(arg.value, imports)
+            if literal is not None and literal.type == "cuda":
+                uses.append(CudaUse(arg.value, UseKind.DEVICE_ARGUMENT, literal.index))
+    return uses
+
+
+def names_a_constructor_alias(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> str | None:
+    """`Tensor = torch.cuda.FloatTensor ...`: a name whose calls may be legacy constructors."""
+    if not isinstance(target, cst.Name):
+        return None
+    stack: list[cst.CSTNode] = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Attribute and node.attr.value.endswith("Tensor"):
+            return target.value
+        stack.extend(node.children)
+    return None
+
+
+def shows_cpu_mode(call: cst.Call, imports: ImportTable, ancestors: Sequence[cst.CSTNode]) -> bool:
+    """A call that says the program runs without a GPU: an availability check that is no
+    requirement (not in an `assert`, not an `if ...: exit`), or a command-line option for
+    the CPU (see `cpu_mode.option_offers_cpu_mode`)."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "add_argument":
+        return option_offers_cpu_mode(call)
+    return imports.qualified_name(func) in CPU_FALLBACK_CHECKS and not requires_gpu(call, ancestors)
+
+
+def requires_gpu(call: cst.Call, ancestors: Sequence[cst.CSTNode]) -> bool:
+    """A check inside an `assert` or an `if ...: raise/exit` says the program needs a GPU."""
+    for ancestor in ancestors:
+        if isinstance(ancestor, cst.Assert):
+            return True
+        if isinstance(ancestor, cst.If) and ends_block(ancestor.body) and call in calls_in(ancestor.test):
+            return True
+        if isinstance(ancestor, (cst.BaseSuite, cst.FunctionDef)):
+            return False
+    return False
+
+
+def ends_block(body: cst.BaseSuite) -> bool:
+    """Whether a block ends in `raise`, `return`, `continue`, `break` or an exit call."""
+    statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    if not statements:
+        return False
+    last = statements[-1]
+    small = last.body if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else []
+    for statement in small:
+        if isinstance(statement, (cst.Raise, cst.Return, cst.Continue, cst.Break)):
+            return True
+        if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+            func = statement.value.func
+            name = func.value if isinstance(func, cst.Name) else None
+            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+                name = f"{func.value.value}.{func.attr.value}"
+            if name in _EXITS:
+                return True
+    return False
+
+
+def is_device_test(test: cst.CSTNode, imports: ImportTable) -> bool:
+    """A test about the device: it names one (`use_cuda`, `args.gpu`, `"cpu"`) or asks for one."""
+    return mentions_any(test, _DEVICE_WORDS, strings=True) or asks_for_gpu(test, imports)
+
+
+def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], imports: ImportTable,
+                     flow: FlowModel) -> bool:
+    """Where the flow model cannot tell, whether the code around a use keeps it for a GPU:
+    a test about the device with an answer the model does not know (either branch), a `try`
+    with a handler, a function or class named for the GPU or decorated with a GPU condition
+    (`@pytest.mark.skipif(not torch.cuda.is_available(), ...)`, `@RunIf(min_cuda_gpus=1)`);
+    decorators and default values are no uses at all."""
+    child = node
+    for ancestor in ancestors:
+        if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
+            if flow.cpu_mode_truth(ancestor.test) is None and is_device_test(ancestor.test, imports):
+                return True
+        elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+            if flow.cpu_mode_truth(ancestor.left) is None and is_device_test(ancestor.left, imports):
+                return True
+        elif isinstance(ancestor, (cst.Try, cst.TryStar)) and child is ancestor.body and ancestor.handlers:
+            return True
+        elif isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            if mentions_any(ancestor.name, _DEVICE_WORDS) or any(
+                    is_device_test(d.decorator, imports) for d in ancestor.decorators):
+                return True
+        elif isinstance(ancestor, (cst.Decorator, cst.Param)):
+            return True
+        child = ancestor
+    return False

@@ -1,0 +1,300 @@
+"""TDL203 hard-coded-cuda."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from torchdevlint.analysis.cuda_uses import (
+    CudaUse,
+    UseKind,
+    cuda_uses,
+    kept_for_the_gpu,
+    names_a_constructor_alias,
+    shows_cpu_mode,
+)
+from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
+from torchdevlint.diagnostics import Applicability
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
+
+_DEVICE_NAME = "device"
+
+
+@dataclass(frozen=True)
+class TorchVersionOptions:
+    # The oldest PyTorch the code must run on: from 2.6 the fix chooses the device with
+    # `torch.accelerator` (CUDA, ROCm, MPS, XPU alike), before it with `torch.cuda`.
+    torch_version: str = "2.6"
+
+    def __post_init__(self) -> None:
+        parts = self.torch_version.split(".") if isinstance(self.torch_version, str) else []
+        if len(parts) < 2 or not all(part.isdigit() for part in parts[:2]):
+            raise ValueError('torch-version must be a version such as "2.6"')
+
+    @property
+    def has_accelerator_api(self) -> bool:
+        major, minor = (int(part) for part in self.torch_version.split(".")[:2])
+        return (major, minor) >= (2, 6)
+
+
+@dataclass(frozen=True)
+class _Found:
+    use: CudaUse
+    ancestors: tuple[cst.CSTNode, ...]
+    # Whether the name `device` would mean something else where the use is.
+    device_shadowed: bool
+
+
+class HardCodedCuda(Rule):
+    """
+    ## What it does
+    Finds CUDA hard-coded in a program that has no CPU mode at all: `.cuda()`, `"cuda"`
+    handed to something that allocates there (`.to("cuda")`, `device="cuda"`,
+    `map_location="cuda"`), legacy `torch.cuda.FloatTensor(...)` constructors (also through
+    another name) and the `torch.cuda` calls that fail without a GPU (`synchronize`,
+    `set_device`, `Event` ...). A program has a CPU mode when it checks for a GPU, picks a
+    device with a CPU fallback or has a setting or option for the CPU; in such a program the
+    same uses are correctness bugs, reported by TDL007 instead. Not reported either: uses the
+    flow model shows the program never reaches (after `assert torch.cuda.is_available()`),
+    code kept for the GPU as TDL007 reads it (a test about the device, a function named for
+    the GPU or decorated with a GPU condition such as `@RunIf(min_cuda_gpus=1)`, a `try` with
+    a handler, decorators and defaults), and distributed programs (they import
+    `torch.distributed`), which NCCL runs on GPUs.
+
+    It is a portability rule, off by default: a GPU-only notebook, a benchmark or utilities
+    ported from an old code base are right as they are on the machine they were written
+    for. Turn it on where code must also run on CPU-only CI machines, on Apple `mps` or on
+    other accelerators.
+
+    ## Why is this bad?
+    Each hard-coded use fails where there is no CUDA GPU: "AssertionError: Torch not
+    compiled with CUDA enabled" on a CPU-only build or a Mac, "RuntimeError: Found no NVIDIA
+    driver on your system" elsewhere. One device variable chosen by availability runs the
+    same code everywhere.
+
+    ## Fix safety
+    Unsafe. The fix adds one device variable after the imports, chosen by availability
+    (`torch.accelerator.current_accelerator()` if `torch.accelerator.is_available()`, else
+    the CPU; `torch.cuda.is_available()` when `torch-version` is older than 2.6), and routes
+    every hard-coded use it can through it: `.cuda()` becomes `.to(device)`, `"cuda"`
+    becomes `device`, `torch.cuda.FloatTensor(...)` becomes `torch.FloatTensor(...).to(device)`.
+    The program then runs on the CPU or another accelerator where it failed, which changes
+    what it does there. `.cuda(n)`, `"cuda:n"`, the `torch.cuda` calls, uses where the name
+    `device` means something else, and files that already bind `device` get no fix.
+
+    ## Options
+    - `torch-version` (default `"2.6"`): the oldest PyTorch the code must run on; the fix
+      uses `torch.accelerator` from 2.6 on.
+    """
+
+    code = "TDL203"
+    slug = "hard-coded-cuda"
+    message = "CUDA is hard-coded: this program has no CPU mode and fails where there is no CUDA GPU"
+    fix_title = "Use one device variable chosen by availability"
+    default_enabled = False
+    requires_any_text = ("cuda",)
+    Options = TorchVersionOptions
+    options: TorchVersionOptions
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(2, 2).cuda()
+            """,
+            name="a-program-with-a-cpu-mode-is-tdl007s",
+        ),
+        Valid(
+            """
+            import torch
+            device = torch.accelerator.current_accelerator()
+            model = torch.nn.Linear(2, 2).to(device)
+            with torch.autocast("cuda"):
+                pass
+            if device.type == "cuda":
+                torch.backends.cudnn.benchmark = True
+            """,
+            name="device-neutral-code",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+
+            model = torch.nn.Linear(4, 2).cuda()
+            inputs = torch.randn(8, 4).to("cuda")
+            mask = torch.ones(8, device="cuda")
+            """,
+            fixed="""
+            import torch
+            device = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
+
+            model = torch.nn.Linear(4, 2).to(device)
+            inputs = torch.randn(8, 4).to(device)
+            mask = torch.ones(8, device=device)
+            """,
+            applicability=Applicability.UNSAFE,
+            count=3,
+            name="documented-gpu-only-script",
+            in_docs=True,
+        ),
+        Invalid(
+            """
+            import time
+            import torch as T
+
+            def benchmark(model, batch):
+                model = model.cuda(1)
+                batch = T.cuda.FloatTensor(batch)
+                T.cuda.synchronize()
+                start = time.time()
+                model(batch.cuda(non_blocking=True))
+                return time.time() - start
+            """,
+            fixed="""
+            import time
+            import torch as T
+            device = T.accelerator.current_accelerator() if T.accelerator.is_available() else T.device("cpu")
+
+            def benchmark(model, batch):
+                model = model.cuda(1)
+                batch = T.FloatTensor(batch).to(device)
+                T.cuda.synchronize()
+                start = time.time()
+                model(batch.to(device, non_blocking=True))
+                return time.time() - start
+            """,
+            applicability=Applicability.UNSAFE,
+            count=4,
+            name="an-alias-and-what-gets-no-fix",
+        ),
+    ]
+
+    def setup(self) -> None:
+        self._found: list[_Found] = []
+        self._shows_cpu_mode = False
+        self._constructor_aliases: set[str] = set()
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            alias = names_a_constructor_alias(target.target, node.value)
+            if alias is not None:
+                self._constructor_aliases.add(alias)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ancestors = tuple(self.context.ancestors(node))
+        if shows_cpu_mode(node, self.context.imports, ancestors):
+            self._shows_cpu_mode = True
+        uses = cuda_uses(node, self.context.imports, self._constructor_aliases)
+        if uses:
+            shadowed = not isinstance(self.context.binding_scope(_DEVICE_NAME) or self.context.module, cst.Module)
+            for use in uses:
+                found_ancestors = ancestors if use.node is node else (node, *ancestors)
+                self._found.append(_Found(use, found_ancestors, shadowed))
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if not self._found or self._shows_cpu_mode:
+            return
+        if self.context.imports.imports_from("torch.distributed"):
+            # Written for several GPU processes (NCCL): portable by another road (the backend).
+            return
+        flow = self.context.flow
+        if flow.offers_cpu_mode():
+            return
+        reported: list[_Found] = []
+        for found in self._found:
+            if found.use.kind is UseKind.ALIAS_CALL:
+                call = cst.ensure_type(found.use.node, cst.Call)
+                if flow.qualified_name(call.func) not in LEGACY_CUDA_TENSOR_TYPES:
+                    continue
+            if flow.reached_in_cpu_mode(found.use.node, found.ancestors) and not kept_for_the_gpu(
+                    found.use.node, found.ancestors, self.context.imports, flow):
+                reported.append(found)
+        fix = self._fix(node, reported)
+        for found in reported:
+            self.report(found.use.node, fix=fix)
+
+    # ---- the fix: one device variable, every use through it -----------------------------------
+
+    def _fix(self, module: cst.Module, reported: list[_Found]) -> PendingFix | None:
+        torch = self.context.imports.local_name_for("torch")
+        last_import = self._last_import(module)
+        if torch is None or last_import is None or _DEVICE_NAME in self._module_names(module):
+            return None
+        edits = [edit for found in reported if not found.device_shadowed for edit in self._route(found.use, torch)]
+        if not edits:
+            return None
+        if self.options.has_accelerator_api:
+            choice = (f"{torch}.accelerator.current_accelerator() if {torch}.accelerator.is_available() "
+                      f'else {torch}.device("cpu")')
+        else:
+            choice = f'{torch}.device("cuda" if {torch}.cuda.is_available() else "cpu")'
+        return self.make_fix(
+            NodeEdit.insert_line_after(last_import, f"{_DEVICE_NAME} = {choice}"),
+            *edits,
+            applicability=Applicability.UNSAFE,
+        )
+
+    def _route(self, use: CudaUse, torch: str) -> list[NodeEdit]:
+        """The edits that send one use through the device variable (none where it cannot)."""
+        if use.kind is UseKind.DEVICE_ARGUMENT and use.index is None:
+            return [NodeEdit(use.node, _DEVICE_NAME)]
+        if use.kind is UseKind.MOVE:
+            call = cst.ensure_type(use.node, cst.Call)
+            func = cst.ensure_type(call.func, cst.Attribute)
+            if any(arg.keyword is None for arg in call.args):
+                return []
+            if call.args:
+                return [NodeEdit(func.attr, "to"), NodeEdit.insert_before(call.args[0], f"{_DEVICE_NAME}, ")]
+            receiver = self.context.code_for_node(func.value)
+            return [] if "\n" in receiver else [NodeEdit(call, f"{receiver}.to({_DEVICE_NAME})")]
+        if use.kind is UseKind.LEGACY_CONSTRUCTOR:
+            constructor = cst.ensure_type(use.node, cst.Call)
+            named = constructor.func
+            if isinstance(named, cst.Attribute) and isinstance(named.value, cst.Attribute):
+                return [NodeEdit(named.value, self.context.code_for_node(named.value.value)),
+                        NodeEdit.insert_after(constructor, f".to({_DEVICE_NAME})")]
+        return []
+
+    @staticmethod
+    def _last_import(module: cst.Module) -> cst.SimpleStatementLine | None:
+        """The last import of the leading block of imports (a docstring may come first)."""
+        last: cst.SimpleStatementLine | None = None
+        for statement in module.body:
+            if isinstance(statement, cst.SimpleStatementLine) and all(
+                    isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body):
+                last = statement
+            elif isinstance(statement, cst.SimpleStatementLine) and last is None and all(
+                    isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString)
+                    for small in statement.body):
+                continue
+            else:
+                break
+        return last
+
+    @staticmethod
+    def _module_names(module: cst.Module) -> set[str]:
+        """Names the module body binds by assignment, definition or import."""
+        names: set[str] = set()
+        for statement in module.body:
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                names.add(statement.name.value)
+            stack: list[cst.CSTNode] = [statement]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and node is not statement:
+                    continue
+                if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
+                    names.add(node.target.value)
+                elif isinstance(node, cst.ImportAlias):
+                    names.add(cst.ensure_type(node.asname.name, cst.Name).value if node.asname else
+                              str(node.name.value) if isinstance(node.name, cst.Name) else "")
+                elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For)) and isinstance(node.target, cst.Name):
+                    names.add(node.target.value)
+                if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                    stack.extend(node.children)
+        return names
