@@ -44,8 +44,10 @@ class UnguardedCuda(Rule):
     offers one when it checks for a GPU (`torch.cuda.is_available()` other than as a
     requirement), picks a device with a CPU fallback (`"cuda" if opt.use_gpu else "cpu"`),
     tests a setting that names the CPU (`args.no_cuda`, `args.cpu`, `device.type == "cpu"`),
-    or has a command-line option for it (`--cpu`, `--no-cuda`, a `--cuda` switch, a
-    `--device` option offering `cpu`).
+    has a command-line option for it (`--cpu`, `--no-cuda`, a `--cuda` switch, a `--device`
+    option offering `cpu`), or tests a GPU setting (`if opt.use_gpu: model = model.cuda()`).
+    In a distributed program (it imports `torch.distributed`) a GPU setting alone is not
+    enough: there `--use_cuda` may say where to keep features, on a run that needs GPUs.
 
     The CPU mode is the run with no GPU in which every setting chooses the CPU: availability
     checks are false, `use_cuda`/`opt.use_gpu`/`args.gpu` are off, `args.no_cuda` is on, a
@@ -214,6 +216,7 @@ class UnguardedCuda(Rule):
             """
             import argparse
             import torch
+            import torch.distributed as dist
 
             parser = argparse.ArgumentParser()
             parser.add_argument("--use_cuda", default=True, type=str2bool,
@@ -225,7 +228,7 @@ class UnguardedCuda(Rule):
                 features = features.cuda()
             torch.cuda.synchronize()
             """,
-            name="a-setting-that-does-not-name-the-cpu-is-no-cpu-mode",
+            name="a-gpu-setting-in-a-distributed-program-is-no-cpu-mode",
         ),
     ]
     INVALID = [
@@ -379,6 +382,22 @@ class UnguardedCuda(Rule):
                 model = model.cuda()
             """,
             name="a-bool-typed-switch-is-no-guard",
+        ),
+        Invalid(
+            """
+            import torch
+            from config import opt
+
+            def train(**kwargs):
+                opt.parse(kwargs)
+                torch.cuda.set_device(opt.ctx)
+                model = torch.nn.LSTM(8, 8)
+                if opt.use_gpu:
+                    model = model.cuda()
+                hidden = torch.zeros(1, 1, 8).cuda()
+            """,
+            count=2,
+            name="a-gpu-setting-from-a-config-module",
         ),
     ]
 
@@ -538,7 +557,8 @@ class UnguardedCuda(Rule):
         if not self._sites:
             return
         flow = self.context.flow
-        if not (self._checks_for_cpu or flow.offers_cpu_mode()):
+        distributed = self.context.imports.imports_from("torch.distributed")
+        if not (self._checks_for_cpu or flow.offers_cpu_mode(by_gpu_settings=not distributed)):
             return
         for site in self._sites:
             if site.alias:

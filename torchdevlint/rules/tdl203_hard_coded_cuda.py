@@ -203,7 +203,7 @@ class HardCodedCuda(Rule):
             # Written for several GPU processes (NCCL): portable by another road (the backend).
             return
         flow = self.context.flow
-        if flow.offers_cpu_mode():
+        if flow.offers_cpu_mode(by_gpu_settings=True):
             return
         reported: list[_Found] = []
         for found in self._found:

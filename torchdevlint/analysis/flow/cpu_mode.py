@@ -22,7 +22,7 @@ import libcst as cst
 from torchdevlint.analysis.devices import integer_value, string_value
 from torchdevlint.analysis.flow.values import SWITCHED_OFF, ModeConstant, Off
 
-__all__ = ["Off", "compare", "conjunction", "device_type", "disjunction", "literal_constant", "names_the_cpu_mode",
+__all__ = ["Off", "compare", "conjunction", "device_type", "disjunction", "literal_constant", "names_a_gpu_setting", "names_the_cpu_mode",
            "negation", "option_offers_cpu_mode", "setting_in_cpu_mode", "stuck_switch", "truth"]
 
 _GPU_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu",
@@ -69,6 +69,20 @@ def names_the_cpu_mode(test: cst.CSTNode) -> bool:
             words = set(_words(text))
             if words & _CPU_MODE_WORDS or words & _NEGATIONS and words & (_GPU_WORDS | _DEVICE_WORDS):
                 return True
+        stack.extend(node.children)
+    return False
+
+
+_SETTING_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu"})
+
+
+def names_a_gpu_setting(test: cst.CSTNode) -> bool:
+    """Whether a test reads a setting about the GPU (`opt.use_gpu`, `use_cuda`, `x.is_cuda`)."""
+    stack: list[cst.CSTNode] = [test]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Name and _SETTING_WORDS.intersection(_words(node.value)):
+            return True
         stack.extend(node.children)
     return False
 

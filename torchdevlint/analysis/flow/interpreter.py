@@ -82,6 +82,10 @@ _VALUES_INDICES_METHODS = frozenset({"max", "min", "sort", "topk", "median", "mo
 _BUILTIN_SCALARS = frozenset({"len", "int", "float", "bool", "str", "round", "abs", "sum", "min", "max", "repr", "hash", "id", "ord"})
 # Values a setting (`use_cuda`, `args.device`) may hold: never tensors, modules or loaders.
 _SETTING_KINDS = frozenset({Kind.UNKNOWN, Kind.SCALAR, Kind.DEVICE})
+_REFERENCE_ONLY = frozenset({Kind.REFERENCE})
+# Libraries whose attributes are their API, never the program's settings.
+_LIBRARY_PREFIXES = ("torch", "numpy", "os", "sys", "jax", "tensorflow", "transformers", "lightning",
+                     "pytorch_lightning", "accelerate", "deepspeed", "apex")
 # Calls after which nothing in the block runs.
 _EXIT_CALLS = frozenset({"sys.exit", "os._exit", "pytest.skip", "pytest.exit", "unittest.SkipTest"})
 _EXIT_BUILTINS = frozenset({"exit", "quit"})
@@ -194,6 +198,9 @@ class FunctionFlow:
     # mode: whether the CPU mode carries on past them (False for `if not
     # torch.cuda.is_available(): sys.exit()`). A distributed-only test is no such choice.
     cpu_mode_tests: dict[int, bool] = field(default_factory=dict)
+    # The same for tests of a GPU setting alone (`if opt.use_gpu:`): a CPU mode, unless the
+    # setting means something else (where to keep features in a multi-GPU program).
+    gpu_setting_tests: dict[int, bool] = field(default_factory=dict)
     # Calls (by id) the CPU mode never reaches.
     calls_unreached_in_cpu_mode: set[int] = field(default_factory=set)
     final: Env | None = None
@@ -333,8 +340,8 @@ class Interpreter:
                 other = self._statement(orelse_node, other_in)
             else:
                 other = self._block(orelse_node.body.body, other_in)
-            if taken is not None and CPU_MODE_UNREACHED not in env and cpu_mode.names_the_cpu_mode(node.test):
-                self.flow.cpu_mode_tests[id(node.test)] = (body if taken else other) is not None
+            if taken is not None and CPU_MODE_UNREACHED not in env:
+                self._record_cpu_mode_test(node.test, (body if taken else other) is not None)
             return _join_env(body, other)
         if type(node) is cst.For or type(node) is cst.While:
             return self._loop(node, env)
@@ -387,6 +394,12 @@ class Interpreter:
     def _cpu_mode_truth(self, test: cst.BaseExpression, env: Env) -> bool | None:
         """Evaluates a test; whether it holds in the program's CPU mode, where that is known."""
         return cpu_mode.truth(self._evaluate(test, env).in_cpu_mode)
+
+    def _record_cpu_mode_test(self, test: cst.BaseExpression, carries_on: bool, *, falls_back: bool = False) -> None:
+        if falls_back or cpu_mode.names_the_cpu_mode(test):
+            self.flow.cpu_mode_tests[id(test)] = carries_on
+        elif cpu_mode.names_a_gpu_setting(test):
+            self.flow.gpu_setting_tests[id(test)] = carries_on
 
     @staticmethod
     def _branch(env: Env, unreached_in_cpu_mode: bool) -> Env:
@@ -787,9 +800,9 @@ class Interpreter:
         if taken is None:
             return result
         chosen = self._constant(node.body if taken else node.orelse)
-        if CPU_MODE_UNREACHED not in env and (chosen == "cpu" or cpu_mode.names_the_cpu_mode(node.test)):
+        if CPU_MODE_UNREACHED not in env:
             # `"cuda" if opt.use_gpu else "cpu"`: a device with a CPU fallback.
-            self.flow.cpu_mode_tests[id(node.test)] = True
+            self._record_cpu_mode_test(node.test, True, falls_back=chosen == "cpu")
         return replace(result, in_cpu_mode=chosen)
 
     def _number(self, node: cst.BaseNumber, env: Env) -> Value:
@@ -927,9 +940,14 @@ class Interpreter:
     def _attribute(self, node: cst.Attribute, env: Env) -> Value:
         value = self._attribute_value(node, env)
         attr = node.attr.value
+        base = self.flow.values.get(id(node.value), UNKNOWN)
+        if value.kinds == _REFERENCE_ONLY and base.reference is not None and base.reference.definition is None \
+                and not base.reference.qualified.startswith(_LIBRARY_PREFIXES):
+            # `from config import opt` ... `opt.use_gpu`: a setting of the program's own config.
+            setting = cpu_mode.setting_in_cpu_mode(attr)
+            return value if setting is None else replace(value, in_cpu_mode=setting)
         if value.in_cpu_mode is not None or not value.kinds <= _SETTING_KINDS:
             return value
-        base = self.flow.values.get(id(node.value), UNKNOWN)
         if attr == "is_cuda":
             # Nothing is on a GPU in the CPU mode.
             return replace(value, in_cpu_mode=False)

@@ -223,10 +223,12 @@ class FlowModel:
 
     # ---- the CPU mode (see `cpu_mode`) -------------------------------------------------
 
-    def offers_cpu_mode(self) -> bool:
+    def offers_cpu_mode(self, *, by_gpu_settings: bool = False) -> bool:
         """Whether some test the program reaches without a GPU chooses a way on there: an
-        availability check, a device with a CPU fallback, a setting such as `use_cuda`."""
-        return any(any(flow.cpu_mode_tests.values()) for flow in self.all_flows())
+        availability check, a device with a CPU fallback, a setting that names the CPU; with
+        `by_gpu_settings`, also a GPU setting alone (`if opt.use_gpu:`)."""
+        return any(any(flow.cpu_mode_tests.values()) or by_gpu_settings and any(flow.gpu_setting_tests.values())
+                   for flow in self.all_flows())
 
     def cpu_mode_truth(self, test: cst.BaseExpression) -> bool | None:
         """Whether a test holds when the program runs in its CPU mode, where that is known."""
