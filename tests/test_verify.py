@@ -807,3 +807,20 @@ def test_common_gpu_path_calls_work_on_the_emulated_gpu(tmp_path):  # type: igno
     result = run_cli("verify", "--device", "emulated", "--format", "json", str(program))
     (report,) = json.loads(result.stdout)
     assert report["verdict"] == "fix verified", report
+
+
+def test_the_emulated_apple_gpu_rejects_float64_there_as_mps_does() -> None:
+    torch = pytest.importorskip("torch")
+    from torchdevlint.verify.mps import MPS_FLOAT64, emulated_mps
+
+    with emulated_mps():
+        assert torch.backends.mps.is_available()
+        device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")
+        points = torch.rand(4, 2).to(device)
+        assert points.dtype == torch.float32
+        with pytest.raises(TypeError, match="doesn't support float64"):
+            torch.zeros(3, dtype=torch.float64).to(device)
+        with pytest.raises(TypeError, match="doesn't support float64"):
+            points.double()
+        assert points.cpu().double().dtype == torch.float64  # back on the host, float64 is fine
+    assert MPS_FLOAT64.startswith("Cannot convert a MPS Tensor to float64")

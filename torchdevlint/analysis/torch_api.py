@@ -102,6 +102,17 @@ DATA_PARALLEL_FUNCTIONS: frozenset[str] = frozenset(
 SET_CUDA_DEVICE = "torch.cuda.set_device"
 CUDA_DEVICE_CONTEXT = "torch.cuda.device"
 
+FLOAT64_DTYPES: frozenset[str] = frozenset({"torch.float64", "torch.double"})
+# NumPy functions that make float64 arrays unless given a dtype (np.array of literals may not).
+NUMPY_FLOAT64_CONSTRUCTORS: frozenset[str] = frozenset(
+    {f"numpy.{name}" for name in ("zeros", "ones", "empty", "full", "linspace", "eye", "identity", "zeros_like",
+                                  "ones_like")}
+    | {f"numpy.random.{name}" for name in ("rand", "randn", "random", "uniform", "normal", "random_sample",
+                                           "standard_normal")}
+)
+# Functions that make a tensor of a NumPy array, keeping its dtype when given none.
+FROM_NUMPY: frozenset[str] = frozenset({"torch.from_numpy", "torch.tensor", "torch.as_tensor"})
+
 # The accelerator PyTorch was built for (PyTorch 2.6+): None on a CPU-only build, and with
 # `check_available=True` wherever no device is present.
 CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"

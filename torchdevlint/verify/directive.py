@@ -8,6 +8,7 @@ their leading comment block; without a directive a program runs on one GPU.
     # verify: host=gpu gpus=2
     # verify: host=cpu-loads-gpu-checkpoint
     # verify: host=cpu
+    # verify: host=mps
 
 Only a line made entirely of `key=value` settings is a directive, so prose such as
 `# verify: the original fails ...` is left alone.
@@ -33,6 +34,8 @@ class ProgramHost(Enum):
     CPU_LOADS_GPU_CHECKPOINT = "cpu-loads-gpu-checkpoint"
     # The program runs on a machine without a GPU (code that assumes one fails there).
     CPU = "cpu"
+    # The program runs on an Apple GPU (emulated: see `verify.mps`).
+    MPS = "mps"
 
 
 class DirectiveError(ValueError):

@@ -53,6 +53,8 @@ ENVIRONMENT_NOT_A_STRING = re.compile(r"str expected, not \w+")
 HOST_COPY_READ_EARLY = re.compile(r"a non_blocking copy to the CPU was read before synchronising")
 # `torch.accelerator.current_accelerator()` on a CPU-only build.
 NO_ACCELERATOR_DEVICE = re.compile(r"'NoneType' object has no attribute '(type|index)'")
+# A float64 tensor on Apple's GPU (and on the emulated one, `verify.mps`).
+MPS_FLOAT64 = re.compile(r"MPS framework doesn't support float64")
 PREFIXED_STATE_DICT = re.compile(
     r"Error\(s\) in loading state_dict(?s:.*)(Unexpected|Missing) key\(s\) in state_dict: \"module\."
 )
@@ -68,6 +70,7 @@ EXPECTED_BY_RULE: dict[str, re.Pattern[str]] = {
     "TDL008": ENVIRONMENT_NOT_A_STRING,
     "TDL013": HOST_COPY_READ_EARLY,
     "TDL015": NO_ACCELERATOR_DEVICE,
+    "TDL016": MPS_FLOAT64,
 }
 
 

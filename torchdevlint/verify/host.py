@@ -87,6 +87,11 @@ def host(kind: RunHost, gpus: int) -> Iterator[HostState]:
         with emulated_gpu(gpus) as mode:
             state._placeholder_reads = mode.placeholder_reads
             yield state
+    elif kind is RunHost.EMULATED_MPS:
+        from torchdevlint.verify.mps import emulated_mps
+
+        with emulated_mps():
+            yield state
     elif kind is RunHost.CPU_LOADS_GPU_CHECKPOINT:
         with gpu_trained_checkpoints():
             yield state

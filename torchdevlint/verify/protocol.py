@@ -26,6 +26,8 @@ class RunHost(Enum):
     CPU = "cpu"
     # No GPU, and every checkpoint the program saves is tagged cuda:0, as if written on a GPU box.
     CPU_LOADS_GPU_CHECKPOINT = "cpu-loads-gpu-checkpoint"
+    # An Apple GPU, emulated on the CPU with MPS's dtype rule (`verify.mps`).
+    EMULATED_MPS = "emulated-mps"
 
     @property
     def label(self) -> str:
@@ -34,6 +36,7 @@ class RunHost(Enum):
             RunHost.EMULATED: "emulated GPU",
             RunHost.CPU: "CPU",
             RunHost.CPU_LOADS_GPU_CHECKPOINT: "CPU-only host, checkpoints saved as on a GPU",
+            RunHost.EMULATED_MPS: "emulated Apple GPU (mps)",
         }[self]
 
 

@@ -530,6 +530,8 @@ def _target_host(spec: VerifySpec, accelerator: AcceleratorInfo) -> tuple[RunHos
         return RunHost.CPU_LOADS_GPU_CHECKPOINT, Accelerator.EMULATED, ""
     if spec.host is ProgramHost.CPU:
         return RunHost.CPU, Accelerator.EMULATED, ""
+    if spec.host is ProgramHost.MPS:
+        return RunHost.EMULATED_MPS, Accelerator.EMULATED, ""
     if accelerator.kind is Accelerator.CUDA:
         if accelerator.device_count >= spec.gpus:
             return RunHost.CUDA, Accelerator.CUDA, ""

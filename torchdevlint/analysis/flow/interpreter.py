@@ -83,6 +83,7 @@ _BUILTIN_SCALARS = frozenset({"len", "int", "float", "bool", "str", "round", "ab
 # Values a setting (`use_cuda`, `args.device`) may hold: never tensors, modules or loaders.
 _SETTING_KINDS = frozenset({Kind.UNKNOWN, Kind.SCALAR, Kind.DEVICE})
 _REFERENCE_ONLY = frozenset({Kind.REFERENCE})
+_ARRAY_OPERAND_KINDS = frozenset({Kind.OTHER, Kind.SCALAR})
 # Libraries whose attributes are their API, never the program's settings.
 _LIBRARY_PREFIXES = ("torch", "numpy", "os", "sys", "jax", "tensorflow", "transformers", "lightning",
                      "pytorch_lightning", "accelerate", "deepspeed", "apex")
@@ -1042,7 +1043,13 @@ class Interpreter:
                 dotted_name(node.body.value) is not None and dotted_name(node.body.value) == dotted_name(node.orelse):
             base = self.flow.values.get(id(node.orelse), UNKNOWN)
             return replace(base, kinds=frozenset({Kind.MODULE})) if base.is_module_like else UNKNOWN
-        return body.join(orelse)
+        joined = body.join(orelse)
+        if joined.device is None and body.device is not None and orelse.device is not None and joined.kinds == {Kind.SCALAR}:
+            # `"mps" if torch.backends.mps.is_available() else "cpu"`: a device string of either type.
+            types = [_place_types(body.device), _place_types(orelse.device)]
+            if types[0] is not None and types[1] is not None:
+                return replace(joined, device=Place(PlaceKind.DEVICE, "", types[0] | types[1]))
+        return joined
 
     # ---- arithmetic ----------------------------------------------------------------
 
@@ -1057,6 +1064,9 @@ class Interpreter:
             return tensor(right.places, origins=right.origins, zero_dim=right.zero_dim, grad=right.grad)
         if left.kinds == {Kind.SCALAR} and right.kinds == {Kind.SCALAR}:
             return SCALAR
+        if (left.float64 or right.float64) and left.kinds | right.kinds <= _ARRAY_OPERAND_KINDS:
+            # `np.random.rand(16, 2) * 1024`: NumPy float64 stays float64.
+            return Value(frozenset({Kind.OTHER}), float64=True)
         # `args.weight * loss`: whatever the other operand is, the result of an operation on
         # accelerator data is there (or the operation fails).
         for known, other in ((left, right), (right, left)):
@@ -1319,12 +1329,17 @@ class Interpreter:
             if moved is None:
                 if method == "to" and not self._changes_device(node, arguments):
                     return tensor(receiver.places, origins=receiver.origins, zero_dim=receiver.zero_dim,
-                                  grad=receiver.grad)
+                                  grad=receiver.grad, float64=self._converted_to_float64(node, arguments, receiver.float64))
                 return tensor(None, zero_dim=receiver.zero_dim, grad=receiver.grad)
+            float64 = self._converted_to_float64(node, arguments, receiver.float64)
             if moved == HOST_PLACE:
                 self.flow.origins[id(node)] = node
-                return tensor([moved], origins=frozenset({id(node)}), zero_dim=receiver.zero_dim, grad=receiver.grad)
-            return tensor([moved], zero_dim=receiver.zero_dim, grad=receiver.grad)
+                return tensor([moved], origins=frozenset({id(node)}), zero_dim=receiver.zero_dim, grad=receiver.grad,
+                              float64=float64)
+            return tensor([moved], zero_dim=receiver.zero_dim, grad=receiver.grad, float64=float64)
+        if method == "double":
+            return tensor(receiver.places, origins=receiver.origins, zero_dim=receiver.zero_dim, grad=receiver.grad,
+                          float64=True)
         if method in ("new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"):
             return tensor(receiver.places)
         if method == "type_as" and arguments:
@@ -1346,6 +1361,17 @@ class Interpreter:
         if method in torch_api.FULL_REDUCTIONS and not node.args:
             return tensor(receiver.places, origins=receiver.origins, zero_dim=True, grad=grad)
         return UNKNOWN
+
+    @staticmethod
+    def _converted_to_float64(node: cst.Call, arguments: list[Value], was_float64: bool) -> bool:
+        """Whether `.to(...)` leaves a float64 tensor: a float64 dtype given, or none and it was."""
+        for arg, value in zip(node.args, arguments, strict=True):
+            if arg.keyword is not None and arg.keyword.value not in ("dtype",):
+                continue
+            qualified = value.reference.qualified if value.reference is not None else None
+            if qualified is not None and qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES:
+                return qualified in torch_api.FLOAT64_DTYPES
+        return was_float64
 
     def _changes_device(self, node: cst.Call, arguments: list[Value]) -> bool:
         """`x.to(torch.float32)`, `x.to(dtype=...)` change only the type."""
@@ -1467,14 +1493,22 @@ class Interpreter:
             return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), items=parts)),))
         if qualified.startswith(torch_api.HOST_DATASET_PREFIXES):
             return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), frozenset({HOST_PLACE}))),))
+        if qualified in torch_api.NUMPY_FLOAT64_CONSTRUCTORS and "dtype" not in keywords:
+            return Value(frozenset({Kind.OTHER}), float64=True)
         if qualified in LEGACY_CUDA_TENSOR_TYPES:
             return tensor([Place(PlaceKind.DEVICE, "cuda", frozenset({"cuda"}))])
         if qualified in _LEGACY_HOST_TENSOR_TYPES:
             return tensor([HOST_PLACE])
         if qualified in ("torch.from_numpy",):
-            return tensor([HOST_PLACE])
+            return tensor([HOST_PLACE], float64=bool(positional) and positional[0].float64)
         if qualified in torch_api.TENSOR_FACTORIES or qualified in ("torch.as_tensor",):
-            return self._factory(node, qualified, positional, keywords, has_splat)
+            made = self._factory(node, qualified, positional, keywords, has_splat)
+            dtype = keywords.get("dtype")
+            if dtype is not None:
+                float64 = dtype.reference is not None and dtype.reference.qualified in torch_api.FLOAT64_DTYPES
+            else:
+                float64 = qualified in torch_api.FROM_NUMPY and bool(positional) and positional[0].float64
+            return replace(made, float64=float64) if float64 else made
         if qualified.endswith("_like") and qualified.startswith("torch."):
             source = positional[0] if positional else UNKNOWN
             if "device" in keywords:
@@ -1579,7 +1613,7 @@ class Interpreter:
             argument = node.args[0].value
             # `torch.device("cuda" if torch.cuda.is_available() else "cpu")`
             if isinstance(argument, cst.IfExp):
-                types = {_string_device_type(argument.body), _string_device_type(argument.orelse)}
+                types = _string_device_types(argument)
                 if None not in types:
                     found = frozenset(t for t in types if t is not None)
                     return HOST_PLACE if found == {"cpu"} else Place(PlaceKind.DEVICE, "", found)
@@ -1752,6 +1786,17 @@ def _cuda_index_of(node: cst.BaseExpression, value: Value) -> int | None:
     if device is not None and device.kind is PlaceKind.DEVICE and device.types == CUDA_ONLY:
         return device.index
     return None
+
+
+def _place_types(place: Place) -> frozenset[str] | None:
+    return frozenset({"cpu"}) if place.kind is PlaceKind.HOST else place.types if place.kind is PlaceKind.DEVICE else None
+
+
+def _string_device_types(node: cst.BaseExpression) -> set[str | None]:
+    """`"cuda" if a else "mps" if b else "cpu"` -> {"cuda", "mps", "cpu"}."""
+    if isinstance(node, cst.IfExp):
+        return _string_device_types(node.body) | _string_device_types(node.orelse)
+    return {_string_device_type(node)}
 
 
 def _string_device_type(node: cst.BaseExpression) -> str | None:

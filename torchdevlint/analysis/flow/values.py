@@ -141,6 +141,9 @@ class Value:
     # chooses the device (`use_cuda`, `args.no_cuda`, `--device`) choosing the CPU. `False` for
     # `torch.cuda.is_available()`, `"cpu"` for a device with a CPU fallback; None when unknown.
     in_cpu_mode: ModeConstant | None = None
+    # A float64 tensor (or NumPy array) on every path: `dtype=torch.float64`, `.double()`,
+    # `np.random.rand(...)` and what `torch.from_numpy` makes of it.
+    float64: bool = False
 
     # ---- construction -------------------------------------------------------------
 
@@ -176,6 +179,7 @@ class Value:
             self.grad or other.grad,
             self.holds | other.holds,
             self.in_cpu_mode if self.in_cpu_mode == other.in_cpu_mode else None,
+            self.float64 and other.float64,
         )
 
     # ---- questions ------------------------------------------------------------------
@@ -254,6 +258,8 @@ class Value:
             parts.append("on " + " or ".join(sorted(place.describe() for place in self.places)))
         if self.zero_dim:
             parts.append("0-dim")
+        if self.float64:
+            parts.append("float64")
         if self.grad:
             parts.append("may require grad")
         if self.holds:
@@ -285,8 +291,9 @@ SCALAR = Value.of(Kind.SCALAR)
 
 
 def tensor(places: Iterable[Place] | None, *, origins: frozenset[int] = frozenset(), zero_dim: bool = False,
-           grad: bool = False) -> Value:
-    return Value(frozenset({Kind.TENSOR}), None if places is None else frozenset(places), origins, zero_dim, grad=grad)
+           grad: bool = False, float64: bool = False) -> Value:
+    return Value(frozenset({Kind.TENSOR}), None if places is None else frozenset(places), origins, zero_dim, grad=grad,
+                 float64=float64)
 
 
 # The device types of a place that is a CUDA device.
