@@ -423,6 +423,9 @@ def test_fixtures_are_verified_on_a_real_gpu() -> None:
         ("# A program\n\n# verify: host=cpu\n", VerifySpec(ProgramHost.CPU, 1, 3)),
         # Only the leading comment block counts.
         ("import torch\n# verify: host=gpu gpus=2\n", VerifySpec()),
+        ("# verify: host=mps\n", VerifySpec(ProgramHost.MPS, 1, 1)),
+        ("# verify: host=cpu argv=--cuda=False,--epochs,2 fixed-argv=--no-cuda\n",
+         VerifySpec(ProgramHost.CPU, 1, 1, ("--cuda=False", "--epochs", "2"), ("--no-cuda",))),
     ],
 )
 def test_read_directive(header: str, spec: VerifySpec) -> None:

@@ -49,12 +49,12 @@ def _error_info(error: BaseException, path: str) -> ErrorInfo:
     return ErrorInfo(type(error).__name__, message, line)
 
 
-def run_program(source: str, path: str, kind: RunHost, gpus: int) -> ChildReport:
-    """Execute `source` as the `__main__` of `path`, the way `python path` would."""
+def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str] | None = None) -> ChildReport:
+    """Execute `source` as the `__main__` of `path`, the way `python path ARGV...` would."""
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__dict__["__builtins__"] = __builtins__
-    sys.argv = [path]
+    sys.argv = [path, *(argv or [])]
     sys.path[0] = os.path.dirname(path)
     sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the program
     placeholder_reads: tuple[str, ...] = ()
@@ -97,7 +97,9 @@ def _run_forked(request: dict[str, object]) -> None:
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
         source = Path(str(request["source"])).read_text(encoding="utf-8")
         kind, gpus = RunHost(str(request["host"])), int(str(request["gpus"]))
-        report = run_program(source, str(request["path"]), kind, gpus)
+        argv = request.get("argv")
+        report = run_program(source, str(request["path"]), kind, gpus,
+                             [str(item) for item in argv] if isinstance(argv, list) else None)
         _flush_streams()
         Path(str(request["report"])).write_text(json.dumps(report.to_json()))
         status = 0
@@ -111,7 +113,7 @@ def serve() -> int:
 
     torch is imported once, here, before any fork: that is most of a run's start-up time.
     Never initialises CUDA itself, so a run forked from here may. Requests:
-    {"id", "cwd", "source", "stdout", "stderr", "report", "path", "host", "gpus", "timeout", "env"};
+    {"id", "cwd", "source", "stdout", "stderr", "report", "path", "host", "gpus", "timeout", "env", "argv"};
     answers: {"id", "returncode", "timed_out"}. End of input: live runs are killed, then exit.
     """
     import torch
@@ -195,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--path")
     parser.add_argument("--report", type=Path)
+    parser.add_argument("--argv", default="[]", help="the program's arguments, as a JSON list")
     args = parser.parse_args(argv)
     if args.probe:
         return probe()
@@ -203,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.host is None or args.path is None or args.report is None:
         parser.error("--host, --path and --report are required")
     source = sys.stdin.buffer.read().decode("utf-8")
-    report = run_program(source, args.path, RunHost(args.host), args.gpus)
+    report = run_program(source, args.path, RunHost(args.host), args.gpus, [str(a) for a in json.loads(args.argv)])
     _flush_streams()
     args.report.write_text(json.dumps(report.to_json()))
     # Threads the program left behind (DataLoader workers, timers) must not keep it alive.

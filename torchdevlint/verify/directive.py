@@ -9,6 +9,11 @@ their leading comment block; without a directive a program runs on one GPU.
     # verify: host=cpu-loads-gpu-checkpoint
     # verify: host=cpu
     # verify: host=mps
+    # verify: host=cpu argv=--cuda=False fixed-argv=--no-cuda
+
+`argv` is the command line the program runs with (arguments separated by commas), and
+`fixed-argv` the one the fixed program runs with, where the fix changes the command line
+(an option declared anew); it defaults to `argv`.
 
 Only a line made entirely of `key=value` settings is a directive, so prose such as
 `# verify: the original fails ...` is left alone.
@@ -48,6 +53,9 @@ class VerifySpec:
     gpus: int = 1
     # 1-based line of the directive, None when the defaults apply.
     line: int | None = None
+    # The program's command line, and the fixed program's where the fix changes it.
+    argv: tuple[str, ...] = ()
+    fixed_argv: tuple[str, ...] | None = None
 
 
 def _header_lines(source: str) -> list[tuple[int, str]]:
@@ -78,6 +86,8 @@ def read_directive(source: str) -> VerifySpec:
 def _parse(settings: str, number: int) -> VerifySpec:
     host = ProgramHost.GPU
     gpus = 1
+    argv: tuple[str, ...] = ()
+    fixed_argv: tuple[str, ...] | None = None
     seen: set[str] = set()
     for item in settings.split():
         key, _, value = item.partition("=")
@@ -94,8 +104,15 @@ def _parse(settings: str, number: int) -> VerifySpec:
             if not value.isdigit() or not 1 <= int(value) <= _MAX_GPUS:
                 raise DirectiveError(f"line {number}: gpus={value} is not a number from 1 to {_MAX_GPUS}")
             gpus = int(value)
+        elif key in ("argv", "fixed-argv"):
+            arguments = tuple(value.split(","))
+            if key == "argv":
+                argv = arguments
+            else:
+                fixed_argv = arguments
         else:
-            raise DirectiveError(f"line {number}: unknown setting `{key}` (expected host= or gpus=)")
+            raise DirectiveError(
+                f"line {number}: unknown setting `{key}` (expected host=, gpus=, argv= or fixed-argv=)")
     if host is not ProgramHost.GPU and "gpus" in seen:
         raise DirectiveError(f"line {number}: gpus= does not apply to host={host.value}, which has no GPU")
-    return VerifySpec(host, gpus, number)
+    return VerifySpec(host, gpus, number, argv, fixed_argv)

@@ -345,7 +345,8 @@ class _Spawner:
 
     def run(self, request: dict[str, object], jobs: int) -> _Finished:
         command = _child_command("--host", str(request["host"]), "--gpus", str(request["gpus"]),
-                                 "--path", str(request["path"]), "--report", str(request["report"]))
+                                 "--path", str(request["path"]), "--report", str(request["report"]),
+                                 "--argv", json.dumps(request.get("argv", [])))
         env = {**_child_env(RunHost.CPU, jobs, hide_gpus=False), **string_map(request["env"])}
         with open(str(request["source"]), "rb") as source, open(str(request["stdout"]), "wb") as out, \
                 open(str(request["stderr"]), "wb") as err:
@@ -379,7 +380,8 @@ class Launcher:
         self._server = _ForkServer(jobs) if use_fork else None
         self._spawner = _Spawner()
 
-    def run(self, source: str, path: str, host: RunHost, gpus: int, timeout: float) -> RunOutcome:
+    def run(self, source: str, path: str, host: RunHost, gpus: int, timeout: float,
+            argv: tuple[str, ...] = ()) -> RunOutcome:
         """Run `source` as the program at `path` on `host`, in a fresh process and an empty folder."""
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="torchdevlint-verify-") as scratch:
@@ -392,6 +394,7 @@ class Launcher:
                 # The program's own path: `__file__`, tracebacks and its folder on sys.path.
                 "path": str(Path(path).resolve()), "host": host.value, "gpus": gpus, "timeout": timeout,
                 "env": {} if host is RunHost.CUDA else {"CUDA_VISIBLE_DEVICES": ""},
+                "argv": list(argv),
             }
             try:
                 finished = self._server.run(request) if self._server else self._spawner.run(request, self.jobs)
@@ -586,13 +589,13 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
     if not proven_findings(findings):
         return item
 
-    def run(source: str, where: RunHost) -> Future[RunOutcome]:
-        return pool.submit(launcher.run, source, path, where, spec.gpus, settings.timeout)
+    def run(source: str, where: RunHost, argv: tuple[str, ...]) -> Future[RunOutcome]:
+        return pool.submit(launcher.run, source, path, where, spec.gpus, settings.timeout, argv)
 
-    item.original = run(text, host)
-    item.fixed = run(fixed_text, host)
+    item.original = run(text, host, spec.argv)
+    item.fixed = run(fixed_text, host, spec.argv if spec.fixed_argv is None else spec.fixed_argv)
     if host is not RunHost.CPU:  # on a CPU host the original's own run is the reference
-        item.reference = run(text, RunHost.CPU)
+        item.reference = run(text, RunHost.CPU, spec.argv)
     return item
 
 
