@@ -218,3 +218,23 @@ def test_a_script_named_like_a_test_file_without_tests_is_checked(tmp_path: Path
     result = run_cli("check", "--no-cache", "test_on_image.py", cwd=tmp_path)
     assert result.returncode == 1
     assert "TDL003" in result.stdout
+
+
+def test_hard_coded_cuda_is_fixed_through_one_device_variable_for_the_configured_torch(tmp_path: Path) -> None:
+    # TDL203 is off by default; a project that must run on CPU CI turns it on.
+    source = ("import torch\n\nmodel = torch.nn.Linear(4, 2).cuda()\nx = torch.zeros(2, 4, device=\"cuda\")\n"
+              "torch.cuda.synchronize()\n")
+    path = write(tmp_path, "bench.py", source)
+    assert run_cli("check", "bench.py", cwd=tmp_path).returncode == 0
+    result = run_cli("check", "--select", "TDL203", "bench.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.count("TDL203") == 3
+    write(tmp_path, "pyproject.toml", '[tool.torchdevlint.hard-coded-cuda]\ntorch-version = "2.4"\n')
+    run_cli("check", "--select", "TDL203", "--fix", "--unsafe-fixes", "bench.py", cwd=tmp_path)
+    assert path.read_text() == (
+        'import torch\ndevice = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n\n'
+        "model = torch.nn.Linear(4, 2).to(device)\nx = torch.zeros(2, 4, device=device)\ntorch.cuda.synchronize()\n"
+    )
+    # Fixed, the program has a CPU mode: what is left is TDL007's, a correctness finding.
+    result = run_cli("check", "--select", "TDL007,TDL203", "bench.py", cwd=tmp_path)
+    assert "bench.py:6:1: TDL007" in result.stdout and "TDL203" not in result.stdout
