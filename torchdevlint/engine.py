@@ -379,5 +379,6 @@ def rules_that_can_fire(source: str, rule_classes: Sequence[type[Rule]]) -> list
     return [
         rule
         for rule in rule_classes
-        if not rule.requires_any_text or any(text in source for text in rule.requires_any_text)
+        if (not rule.requires_any_text or any(text in source for text in rule.requires_any_text))
+        and (not rule.requires_also_any_text or any(text in source for text in rule.requires_also_any_text))
     ]

@@ -80,6 +80,8 @@ class Rule:
     # The rule cannot fire on a file containing none of these strings, so the engine does not
     # run it there (and parses nothing when no selected rule can fire). Empty: always run.
     requires_any_text: ClassVar[tuple[str, ...]] = ()
+    # And, where given, one of these too.
+    requires_also_any_text: ClassVar[tuple[str, ...]] = ()
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
     Options: ClassVar[type] = NoOptions

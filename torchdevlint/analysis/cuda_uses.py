@@ -83,15 +83,10 @@ def cuda_uses(call: cst.Call, imports: ImportTable, constructor_aliases: frozens
 
 
 def names_a_constructor_alias(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> str | None:
-    """`Tensor = torch.cuda.FloatTensor ...`: a name whose calls may be legacy constructors."""
-    if not isinstance(target, cst.Name):
-        return None
-    stack: list[cst.CSTNode] = [value]
-    while stack:
-        node = stack.pop()
-        if type(node) is cst.Attribute and node.attr.value.endswith("Tensor"):
-            return target.value
-        stack.extend(node.children)
+    """`Tensor = torch.cuda.FloatTensor`: a name whose calls may be legacy constructors (the
+    guarded `... if cuda else torch.FloatTensor` holds either, and is no use)."""
+    if isinstance(target, cst.Name) and isinstance(value, cst.Attribute) and value.attr.value.endswith("Tensor"):
+        return target.value
     return None
 
 

@@ -12,6 +12,7 @@ from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 _MOVES = frozenset({"to", "mps"})
+_CONVERSIONS = _MOVES | {"double"}
 
 
 def _may_be_mps(place: Place | None) -> bool:
@@ -54,6 +55,7 @@ class MpsFloat64(Rule):
     message = "float64 data sent to a device that may be mps, which has no float64: this fails on a Mac"
     fix_title = "Send it as float32"
     requires_any_text = ("mps",)
+    requires_also_any_text = ("float64", "double", "numpy")
 
     VALID = [
         Valid(
@@ -123,6 +125,10 @@ class MpsFloat64(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in _CONVERSIONS
+                or any(arg.keyword is not None and arg.keyword.value == "dtype" for arg in node.args)
+                or self.context.imports.qualified_name(func) in torch_api.FROM_NUMPY):
+            return  # asked of the flow model only where float64 can reach a device
         flow = self.context.flow
         if isinstance(func, cst.Attribute) and func.attr.value in _MOVES:
             receiver = flow.value_of(func.value)

@@ -21,6 +21,7 @@ import libcst as cst
 
 from torchdevlint.analysis.devices import integer_value, string_value
 from torchdevlint.analysis.flow.values import SWITCHED_OFF, ModeConstant, Off
+from torchdevlint.analysis.tree import child_nodes
 
 __all__ = ["Off", "compare", "conjunction", "device_type", "disjunction", "literal_constant", "names_a_gpu_setting", "names_the_cpu_mode",
            "negation", "option_offers_cpu_mode", "setting_in_cpu_mode", "stuck_switch", "truth"]
@@ -69,7 +70,7 @@ def names_the_cpu_mode(test: cst.CSTNode) -> bool:
             words = set(_words(text))
             if words & _CPU_MODE_WORDS or words & _NEGATIONS and words & (_GPU_WORDS | _DEVICE_WORDS):
                 return True
-        stack.extend(node.children)
+        stack.extend(child_nodes(node))
     return False
 
 
@@ -83,7 +84,7 @@ def names_a_gpu_setting(test: cst.CSTNode) -> bool:
         node = stack.pop()
         if type(node) is cst.Name and _SETTING_WORDS.intersection(_words(node.value)):
             return True
-        stack.extend(node.children)
+        stack.extend(child_nodes(node))
     return False
 
 
@@ -145,7 +146,7 @@ def _mentions_cpu(node: cst.CSTNode) -> bool:
         text = string_value(current) if type(current) is cst.SimpleString else None
         if text is not None and "cpu" in _words(text):
             return True
-        stack.extend(current.children)
+        stack.extend(child_nodes(current))
     return False
 
 
