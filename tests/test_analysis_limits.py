@@ -61,7 +61,8 @@ def test_a_thousand_term_chain_is_linted_with_its_finding_and_without_a_hang() -
     # Before: 44 s for 24 string terms, hours for 1,000. A generous bound, not a benchmark.
     assert time.perf_counter() - started < 20
     assert [d.code for d in diagnostics] == ["TDL001", "TDL203"]
-    assert "y = y.cuda()" in fixed.text or "y = y.to(device)" in fixed.text
+    # TDL203's fix (all rules run here) routes the move through one device variable.
+    assert "y = y.to(device)" in fixed.text
 
 
 @pytest.mark.parametrize(

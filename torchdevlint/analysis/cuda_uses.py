@@ -7,7 +7,7 @@ CPU mode that the flow model's tests (`FlowModel.offers_cpu_mode`) do not show.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -17,7 +17,8 @@ from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES, asks_for_gpu, calls_in, device_literal, mentions_any
 from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
 from torchdevlint.analysis.flow.model import FlowModel
-from torchdevlint.analysis.names import ImportTable
+from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, ImportTable
+from torchdevlint.edits import NodeEdit
 
 # Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
 CPU_FALLBACK_CHECKS = frozenset(
@@ -29,8 +30,6 @@ _TOLERANT_CALLEES = ("torch.amp.", "torch.cuda.amp.", "torch.cpu.amp.", "torch.a
 # distributed run (`if dist.is_initialized():`, `world_size > 1`) counts too: multi-process
 # training code is written for NCCL, which needs GPUs.
 _DEVICE_WORDS = ("cuda", "gpu", "device", "accel", "cpu", "avail", "mps", "xpu", "dist", "world_size", "rank")
-# Statements that end a guard's body: what follows runs only when the test was false.
-_EXITS = frozenset({"exit", "quit", "sys.exit", "os._exit", "pytest.skip", "unittest.SkipTest"})
 
 
 class UseKind(Enum):
@@ -82,6 +81,32 @@ def cuda_uses(call: cst.Call, imports: ImportTable, constructor_aliases: frozens
     return uses
 
 
+def route_through(use: CudaUse, device: str, code_for_node: Callable[[cst.CSTNode], str]) -> tuple[NodeEdit, ...]:
+    """The edits that send a use through a device variable: `.cuda()` -> `.to(device)`,
+    `"cuda"` -> `device`, `torch.cuda.FloatTensor(...)` -> `torch.FloatTensor(...).to(device)`.
+    None for a GPU named by number (`.cuda(1)`, `"cuda:1"`), code over several lines, or a use
+    no variable can stand in for (a `torch.cuda` call, a constructor through another name)."""
+    if use.kind is UseKind.DEVICE_ARGUMENT:
+        if use.index is None and "\n" not in code_for_node(use.node):
+            return (NodeEdit(use.node, device),)
+        return ()
+    if use.kind is UseKind.MOVE:
+        call = cst.ensure_type(use.node, cst.Call)
+        func = cst.ensure_type(call.func, cst.Attribute)
+        if any(arg.keyword is None for arg in call.args):
+            return ()
+        if call.args:
+            return NodeEdit(func.attr, "to"), NodeEdit.insert_before(call.args[0], f"{device}, ")
+        receiver = code_for_node(func.value)
+        return () if "\n" in receiver else (NodeEdit(call, f"{receiver}.to({device})"),)
+    if use.kind is UseKind.LEGACY_CONSTRUCTOR:
+        call = cst.ensure_type(use.node, cst.Call)
+        named = call.func
+        if isinstance(named, cst.Attribute) and isinstance(named.value, cst.Attribute):
+            return NodeEdit(named.value, code_for_node(named.value.value)), NodeEdit.insert_after(call, f".to({device})")
+    return ()
+
+
 def names_a_constructor_alias(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> str | None:
     """`Tensor = torch.cuda.FloatTensor`: a name whose calls may be legacy constructors (the
     guarded `... if cuda else torch.FloatTensor` holds either, and is no use)."""
@@ -127,7 +152,7 @@ def ends_block(body: cst.BaseSuite) -> bool:
             name = func.value if isinstance(func, cst.Name) else None
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
                 name = f"{func.value.value}.{func.attr.value}"
-            if name in _EXITS:
+            if name in EXIT_BUILTINS or name in EXIT_FUNCTIONS:
                 return True
     return False
 

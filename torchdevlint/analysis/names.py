@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+# Calls after which nothing in the block runs: builtins, and functions by qualified name.
+EXIT_BUILTINS: frozenset[str] = frozenset({"exit", "quit"})
+EXIT_FUNCTIONS: frozenset[str] = frozenset({"sys.exit", "os._exit", "pytest.skip", "pytest.exit", "unittest.SkipTest"})
+
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""

@@ -15,6 +15,7 @@ from torchdevlint.analysis.cuda_uses import (
     is_device_test,
     kept_for_the_gpu,
     names_a_constructor_alias,
+    route_through,
     shows_cpu_mode,
 )
 from torchdevlint.analysis.devices import (
@@ -492,42 +493,9 @@ class UnguardedCuda(Rule):
             self._add(use.node, self._fix(use), node, alias=use.kind is UseKind.ALIAS_CALL)
 
     def _fix(self, use: CudaUse) -> PendingFix | None:
-        if use.kind is UseKind.MOVE:
-            return self._cuda_call_fix(cst.ensure_type(use.node, cst.Call))
-        if use.kind is UseKind.LEGACY_CONSTRUCTOR:
-            return self._legacy_fix(cst.ensure_type(use.node, cst.Call))
-        if use.kind is UseKind.DEVICE_ARGUMENT:
-            device = self._device_variable()
-            if device is not None and use.index is None and "\n" not in self.context.code_for_node(use.node):
-                return self.make_fix(NodeEdit(use.node, device), applicability=Applicability.UNSAFE)
-        return None
-
-    def _cuda_call_fix(self, call: cst.Call) -> PendingFix | None:
         device = self._device_variable()
-        if device is None or any(arg.keyword is None for arg in call.args):
-            return None
-        assert isinstance(call.func, cst.Attribute)
-        if call.args:
-            return self.make_fix(
-                NodeEdit(call.func.attr, "to"),
-                NodeEdit.insert_before(call.args[0], f"{device}, "),
-                applicability=Applicability.UNSAFE,
-            )
-        receiver = self.context.code_for_node(call.func.value)
-        if "\n" in receiver:
-            return None
-        return self.make_fix(NodeEdit(call, f"{receiver}.to({device})"), applicability=Applicability.UNSAFE)
-
-    def _legacy_fix(self, call: cst.Call) -> PendingFix | None:
-        device = self._device_variable()
-        func = call.func
-        if device is None or not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Attribute)):
-            return None
-        return self.make_fix(
-            NodeEdit(func.value, self.context.code_for_node(func.value.value)),
-            NodeEdit.insert_after(call, f".to({device})"),
-            applicability=Applicability.UNSAFE,
-        )
+        edits = route_through(use, device, self.context.code_for_node) if device is not None else ()
+        return self.make_fix(*edits, applicability=Applicability.UNSAFE) if edits else None
 
     # ---- `torch.cuda.is_available` without a call ------------------------------------------
 

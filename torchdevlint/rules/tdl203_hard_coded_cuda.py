@@ -12,6 +12,7 @@ from torchdevlint.analysis.cuda_uses import (
     cuda_uses,
     kept_for_the_gpu,
     names_a_constructor_alias,
+    route_through,
     shows_cpu_mode,
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
@@ -225,7 +226,8 @@ class HardCodedCuda(Rule):
         last_import = self._last_import(module)
         if torch is None or last_import is None or _DEVICE_NAME in self._module_names(module):
             return None
-        edits = [edit for found in reported if not found.device_shadowed for edit in self._route(found.use, torch)]
+        edits = [edit for found in reported if not found.device_shadowed
+                 for edit in route_through(found.use, _DEVICE_NAME, self.context.code_for_node)]
         if not edits:
             return None
         if self.options.has_accelerator_api:
@@ -238,27 +240,6 @@ class HardCodedCuda(Rule):
             *edits,
             applicability=Applicability.UNSAFE,
         )
-
-    def _route(self, use: CudaUse, torch: str) -> list[NodeEdit]:
-        """The edits that send one use through the device variable (none where it cannot)."""
-        if use.kind is UseKind.DEVICE_ARGUMENT and use.index is None:
-            return [NodeEdit(use.node, _DEVICE_NAME)]
-        if use.kind is UseKind.MOVE:
-            call = cst.ensure_type(use.node, cst.Call)
-            func = cst.ensure_type(call.func, cst.Attribute)
-            if any(arg.keyword is None for arg in call.args):
-                return []
-            if call.args:
-                return [NodeEdit(func.attr, "to"), NodeEdit.insert_before(call.args[0], f"{_DEVICE_NAME}, ")]
-            receiver = self.context.code_for_node(func.value)
-            return [] if "\n" in receiver else [NodeEdit(call, f"{receiver}.to({_DEVICE_NAME})")]
-        if use.kind is UseKind.LEGACY_CONSTRUCTOR:
-            constructor = cst.ensure_type(use.node, cst.Call)
-            named = constructor.func
-            if isinstance(named, cst.Attribute) and isinstance(named.value, cst.Attribute):
-                return [NodeEdit(named.value, self.context.code_for_node(named.value.value)),
-                        NodeEdit.insert_after(constructor, f".to({_DEVICE_NAME})")]
-        return []
 
     @staticmethod
     def _last_import(module: cst.Module) -> cst.SimpleStatementLine | None:

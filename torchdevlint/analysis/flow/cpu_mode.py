@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 
 import libcst as cst
 
@@ -57,21 +58,30 @@ def setting_in_cpu_mode(name: str) -> ModeConstant | None:
 _NAMED_CONSTANTS: dict[str, ModeConstant] = {"True": True, "False": False, "None": SWITCHED_OFF}
 
 
+def _any_words(node: cst.CSTNode, matches: Callable[[set[str]], bool], *, names: bool = True,
+               strings: bool = True) -> bool:
+    """Whether the words of a name or string literal in the expression satisfy `matches`."""
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        text = current.value if names and type(current) is cst.Name else \
+            string_value(current) if strings and type(current) is cst.SimpleString else None
+        if text is not None and matches(set(_words(text))):
+            return True
+        stack.extend(child_nodes(current))
+    return False
+
+
+def _says_cpu_mode(words: set[str]) -> bool:
+    return bool(words & _CPU_MODE_WORDS or words & _NEGATIONS and words & (_GPU_WORDS | _DEVICE_WORDS))
+
+
 def names_the_cpu_mode(test: cst.CSTNode) -> bool:
     """Whether a test says the program runs without a GPU: it asks for one
     (`torch.cuda.is_available()`), names the CPU (`device.type == "cpu"`, `args.cpu`) or a
     GPU switched off (`args.no_cuda`). `if args.use_cuda:` alone may be about where to keep
     features, `if args.distributed:` about processes: neither says there is a CPU mode."""
-    stack: list[cst.CSTNode] = [test]
-    while stack:
-        node = stack.pop()
-        text = node.value if type(node) is cst.Name else string_value(node) if type(node) is cst.SimpleString else None
-        if text is not None:
-            words = set(_words(text))
-            if words & _CPU_MODE_WORDS or words & _NEGATIONS and words & (_GPU_WORDS | _DEVICE_WORDS):
-                return True
-        stack.extend(child_nodes(node))
-    return False
+    return _any_words(test, _says_cpu_mode)
 
 
 _SETTING_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu"})
@@ -79,13 +89,7 @@ _SETTING_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "ac
 
 def names_a_gpu_setting(test: cst.CSTNode) -> bool:
     """Whether a test reads a setting about the GPU (`opt.use_gpu`, `use_cuda`, `x.is_cuda`)."""
-    stack: list[cst.CSTNode] = [test]
-    while stack:
-        node = stack.pop()
-        if type(node) is cst.Name and _SETTING_WORDS.intersection(_words(node.value)):
-            return True
-        stack.extend(child_nodes(node))
-    return False
+    return _any_words(test, lambda words: bool(words & _SETTING_WORDS), strings=False)
 
 
 def option_offers_cpu_mode(call: cst.Call) -> bool:
@@ -140,14 +144,7 @@ def _option_dest(call: cst.Call) -> str | None:
 
 
 def _mentions_cpu(node: cst.CSTNode) -> bool:
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        current = stack.pop()
-        text = string_value(current) if type(current) is cst.SimpleString else None
-        if text is not None and "cpu" in _words(text):
-            return True
-        stack.extend(child_nodes(current))
-    return False
+    return _any_words(node, lambda words: "cpu" in words, names=False)
 
 
 def literal_constant(node: cst.BaseExpression) -> ModeConstant | None:

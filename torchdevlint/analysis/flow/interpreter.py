@@ -48,7 +48,7 @@ from torchdevlint.analysis.flow.values import (
     reference,
     tensor,
 )
-from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, dotted_name
 from torchdevlint.budget import Deadline
 
 Env = dict[str, Value]
@@ -87,9 +87,6 @@ _ARRAY_OPERAND_KINDS = frozenset({Kind.OTHER, Kind.SCALAR})
 # Libraries whose attributes are their API, never the program's settings.
 _LIBRARY_PREFIXES = ("torch", "numpy", "os", "sys", "jax", "tensorflow", "transformers", "lightning",
                      "pytorch_lightning", "accelerate", "deepspeed", "apex")
-# Calls after which nothing in the block runs.
-_EXIT_CALLS = frozenset({"sys.exit", "os._exit", "pytest.skip", "pytest.exit", "unittest.SkipTest"})
-_EXIT_BUILTINS = frozenset({"exit", "quit"})
 # What the CPU mode's checks answer: no GPU, one process.
 _CPU_MODE_ANSWERS: dict[str, ModeConstant] = {
     **{check: False for check in AVAILABILITY_CHECKS if not check.endswith("device_count")},
@@ -413,9 +410,9 @@ class Interpreter:
         """`sys.exit(...)`, `exit()`, `pytest.skip(...)`: nothing after it runs."""
         if type(node) is not cst.Call:
             return False
-        if type(node.func) is cst.Name and node.func.value in _EXIT_BUILTINS:
+        if type(node.func) is cst.Name and node.func.value in EXIT_BUILTINS:
             return node.func.value not in env and self.oracle.outer_value(self.flow.node, node.func.value) is None
-        return self.qualified(node.func, env) in _EXIT_CALLS
+        return self.qualified(node.func, env) in EXIT_FUNCTIONS
 
     def _with_setting(self, name: str, value: Value, *, option: bool = False) -> Value:
         """A setting read by name (`use_cuda`, `opt.use_gpu`, `args.device`): what the CPU

@@ -9,6 +9,7 @@ and `forward`'s inputs are on one symbolic place, the module's device.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -50,6 +51,8 @@ _HOST_PARAMETER_WORDS = ("size", "num", "count", "step", "dim", "idx", "index")
 # Sequence lengths: data, unless the function hands them to a function wanting them on the CPU.
 _LENGTH_WORDS = ("len",)
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "list", "tuple", "dict"})
+# `add_argument(..., type=bool ...)`: the text that makes a walk for stuck switches worth it.
+_BOOL_TYPED_OPTION = re.compile(r"\btype\s*=\s*bool\b")
 # Interpretations of one function with a call's own arguments, at most.
 _PER_CALL_RUNS = 4
 
@@ -182,7 +185,7 @@ class FlowModel:
         if self._stuck_switches is None:
             text = self._source if self._source is not None else self.module.code
             found: set[str] = set()
-            if "add_argument" in text and "bool" in text:
+            if _BOOL_TYPED_OPTION.search(text):
                 stack: list[cst.CSTNode] = [self.module]
                 while stack:
                     node = stack.pop()
