@@ -48,6 +48,7 @@ def test_json_output_fields(tmp_path: Path) -> None:
             "code": "TDL001",
             "slug": "tensor-move-discarded",
             "path": "train.py",
+            "cell": None,
             "line": 3,
             "column": 1,
             "end_line": 3,
@@ -166,14 +167,20 @@ def test_jobs_1_and_2_give_the_same_output() -> None:
 def test_main_job_on_shipped_fixtures_finds_every_marked_bug() -> None:
     result = run_cli("check", "--format", "json", str(FIXTURES))
     assert result.returncode == 1
-    found = {(Path(item["path"]).name, item["line"], item["code"]) for item in json.loads(result.stdout)}
-    from test_fixtures import expected_findings
+    found = {(Path(item["path"]).name, item["cell"], item["line"], item["code"]) for item in json.loads(result.stdout)}
+    from test_fixtures import expected_findings, expected_notebook_findings
 
     marked = {
-        (path.name, line, code)
+        (path.name, None, line, code)
         for path in FIXTURES.glob("*.py")
         for line, code in expected_findings(path.read_text())
     }
+    marked |= {
+        (path.name, cell, line, code)
+        for path in FIXTURES.glob("*.ipynb")
+        for cell, line, code in expected_notebook_findings(path)
+    }
+    assert any(cell is not None for _, cell, _, _ in marked)
     assert found == marked
 
 

@@ -175,8 +175,7 @@ def test_unreadable_file_is_reported_not_raised(tmp_path: Path, monkeypatch) -> 
 
     monkeypatch.setattr(Path, "read_bytes", refuse)
     result = runner.process_file(str(path), runner.RunSettings(rule_codes=("TDL001",)))
-    assert result.error is not None
-    assert result.error.message == "cannot read: Permission denied"
+    assert [error.message for error in result.errors] == ["cannot read: Permission denied"]
     assert result.diagnostics == []
 
 

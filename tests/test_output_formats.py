@@ -90,8 +90,8 @@ def test_github_workflow_commands(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stdout.splitlines() == [
         "::error file=missing.py,title=torchdevlint::no such file or directory",
-        "::error file=train.py,line=4,col=2,title=TDL001::Tensor move result is discarded; tensor moves are not in place",
-        "::error file=train.py,line=6,col=9,title=TDL003::torch.load without map_location fails where the saving device is absent",
+        "::error file=train.py,line=4,col=2,endLine=4,endColumn=10,title=TDL001::Tensor move result is discarded; tensor moves are not in place",
+        "::error file=train.py,line=6,col=9,endLine=8,title=TDL003::torch.load without map_location fails where the saving device is absent",
     ]
 
 
@@ -103,7 +103,7 @@ def test_github_escapes_properties() -> None:
 
     out = io.StringIO()
     write_github(out, [Diagnostic("TDL001", "s", "50% done\nnext", "a,b:c.py", Location(1, 1), Location(1, 2))], [])
-    assert out.getvalue() == "::error file=a%2Cb%3Ac.py,line=1,col=1,title=TDL001::50%25 done%0Anext\n"
+    assert out.getvalue() == "::error file=a%2Cb%3Ac.py,line=1,col=1,endLine=1,endColumn=2,title=TDL001::50%25 done%0Anext\n"
 
 
 def _sarif(*args: str, cwd: Path) -> dict:
@@ -134,6 +134,10 @@ def test_sarif_on_the_fixtures_is_valid_and_complete() -> None:
         assert rule["name"] and rule["shortDescription"]["text"] and rule["fullDescription"]["text"]
         assert "## Why is this bad?" in rule["help"]["text"]
     cli = json.loads(run_cli("check", "--no-cache", "--format", "json", str(FIXTURES), cwd=ROOT).stdout)
+    assert len(run["results"]) == len(cli)
+    assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in run["results"])
+    # Python files: the same places as the JSON report, and every fix as replacements.
+    in_python = [(r, i) for r, i in zip(run["results"], cli, strict=True) if i["cell"] is None]
     found = [
         (
             result["ruleId"],
@@ -141,12 +145,18 @@ def test_sarif_on_the_fixtures_is_valid_and_complete() -> None:
             result["locations"][0]["physicalLocation"]["region"]["startLine"],
             result["locations"][0]["physicalLocation"]["region"]["startColumn"],
         )
-        for result in run["results"]
+        for result, _ in in_python
     ]
-    assert found == [(i["code"], Path(i["path"]).relative_to(ROOT).as_posix(), i["line"], i["column"]) for i in cli]
-    assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in run["results"])
-    with_fix = [r for r, i in zip(run["results"], cli, strict=True) if i["fix"] is not None]
+    assert found == [(i["code"], Path(i["path"]).relative_to(ROOT).as_posix(), i["line"], i["column"])
+                     for _, i in in_python]
+    with_fix = [r for r, i in in_python if i["fix"] is not None]
     assert with_fix and all("fixes" in r for r in with_fix)
+    # Notebooks: the finding's cell and line are named; the region is a line of the .ipynb file.
+    in_notebooks = [(r, i) for r, i in zip(run["results"], cli, strict=True) if i["cell"] is not None]
+    assert in_notebooks
+    for result, item in in_notebooks:
+        assert result["properties"] == {"cell": item["cell"], "cellLine": item["line"], "cellColumn": item["column"]}
+        assert result["message"]["text"] == f"cell {item['cell']}, line {item['line']}: {item['message']}"
 
 
 def _apply_sarif_fix(text: str, fix: dict) -> str:

@@ -36,7 +36,7 @@ def test_hooks_file_declares_check_and_fix_hooks() -> None:
     hooks = {hook["id"]: hook for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
     assert set(hooks) == {"torchdevlint", "torchdevlint-fix"}
     for hook in hooks.values():
-        assert hook["language"] == "python" and hook["types"] == ["python"]
+        assert hook["language"] == "python" and hook["types_or"] == ["python", "jupyter"]
         assert hook["entry"].split()[:2] == ["torchdevlint", "check"]
         assert hook.get("pass_filenames", True)
     assert "--fix" in hooks["torchdevlint-fix"]["entry"].split()
@@ -52,6 +52,19 @@ def test_force_exclude_applies_exclude_to_named_files(tmp_path: Path) -> None:
     assert run_cli("check", "--no-cache", *named, cwd=tmp_path).stdout.count("TDL001") == 2
     result = run_cli("check", "--no-cache", "--force-exclude", *named, cwd=tmp_path)
     assert result.stdout.count("TDL001") == 1 and "train.py:4:1" in result.stdout
+
+
+def buggy_notebook() -> str:
+    """BUGGY split over notebook cells, with an output and a magic, as nbformat writes it."""
+    nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (pip install -e '.[test]')")
+    book = nbformat.v4.new_notebook()
+    book.cells = [
+        nbformat.v4.new_markdown_cell("# Exploring"),
+        nbformat.v4.new_code_cell("%matplotlib inline\nimport torch", execution_count=1),
+        nbformat.v4.new_code_cell(BUGGY.split("\n", 2)[2].strip(), execution_count=2, outputs=[
+            nbformat.v4.new_output("stream", name="stdout", text="done\n")]),
+    ]
+    return nbformat.writes(book) + "\n"
 
 
 def readme_snippet() -> str:
@@ -103,6 +116,8 @@ def test_readme_snippet_blocks_a_buggy_commit_and_the_fix_hook_fixes_it(tmp_path
     config = re.sub(r"rev: \S+", f"rev: {revision}", config, count=1)
     (project / ".pre-commit-config.yaml").write_text(config)
     (project / "train.py").write_text(BUGGY)
+    notebook = buggy_notebook()
+    (project / "explore.ipynb").write_text(notebook)
     git("add", "-A", cwd=project)
 
     env = {**os.environ, **GIT_IDENTITY, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "NO_COLOR": "1"}
@@ -128,18 +143,23 @@ def test_readme_snippet_blocks_a_buggy_commit_and_the_fix_hook_fixes_it(tmp_path
     output = blocked.stdout + blocked.stderr
     assert blocked.returncode != 0, output
     assert "train.py:4:1: TDL001 Tensor move result is discarded" in output
+    assert "explore.ipynb:cell 3:2:1: TDL001 Tensor move result is discarded" in output
     assert git("rev-parse", "--verify", "HEAD", cwd=project, check=False).returncode != 0, "nothing was committed"
     assert (project / "train.py").read_text() == BUGGY
+    assert (project / "explore.ipynb").read_text() == notebook
 
     # The README's alternative: the fix hook rewrites the file (and so stops this run) ...
     (project / ".pre-commit-config.yaml").write_text(config.replace("id: torchdevlint\n", "id: torchdevlint-fix\n"))
-    fixing = pre_commit("run", "--files", "train.py")
+    fixing = pre_commit("run", "--files", "train.py", "explore.ipynb")
     assert fixing.returncode != 0, fixing.stdout + fixing.stderr
     assert "files were modified by this hook" in fixing.stdout
     assert (project / "train.py").read_text() == FIXED
+    assert (project / "explore.ipynb").read_text() == notebook.replace('"x.cuda()\\n"', '"x = x.cuda()\\n"')
+    nbformat = pytest.importorskip("nbformat")
+    nbformat.validate(nbformat.read(str(project / "explore.ipynb"), as_version=nbformat.NO_CONVERT))
 
     # ... and the next run, and the commit, pass.
-    again = pre_commit("run", "--files", "train.py")
+    again = pre_commit("run", "--files", "train.py", "explore.ipynb")
     assert again.returncode == 0, again.stdout + again.stderr
     git("add", "-A", cwd=project)
     committed = commit()

@@ -45,6 +45,7 @@ def _encode(diagnostic: Diagnostic) -> dict[str, object]:
         "start": [diagnostic.start.line, diagnostic.start.column],
         "end": [diagnostic.end.line, diagnostic.end.column],
         "fix": fix,
+        "cell": diagnostic.cell,
     }
 
 
@@ -59,9 +60,10 @@ def _decode(item: dict[str, Any], path: str) -> Diagnostic:
             tuple(Edit(int(start), int(end), str(content)) for start, end, content in raw_fix["edits"]),
             tuple((str(module), name) for module, name in raw_fix["imports"]),
         )
+    cell = item.get("cell")
     return Diagnostic(
         item["code"], item["slug"], item["message"], path,
-        Location(*item["start"]), Location(*item["end"]), fix,
+        Location(*item["start"]), Location(*item["end"]), fix, cell=None if cell is None else int(cell),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -19,15 +19,16 @@ from torchdevlint.budget import DEFAULT_FILE_SECONDS
 from torchdevlint.cache import CACHE_DIR_NAME
 from torchdevlint.config import ConfigError
 from torchdevlint.debug import flow_lines
-from torchdevlint.diagnostics import Diagnostic, FileError
+from torchdevlint.diagnostics import Diagnostic, FileError, FileResult
 from torchdevlint.engine import InvalidSource, check_syntax
 from torchdevlint.files import iter_python_files
+from torchdevlint.programs import SourceViews, is_notebook, read_program
 from torchdevlint.registry import all_rules, rule_by_code
-from torchdevlint.reporting import CheckReport, OutputFormat, write_report
+from torchdevlint.reporting import CheckReport, OutputFormat, format_error_line, write_report
 from torchdevlint.ruledocs import rule_page
-from torchdevlint.runner import RunSettings, default_jobs, run
-from torchdevlint.settings import CommandLineSelection, load_settings
-from torchdevlint.sourcefile import SourceError, SourceTexts, read_source
+from torchdevlint.runner import RunSettings, default_jobs, process_bytes, run
+from torchdevlint.settings import CommandLineSelection, Settings, load_settings
+from torchdevlint.sourcefile import SourceError
 from torchdevlint.verify.command import add_verify_parser, run_verify
 
 EXIT_CLEAN = 0
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="lint files and folders (the default command)",
         description="Lint files and folders. Reading only: the code is parsed, never imported or run.",
     )
-    check.add_argument("paths", nargs="*", default=[], help="files or folders (default: .)")
+    check.add_argument("paths", nargs="*", default=[], help="files or folders (default: .); - reads standard input")
     check.add_argument("--fix", action="store_true", help="apply safe fixes in place")
     check.add_argument("--unsafe-fixes", action="store_true", help="also apply (or offer) unsafe fixes")
     check.add_argument("--diff", action="store_true", help="print the diff of the fixes instead of writing")
@@ -80,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"report a file as not analysed after this long (default: {DEFAULT_FILE_SECONDS:g})")
     check.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
     check.add_argument("--config", type=Path, default=None, help="pyproject.toml to read (default: nearest)")
+    check.add_argument("--stdin-filename", default=None, metavar="PATH",
+                       help="the name of the file standard input holds (`-`): its configuration and excludes "
+                            "apply, and a name ending in .ipynb means a notebook; with --fix the fixed code "
+                            "goes to standard output and the findings to standard error")
     check.add_argument("--no-cache", action="store_true", help="neither read nor write the findings cache")
     check.add_argument("--cache-dir", type=Path, default=None,
                        help=f"findings cache folder (default: {CACHE_DIR_NAME} beside pyproject.toml)")
@@ -97,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print, per line, each name bound there with its kind and where it lives "
                     "(host, a device, the module's device), and where host data meets accelerator data.",
     )
-    flow.add_argument("target", metavar="FILE[:LINE]", help="a Python file, optionally one line of it")
+    flow.add_argument("target", metavar="FILE[:LINE]",
+                      help="a Python file, optionally one line of it (NOTEBOOK[:CELL:LINE] for a notebook)")
     return parser
 
 
@@ -117,8 +123,19 @@ def _run_check(args: argparse.Namespace) -> int:
         extend_select=tuple(args.extend_select),
         ignore=tuple(args.ignore),
     )
+    reads_stdin = "-" in args.paths
+    if reads_stdin and len(args.paths) > 1:
+        sys.stderr.write("torchdevlint: error: `-` (standard input) cannot be combined with other paths\n")
+        return EXIT_ERROR
+    if args.stdin_filename is not None and not reads_stdin:
+        if args.paths:
+            sys.stderr.write("torchdevlint: error: --stdin-filename names what `-` reads; paths were given\n")
+            return EXIT_ERROR
+        reads_stdin = True
+    stdin_name = args.stdin_filename or "-"
     try:
-        settings = load_settings(Path.cwd(), args.config, selection)
+        # Standard input is configured as the file it stands for would be.
+        settings = load_settings(Path(stdin_name) if args.stdin_filename else Path.cwd(), args.config, selection)
     except ConfigError as error:
         sys.stderr.write(f"torchdevlint: error: {error}\n")
         return EXIT_ERROR
@@ -137,8 +154,8 @@ def _run_check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     root = settings.root
     errors: list[FileError] = []
-    files = list(iter_python_files(args.paths or ["."], settings.config, root, errors,
-                                   force_exclude=args.force_exclude))
+    files = [] if reads_stdin else list(iter_python_files(args.paths or ["."], settings.config, root, errors,
+                                                          force_exclude=args.force_exclude))
     run_settings = RunSettings(
         rule_codes=tuple(rule.code for rule in settings.rules),
         rule_options=tuple(sorted(settings.rule_options.items(), key=lambda item: item[0])),
@@ -151,19 +168,25 @@ def _run_check(args: argparse.Namespace) -> int:
     diagnostics: list[Diagnostic] = []
     fixed = 0
     fixed_codes: dict[str, list[str]] = {}
-    sources = SourceTexts()
-    for result in run(files, run_settings, args.jobs or default_jobs()):
+    sources = SourceViews()
+    report_to = sys.stdout
+    if reads_stdin:
+        results: Iterable[FileResult] = [_check_stdin(stdin_name, settings, run_settings)]
+        # The fixed code (or the diff) owns standard output; the findings go to standard error.
+        report_to = sys.stderr if args.fix or args.diff else sys.stdout
+    else:
+        results = run(files, run_settings, args.jobs or default_jobs())
+    for result in results:
         diagnostics.extend(result.diagnostics)
         fixed += result.fixed_count
         fixed_codes[result.path] = result.fixed_codes
-        sources.add(result.path, result.source)
-        if result.error is not None:
-            errors.append(result.error)
+        sources.add(result.path, result.view)
+        errors.extend(result.errors)
         if result.diff:
             sys.stdout.write(result.diff)
     report = CheckReport(diagnostics, errors, fixed, fixed_codes, unsafe_fixes=args.unsafe_fixes,
                          fixing=args.fix or args.diff, dry_run=args.diff and not args.fix)
-    write_report(sys.stdout, report, output_format, sources=sources, statistics=args.statistics,
+    write_report(report_to, report, output_format, sources=sources, statistics=args.statistics,
                  show_fixes=args.show_fixes)
     if args.exit_zero:
         return EXIT_CLEAN
@@ -174,23 +197,40 @@ def _run_check(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _check_stdin(name: str, settings: Settings, run_settings: RunSettings) -> FileResult:
+    """Lint (and with --fix, write to standard output) what standard input holds, as file `name`."""
+    data = sys.stdin.buffer.read()
+    if name != "-" and settings.config.excludes_file(Path(name), settings.root):
+        result = FileResult(name)
+        result.output = data if run_settings.fix else None
+    else:
+        result = process_bytes(name, data, run_settings, in_place=False)
+    if run_settings.fix and not run_settings.diff:
+        # Unfixable input (a syntax error) comes back as it went in: an editor keeps its buffer.
+        sys.stdout.buffer.write(result.output if result.output is not None else data)
+        sys.stdout.flush()
+    return result
+
+
 def _run_debug(args: argparse.Namespace) -> int:
     target: str = args.target
-    path, colon, line_text = target.rpartition(":")
-    if not colon or not line_text.isdigit():
-        path, line = target, None
-    else:
-        line = int(line_text)
+    path, line, cell = target, None, None
+    parts = target.rsplit(":", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() and is_notebook(parts[0]):
+        path, cell, line = parts[0], int(parts[1]), int(parts[2])
+    elif len(parts) >= 2 and parts[-1].isdigit():
+        path, line = target.rpartition(":")[0], int(parts[-1])
     try:
-        source = read_source(Path(path)).text
+        program = read_program(path)
+        source = program.text
+        check_syntax(source, path)
+        lines = flow_lines(source, path, line, place=program.place, only_cell=cell)
     except SourceError as error:
         sys.stderr.write(f"torchdevlint: error: {path}: {error}\n")
         return EXIT_ERROR
-    try:
-        check_syntax(source, path)
-        lines = flow_lines(source, path, line)
     except InvalidSource as error:
-        sys.stderr.write(f"torchdevlint: error: {path}: {error.message}\n")
+        where = program.error(error.message, error.line, error.column)
+        sys.stderr.write(f"torchdevlint: error: {format_error_line(where)}\n")
         return EXIT_ERROR
     sys.stdout.write("".join(f"{text}\n" for text in lines))
     return EXIT_CLEAN

@@ -5,6 +5,7 @@
     extend-select = ["TDL103"] # add rules, including ones off by default
     ignore = ["TDL004"]
     exclude = ["legacy/", "*_pb2.py"]
+    extend-include = ["*.pyw"]  # files walked besides *.py and *.ipynb (`include` replaces those)
 
     [tool.torchdevlint.load-without-map-location]   # per-rule options, by slug or code
     map-location = "cpu"
@@ -35,7 +36,11 @@ class ConfigError(ValueError):
     """A broken or unknown setting; the message names the file and the key."""
 
 
-_LIST_KEYS = ("select", "extend-select", "ignore", "exclude", "extend-exclude")
+_LIST_KEYS = ("select", "extend-select", "ignore", "exclude", "extend-exclude", "include", "extend-include")
+_PATTERN_KEYS = ("exclude", "extend-exclude", "include", "extend-include")
+
+# The files a folder walk lints, as ruff's default: Python files and Jupyter notebooks.
+DEFAULT_INCLUDE: tuple[str, ...] = ("*.py", "*.ipynb")
 
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     ".git", ".hg", ".svn", ".venv", "venv", "env", ".env", "__pycache__", "build", "dist",
@@ -50,6 +55,7 @@ class Config:
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    include: tuple[str, ...] = DEFAULT_INCLUDE
     # Rule code -> that rule's Options instance.
     rule_options: dict[str, object] = field(default_factory=dict)
     source: Path | None = None
@@ -66,6 +72,12 @@ class Config:
             if relative.startswith(bare + "/") or relative == bare:
                 return True
         return False
+
+    def includes(self, path: Path, root: Path) -> bool:
+        """Whether a file met while walking a folder is one to lint (by name or path pattern)."""
+        name = path.name
+        relative = _relative(path, root)
+        return any(fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(relative, pattern) for pattern in self.include)
 
     def excludes_file(self, path: Path, root: Path) -> bool:
         """Whether a file named explicitly (by flake8, pre-commit, `--force-exclude`) is excluded.
@@ -102,7 +114,7 @@ def find_pyproject(start: Path) -> Path | None:
 def _selectors(path: Path, key: str, value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{path}: [tool.torchdevlint] {key} must be a list of strings")
-    if key in ("exclude", "extend-exclude"):
+    if key in _PATTERN_KEYS:
         return tuple(value)
     try:
         return tuple(validate_selector(item) for item in value)
@@ -157,6 +169,7 @@ def load_config(pyproject: Path | None) -> Config:
         extend_select=lists.get("extend-select", ()),
         ignore=lists.get("ignore", ()),
         exclude=(*lists.get("exclude", ()), *lists.get("extend-exclude", ())),
+        include=(*lists.get("include", DEFAULT_INCLUDE), *lists.get("extend-include", ())),
         rule_options=rule_options,
         source=pyproject,
     )

@@ -7,7 +7,7 @@ an accelerator.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -49,8 +49,14 @@ def _changes(before: Env, after: Env) -> Iterator[tuple[str, str]]:
             yield key, after[key].describe()
 
 
-def flow_lines(source: str, path: str, only_line: int | None = None) -> list[str]:
-    """The report, one line per fact, ordered by line."""
+# A program line -> (its notebook cell, or None, and its line there).
+Placement = Callable[[int], "tuple[int | None, int]"]
+
+
+def flow_lines(source: str, path: str, only_line: int | None = None, *, place: Placement | None = None,
+               only_cell: int | None = None) -> list[str]:
+    """The report, one line per fact, ordered by line; `place` says where a notebook's program
+    lines are in its cells (`only_line` then counts within `only_cell`)."""
     module = cst.parse_module(source)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     positions = wrapper.resolve(PositionProvider)
@@ -79,4 +85,11 @@ def flow_lines(source: str, path: str, only_line: int | None = None) -> list[str
                     facts.append((line, 1, f"host data `{module.code_for_node(host.node)}` meets accelerator data "
                                            f"`{module.code_for_node(device.node)}` ({meeting.kind})"))
     facts.sort(key=lambda fact: (fact[0], fact[1]))
-    return [f"{path}:{line}: {text}" for line, _, text in facts if only_line is None or line == only_line]
+    shown = []
+    for line, _, text in facts:
+        cell, cell_line = place(line) if place is not None else (None, line)
+        if only_line is not None and (cell_line, cell) != (only_line, only_cell):
+            continue
+        where = f"{path}:cell {cell}:{cell_line}" if cell is not None else f"{path}:{cell_line}"
+        shown.append(f"{where}: {text}")
+    return shown

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from torchdevlint.sourcefile import ProgramView
+
 
 class Applicability(Enum):
     """How far a fix may be trusted; `--fix` applies only SAFE ones."""
@@ -52,8 +54,12 @@ class Diagnostic:
     start: Location
     end: Location
     fix: Fix | None = None
-    # Set by the fixer when a fix existed but its output did not parse.
-    fix_withheld: bool = False
+    # Set by the fixer when a fix existed but was not applied: why, in words ("its output did
+    # not parse"); empty otherwise.
+    fix_withheld: str = ""
+    # The notebook cell (1-based, every cell counted) the finding is in; its lines and columns
+    # then count within the cell. None for a Python file.
+    cell: int | None = None
 
     def to_json(self) -> dict[str, object]:
         fix: dict[str, object] | None = None
@@ -63,6 +69,7 @@ class Diagnostic:
             "code": self.code,
             "slug": self.slug,
             "path": self.path,
+            "cell": self.cell,
             "line": self.start.line,
             "column": self.start.column,
             "end_line": self.end.line,
@@ -80,16 +87,20 @@ class FileError:
     message: str
     line: int | None = None
     column: int | None = None
+    # For a notebook cell that cannot be parsed: its number; the line counts within it.
+    cell: int | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "line": self.line, "column": self.column, "message": self.message}
+        return {"path": self.path, "cell": self.cell, "line": self.line, "column": self.column,
+                "message": self.message}
 
 
 @dataclass
 class FileResult:
     path: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    error: FileError | None = None
+    # The file (or some of its notebook cells) could not be read, parsed or written.
+    errors: list[FileError] = field(default_factory=list)
     fixed_count: int = 0
     # Unified diff when run with --diff; the new text is written only with --fix.
     diff: str | None = None
@@ -97,4 +108,6 @@ class FileResult:
     fixed_codes: list[str] = field(default_factory=list)
     # The text the diagnostics' positions refer to (the fixed text after --fix or --diff);
     # set only when there are diagnostics, for reporters that show source lines or fixes.
-    source: str | None = None
+    view: ProgramView | None = None
+    # The fixed file's bytes, when fixing input that is not written back (standard input).
+    output: bytes | None = None

@@ -1,4 +1,5 @@
-"""Which files a run lints: paths named on the command line, and folders walked for them."""
+"""Which files a run lints: paths named on the command line, and folders walked for them
+(Python files and notebooks by default: `include` and `extend-include` say which)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,10 @@ from pathlib import Path
 from torchdevlint.config import Config
 from torchdevlint.diagnostics import FileError
 
-PYTHON_SUFFIX = ".py"
-
 
 def iter_python_files(paths: Sequence[str], config: Config, root: Path, errors: list[FileError],
                       *, force_exclude: bool = False) -> Iterator[str]:
-    """Files named (always, unless `force_exclude` and excluded) and `.py` files under folders.
+    """Files named (always, unless `force_exclude` and excluded) and included files under folders.
 
     Problems (a missing path, an unreadable folder, standard input) are appended to `errors`.
     Each real file is yielded once, however many symlinks reach it.
@@ -48,10 +47,8 @@ def _walk_folder(folder: Path, config: Config, root: Path, errors: list[FileErro
         current_path = Path(current)
         dirnames[:] = sorted(d for d in dirnames if not config.is_excluded(current_path / d, root))
         for name in sorted(filenames):
-            if not name.endswith(PYTHON_SUFFIX):
-                continue
             file_path = current_path / name
-            if config.is_excluded(file_path, root):
+            if not config.includes(file_path, root) or config.is_excluded(file_path, root):
                 continue
             key = os.path.realpath(file_path)
             if key not in seen:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -19,6 +19,12 @@ from torchdevlint.engine import lint_source
 from torchdevlint.rule import Rule
 
 MAX_ROUNDS = 10
+# Why a fix was withheld, as the reports say it.
+DID_NOT_PARSE = "its output did not parse"
+DID_NOT_CONVERGE = "it did not remove its finding"
+
+# Why a fix must not be applied to this text (a notebook's cell boundaries), or None.
+FixGate = Callable[[str, Fix], "str | None"]
 
 
 @dataclass
@@ -110,27 +116,37 @@ def fix_source(
     *,
     unsafe: bool = False,
     deadline: Deadline | None = None,
+    gate: FixGate | None = None,
 ) -> FixOutcome:
-    """Fix until no applicable fix remains; a fix whose output would not parse is withheld.
+    """Fix until no applicable fix remains; a fix whose output would not parse, or that `gate`
+    refuses, is withheld.
 
     The deadline covers every round; past it, AnalysisTimeout is raised and nothing is fixed.
     """
     with room_for_nesting():
-        return _fix_to_fixpoint(source, path, rule_classes, options, unsafe, deadline)
+        return _fix_to_fixpoint(source, path, rule_classes, options, unsafe, deadline, gate)
 
 
 def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
                      options: Mapping[str, object] | None, unsafe: bool,
-                     deadline: Deadline | None) -> FixOutcome:
+                     deadline: Deadline | None, gate: FixGate | None) -> FixOutcome:
     text = source
     fixed_codes: list[str] = []
-    withheld: set[tuple[str, int, int]] = set()
+    # (code, line, column) of a finding -> why its fix is withheld.
+    withheld: dict[tuple[str, int, int], str] = {}
     diagnostics = lint_source(text, path, rule_classes, options, deadline=deadline)
     for _ in range(MAX_ROUNDS):
         candidates = [
             d for d in diagnostics
             if is_applicable(d.fix, unsafe) and (d.code, d.start.line, d.start.column) not in withheld
         ]
+        if gate is not None:
+            for diagnostic in candidates:
+                assert diagnostic.fix is not None
+                reason = gate(text, diagnostic.fix)
+                if reason is not None:
+                    withheld[(diagnostic.code, diagnostic.start.line, diagnostic.start.column)] = reason
+            candidates = [d for d in candidates if (d.code, d.start.line, d.start.column) not in withheld]
         if not candidates:
             break
         new_text, applied = apply_fixes(text, [d.fix for d in candidates if d.fix is not None])
@@ -145,7 +161,7 @@ def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
                     new_text = attempt
                     applied.extend(one)
                     break
-                withheld.add((diagnostic.code, diagnostic.start.line, diagnostic.start.column))
+                withheld[(diagnostic.code, diagnostic.start.line, diagnostic.start.column)] = DID_NOT_PARSE
         if not applied:
             if not withheld:
                 break
@@ -154,14 +170,15 @@ def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
         if not _made_progress(candidates, new_diagnostics, unsafe):
             # The fixes did not remove their findings (a rule whose fix does not converge):
             # keep the text of before this round and withhold them, never loop on them.
-            withheld.update((d.code, d.start.line, d.start.column) for d in candidates)
+            withheld.update({(d.code, d.start.line, d.start.column): DID_NOT_CONVERGE for d in candidates})
             break
         code_of_fix = {id(d.fix): d.code for d in candidates}
         fixed_codes.extend(code_of_fix[id(fix)] for fix in applied)
         text = new_text
         diagnostics = new_diagnostics
     remaining = [
-        replace(d, fix_withheld=True) if (d.code, d.start.line, d.start.column) in withheld else d
+        replace(d, fix_withheld=withheld[(d.code, d.start.line, d.start.column)])
+        if (d.code, d.start.line, d.start.column) in withheld else d
         for d in diagnostics
     ]
     return FixOutcome(text, remaining, len(fixed_codes), fixed_codes)

@@ -21,10 +21,10 @@ from torchdevlint.diagnostics import Diagnostic, FileError, Fix
 from torchdevlint.registry import all_rules
 from torchdevlint.rule import Rule
 from torchdevlint.ruledocs import doc_sections, rule_page
-from torchdevlint.sourcefile import LineIndex
+from torchdevlint.sourcefile import LineIndex, ProgramView
 
 # The text a file had when it was linted, or None where it is not available.
-SourceLookup = Callable[[str], "str | None"]
+SourceLookup = Callable[[str], "ProgramView | None"]
 
 SARIF_SCHEMA_URI = "https://raw.githubusercontent.com/oasis-tcs/sarif-spec/master/Schemata/sarif-schema-2.1.0.json"
 # Lines of a multi-line finding shown under it, at most.
@@ -97,19 +97,32 @@ def _plural(count: int, word: str) -> str:
 
 # --- concise and full text ---------------------------------------------------------------
 
+def location(path: str, cell: int | None, line: int, column: int | None = None) -> str:
+    """`path:line:col`, or `path:cell N:line:col` in a notebook (as ruff writes it)."""
+    where = f"{path}:cell {cell}:{line}" if cell is not None else f"{path}:{line}"
+    return where if column is None else f"{where}:{column}"
+
+
+def _in_cell(cell: int | None, line: int, message: str) -> str:
+    """A message for a format that points at the notebook file: it names the cell and line."""
+    return message if cell is None else f"cell {cell}, line {line}: {message}"
+
+
 def format_text_line(diagnostic: Diagnostic, unsafe_fixes: bool = False) -> str:
     """`path:line:col: CODE message [*]`: the concise format, and the head of the full one."""
     marker = " [*]" if _offers_fix(diagnostic, unsafe_fixes) else ""
-    note = " (fix withheld: its output did not parse)" if diagnostic.fix_withheld else ""
+    note = f" (fix withheld: {diagnostic.fix_withheld})" if diagnostic.fix_withheld else ""
     return (
-        f"{diagnostic.path}:{diagnostic.start.line}:{diagnostic.start.column}: "
+        f"{location(diagnostic.path, diagnostic.cell, diagnostic.start.line, diagnostic.start.column)}: "
         f"{diagnostic.code} {diagnostic.message}{marker}{note}"
     )
 
 
 def format_error_line(error: FileError) -> str:
     where = error.path
-    if error.line is not None:
+    if error.cell is not None and error.line is not None:
+        where = location(error.path, error.cell, error.line, error.column)
+    elif error.line is not None:
         where += f":{error.line}"
         if error.column is not None:
             where += f":{error.column}"
@@ -120,9 +133,9 @@ def _first_code_column(line: str) -> int:
     return len(line) - len(line.lstrip()) + 1
 
 
-def format_snippet(diagnostic: Diagnostic, text: str) -> list[str]:
-    """The offending lines with `^^^` under the span, like ruff and rustc."""
-    lines = text.splitlines()
+def format_snippet(diagnostic: Diagnostic, view: ProgramView) -> list[str]:
+    """The offending lines (of its cell, in a notebook) with `^^^` under the span, like ruff and rustc."""
+    lines = view.lines(diagnostic.cell)
     first, last = diagnostic.start.line, diagnostic.end.line
     if first > len(lines):
         return []
@@ -161,8 +174,8 @@ def write_findings(out: TextIO, diagnostics: Sequence[Diagnostic], *, unsafe_fix
         out.write(format_text_line(diagnostic, unsafe_fixes) + "\n")
         if not full:
             continue
-        text = sources(diagnostic.path) if sources is not None else None
-        snippet = format_snippet(diagnostic, text) if text is not None else []
+        view = sources(diagnostic.path) if sources is not None else None
+        snippet = format_snippet(diagnostic, view) if view is not None else []
         for line in snippet:
             out.write(line + "\n")
         help_line = _help_line(diagnostic, unsafe_fixes, len(snippet[0]) - 2 if snippet else 0)
@@ -305,12 +318,13 @@ def write_fix_preview(out: TextIO, diagnostics: Sequence[Diagnostic], *, unsafe_
         assert fix is not None
         kind = "" if fix.is_safe else " (unsafe)"
         out.write(
-            f"  {diagnostic.path}:{diagnostic.start.line}:{diagnostic.start.column}: "
+            f"  {location(diagnostic.path, diagnostic.cell, diagnostic.start.line, diagnostic.start.column)}: "
             f"{diagnostic.code} {fix.title}{kind}\n"
         )
-        text = sources(diagnostic.path)
-        if text is None:
+        view = sources(diagnostic.path)
+        if view is None:
             continue
+        text = view.text
         removed, added = _changed_lines(text, _apply(text, fix_replacements(text, fix)))
         for line in removed:
             out.write(f"    - {line}".rstrip() + "\n")
@@ -348,6 +362,7 @@ def write_json(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[
                 "code": None,
                 "slug": "file-error",
                 "path": error.path,
+                "cell": error.cell,
                 "line": error.line,
                 "column": error.column,
                 "end_line": error.line,
@@ -369,20 +384,45 @@ def _github_property(value: str) -> str:
     return _github_data(value).replace(":", "%3A").replace(",", "%2C")
 
 
-def write_github(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[FileError]) -> None:
-    """GitHub Actions workflow commands: each finding becomes an annotation on the pull request."""
+def write_github(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence[FileError],
+                 sources: SourceLookup | None = None) -> None:
+    """GitHub Actions workflow commands: each finding becomes an annotation on the pull request.
+
+    A notebook finding points at the line of the .ipynb file that holds its code, and its
+    message names the cell and the line within it.
+    """
     for error in errors:
         where = f"file={_github_property(Path(error.path).as_posix())}"
-        if error.line is not None:
+        message = error.message
+        if error.cell is not None and error.line is not None:
+            line = _document_line(error.path, error.cell, error.line, sources)
+            where += f",line={line}" if line is not None else ""
+            message = _in_cell(error.cell, error.line, message)
+        elif error.line is not None:
             where += f",line={error.line}"
             if error.column is not None:
                 where += f",col={error.column}"
-        out.write(f"::error {where},title=torchdevlint::{_github_data(error.message)}\n")
+        out.write(f"::error {where},title=torchdevlint::{_github_data(message)}\n")
     for d in diagnostics:
-        out.write(
-            f"::error file={_github_property(Path(d.path).as_posix())},line={d.start.line},"
-            f"col={d.start.column},title={d.code}::{_github_data(d.message)}\n"
-        )
+        where = f"file={_github_property(Path(d.path).as_posix())}"
+        if d.cell is not None:
+            start = _document_line(d.path, d.cell, d.start.line, sources)
+            end = _document_line(d.path, d.cell, d.end.line, sources)
+            if start is not None:
+                where += f",line={start},endLine={max(start, end or start)}"
+        else:
+            where += f",line={d.start.line},col={d.start.column},endLine={d.end.line}"
+            if d.end.line == d.start.line:
+                where += f",endColumn={d.end.column}"
+        message = _in_cell(d.cell, d.start.line, d.message)
+        out.write(f"::error {where},title={d.code}::{_github_data(message)}\n")
+
+
+def _document_line(path: str, cell: int, line: int, sources: SourceLookup | None) -> int | None:
+    """The line of the notebook file that holds a cell's line, where the file can be read."""
+    view = sources(path) if sources is not None else None
+    cell_lines = view.cell(cell) if view is not None else None
+    return cell_lines.document_line(line) if cell_lines is not None else None
 
 
 class _Positions:
@@ -436,43 +476,62 @@ def _sarif_fix(diagnostic: Diagnostic, text: str, root: Path) -> dict[str, objec
     }
 
 
+def _sarif_region(diagnostic: Diagnostic, sources: SourceLookup | None) -> dict[str, int]:
+    if diagnostic.cell is None:
+        return {
+            "startLine": diagnostic.start.line,
+            "startColumn": diagnostic.start.column,
+            "endLine": diagnostic.end.line,
+            "endColumn": diagnostic.end.column,
+        }
+    # A notebook: the lines of the .ipynb file holding the code; columns there are JSON's.
+    start = _document_line(diagnostic.path, diagnostic.cell, diagnostic.start.line, sources) or 1
+    end = _document_line(diagnostic.path, diagnostic.cell, diagnostic.end.line, sources) or start
+    return {"startLine": start, "endLine": max(start, end)}
+
+
 def _sarif_result(diagnostic: Diagnostic, rule_index: Mapping[str, int], sources: SourceLookup | None,
                   root: Path) -> dict[str, object]:
     result: dict[str, object] = {
         "ruleId": diagnostic.code,
         "level": "error",
-        "message": {"text": diagnostic.message},
+        "message": {"text": _in_cell(diagnostic.cell, diagnostic.start.line, diagnostic.message)},
         "locations": [
             {
                 "physicalLocation": {
                     "artifactLocation": _artifact_location(diagnostic.path, root),
-                    "region": {
-                        "startLine": diagnostic.start.line,
-                        "startColumn": diagnostic.start.column,
-                        "endLine": diagnostic.end.line,
-                        "endColumn": diagnostic.end.column,
-                    },
+                    "region": _sarif_region(diagnostic, sources),
                 }
             }
         ],
     }
+    if diagnostic.cell is not None:
+        result["properties"] = {"cell": diagnostic.cell, "cellLine": diagnostic.start.line,
+                                "cellColumn": diagnostic.start.column}
     if diagnostic.code in rule_index:
         result["ruleIndex"] = rule_index[diagnostic.code]
-    if diagnostic.fix is not None and not diagnostic.fix_withheld:
-        text = sources(diagnostic.path) if sources is not None else None
-        if text is not None:
-            result["fixes"] = [_sarif_fix(diagnostic, text, root)]
+    # A notebook's fixes change JSON strings; SARIF replacements would have to spell them.
+    if diagnostic.fix is not None and not diagnostic.fix_withheld and diagnostic.cell is None:
+        view = sources(diagnostic.path) if sources is not None else None
+        if view is not None:
+            result["fixes"] = [_sarif_fix(diagnostic, view.text, root)]
     return result
 
 
-def _sarif_notification(error: FileError, root: Path) -> dict[str, object]:
+def _sarif_notification(error: FileError, root: Path, sources: SourceLookup | None) -> dict[str, object]:
     location: dict[str, object] = {"artifactLocation": _artifact_location(error.path, root)}
-    if error.line is not None:
+    message = error.message
+    if error.cell is not None and error.line is not None:
+        line = _document_line(error.path, error.cell, error.line, sources)
+        if line is not None:
+            location["region"] = {"startLine": line}
+        message = _in_cell(error.cell, error.line, message)
+    elif error.line is not None:
         region = {"startLine": error.line}
         if error.column is not None:
             region["startColumn"] = error.column
         location["region"] = region
-    return {"level": "error", "message": {"text": error.message}, "locations": [{"physicalLocation": location}]}
+    return {"level": "error", "message": {"text": message}, "locations": [{"physicalLocation": location}]}
 
 
 def sarif_log(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError],
@@ -496,7 +555,7 @@ def sarif_log(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError],
         "invocations": [
             {
                 "executionSuccessful": not errors,
-                "toolExecutionNotifications": [_sarif_notification(error, root) for error in errors],
+                "toolExecutionNotifications": [_sarif_notification(error, root, sources) for error in errors],
             }
         ],
         "results": [_sarif_result(d, rule_index, sources, root) for d in diagnostics],
@@ -526,7 +585,7 @@ def write_report(out: TextIO, report: CheckReport, output_format: OutputFormat, 
             write_json(out, report.diagnostics, report.errors)
         return
     if output_format is OutputFormat.GITHUB:
-        write_github(out, report.diagnostics, report.errors)
+        write_github(out, report.diagnostics, report.errors, sources)
         return
     if output_format is OutputFormat.SARIF:
         write_sarif(out, report.diagnostics, report.errors, sources)

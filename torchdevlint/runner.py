@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import difflib
 import gc
 import os
 import signal
@@ -18,16 +17,12 @@ import libcst as cst
 from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.cache import FindingsCache, content_digest, settings_digest
 from torchdevlint.diagnostics import FileError, FileResult
-from torchdevlint.engine import RELEVANCE_MARKER, InvalidSource, lint_source
-from torchdevlint.fixer import fix_source, is_applicable
+from torchdevlint.engine import RELEVANCE_MARKER, InvalidSource
+from torchdevlint.fixer import is_applicable
+from torchdevlint.programs import FixNotWritable, is_notebook, load_program
 from torchdevlint.registry import rule_by_code
 from torchdevlint.rule import Rule
-from torchdevlint.sourcefile import (
-    SourceError,
-    decode_source,
-    read_bytes,
-    write_atomically,
-)
+from torchdevlint.sourcefile import SourceError, read_bytes, write_atomically
 
 
 @dataclass(frozen=True)
@@ -82,17 +77,28 @@ def _syntax_error(path: str, source: str, error: cst.ParserSyntaxError) -> FileE
 
 
 def process_file(path: str, settings: RunSettings) -> FileResult:
-    """Lint one file, fixing it if asked. Every failure becomes a FileError, never a raise."""
-    result = FileResult(path)
-    deadline = Deadline(settings.file_seconds)
+    """Lint one file, fixing it in place if asked. Every failure becomes a FileError, never a raise."""
     try:
         data = read_bytes(Path(path))
     except SourceError as error:
-        result.error = FileError(path, str(error))
+        result = FileResult(path)
+        result.errors.append(FileError(path, str(error)))
         return result
-    if not mentions_torch_bytes(data):
+    return process_bytes(path, data, settings, in_place=True)
+
+
+def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bool) -> FileResult:
+    """Lint the contents of file `path` (read from it, or from standard input). With fixes
+    asked for, `in_place` writes them to the file; otherwise the fixed bytes become the
+    result's `output` (the input's own bytes when nothing changed)."""
+    result = FileResult(path)
+    deadline = Deadline(settings.file_seconds)
+    # A notebook is read even so: that it is one is checked.
+    if not mentions_torch_bytes(data) and not is_notebook(path):
+        if settings.fix and not in_place:
+            result.output = data
         return result
-    cache = settings.cache()
+    cache = settings.cache() if in_place else None
     digest = content_digest(data) if cache is not None else ""
     if cache is not None:
         cached = cache.load(digest, path)
@@ -103,57 +109,55 @@ def process_file(path: str, settings: RunSettings) -> FileResult:
             result.diagnostics = cached
             return result
     try:
-        source = decode_source(data)
+        program = load_program(path, data)
     except SourceError as error:
-        result.error = FileError(path, str(error))
+        result.errors.append(FileError(path, str(error)))
         return result
     rules = settings.rules()
     options = dict(settings.rule_options)
     try:
         if settings.rewrites:
-            outcome = fix_source(source.text, path, rules, options, unsafe=settings.unsafe_fixes,
-                                 deadline=deadline)
+            outcome = program.fix(rules, options, unsafe=settings.unsafe_fixes, deadline=deadline)
             result.diagnostics = outcome.remaining
             result.fixed_count = outcome.fixed_count
             result.fixed_codes = outcome.fixed_codes
+            new_data = program.encode(outcome.text) if outcome.changed(program.text) else data
             if outcome.remaining:
-                result.source = outcome.text
-            if outcome.changed(source.text):
-                new_data = source.encode(outcome.text)
-                if settings.diff:
-                    result.diff = "".join(
-                        difflib.unified_diff(
-                            source.text.splitlines(keepends=True),
-                            outcome.text.splitlines(keepends=True),
-                            fromfile=f"a/{path}",
-                            tofile=f"b/{path}",
-                        )
-                    )
-                else:
-                    write_atomically(Path(path), new_data)
-                    if cache is not None and not any(d.fix_withheld for d in outcome.remaining):
-                        cache.store(content_digest(new_data), outcome.remaining)
-            elif cache is not None and not any(d.fix_withheld for d in outcome.remaining):
-                cache.store(digest, outcome.remaining)
+                result.view = program.view(outcome.text)
+            if settings.diff:
+                result.diff = program.diff(outcome.text) if new_data != data else None
+            elif not in_place:
+                result.output = new_data
+            elif new_data != data:
+                write_atomically(Path(path), new_data)
+            if cache is not None and not settings.diff and not program.errors and not any(
+                d.fix_withheld for d in outcome.remaining
+            ):
+                cache.store(content_digest(new_data), outcome.remaining)
         else:
-            result.diagnostics = lint_source(source.text, path, rules, options, deadline=deadline)
+            result.diagnostics = program.lint(rules, options, deadline=deadline)
             if result.diagnostics:
-                result.source = source.text
-            if cache is not None:
+                result.view = program.view(program.text)
+            if cache is not None and not program.errors:
                 cache.store(digest, result.diagnostics)
     except InvalidSource as error:
-        result.error = FileError(path, error.message, error.line, error.column)
+        result.errors.append(program.error(error.message, error.line, error.column))
     except AnalysisTimeout as error:
-        result.error = FileError(path, str(error))
+        result.errors.append(program.error(str(error), None, None))
     except cst.ParserSyntaxError as error:
         # LibCST rejected what Python accepted: rare, but never a traceback.
-        result.error = _syntax_error(path, source.text, error)
+        found = _syntax_error(path, program.text, error)
+        result.errors.append(program.error(found.message, found.line, found.column))
+    except FixNotWritable as error:
+        result.errors.append(program.error(f"fixes not written: {error}", None, None))
     except RecursionError:
-        result.error = FileError(path, "too deeply nested to analyse")
+        result.errors.append(program.error("too deeply nested to analyse", None, None))
     except OSError as error:
-        result.error = FileError(path, f"cannot write: {error.strerror or error}")
+        result.errors.append(program.error(f"cannot write: {error.strerror or error}", None, None))
     except Exception as error:  # noqa: BLE001 - a linter bug must not hide the other files' results
-        result.error = FileError(path, f"internal error ({type(error).__name__}: {error}); please report it")
+        result.errors.append(program.error(
+            f"internal error ({type(error).__name__}: {error}); please report it", None, None))
+    result.errors[:0] = program.errors
     return result
 
 

@@ -95,24 +95,44 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-class SourceTexts:
-    """The text each reported file had when it was linted, for reporters that show it.
+@dataclass(frozen=True)
+class CellLines:
+    """Where one notebook cell lies in the program made of the notebook's code cells."""
 
-    Workers hand back the text with their findings; a result without it (from the cache) is
-    read again from disk. None for a file that can no longer be read.
+    # The cell's number in the notebook (1-based, every cell counted, as Jupyter and ruff count).
+    number: int
+    # The program line of the cell's first line, and how many lines the cell has.
+    first_line: int
+    line_count: int
+    # For each line of the cell, its line in the .ipynb file (where its JSON string is).
+    document_lines: tuple[int, ...] = ()
+
+    def document_line(self, line: int) -> int | None:
+        if 1 <= line <= len(self.document_lines):
+            return self.document_lines[line - 1]
+        return self.document_lines[-1] if self.document_lines else None
+
+
+@dataclass(frozen=True)
+class ProgramView:
+    """The text a file's findings were made on, as reporters need it to show them.
+
+    For a notebook `text` is the program made of its code cells, and findings count lines
+    within their cell; `cells` says where each cell lies in the program.
     """
 
-    def __init__(self) -> None:
-        self._texts: dict[str, str | None] = {}
+    text: str
+    cells: tuple[CellLines, ...] = ()
 
-    def add(self, path: str, text: str | None) -> None:
-        if text is not None:
-            self._texts[path] = text
+    def cell(self, number: int | None) -> CellLines | None:
+        if number is None:
+            return None
+        return next((cell for cell in self.cells if cell.number == number), None)
 
-    def __call__(self, path: str) -> str | None:
-        if path not in self._texts:
-            try:
-                self._texts[path] = read_source(Path(path)).text
-            except SourceError:
-                self._texts[path] = None
-        return self._texts[path]
+    def lines(self, cell_number: int | None = None) -> list[str]:
+        """The lines a finding's line numbers index: the file's, or its cell's."""
+        lines = self.text.splitlines()
+        cell = self.cell(cell_number)
+        if cell is None:
+            return lines
+        return lines[cell.first_line - 1 : cell.first_line - 1 + cell.line_count]

@@ -35,7 +35,7 @@ def _one_line(text: str) -> str:
     return flat if len(flat) <= _MESSAGE_WIDTH else flat[: _MESSAGE_WIDTH - 1] + "…"
 
 
-def _describe(run: RunOutcome) -> str:
+def _describe(run: RunOutcome, program: ProgramReport) -> str:
     where = f"[{run.host.label}]"
     if run.status is RunStatus.OK:
         shown = f"ran, RESULT {run.result}" if run.result is not None else "ran (no RESULT line)"
@@ -44,7 +44,7 @@ def _describe(run: RunOutcome) -> str:
             shown += f"; placeholders stood in for values read from the emulated GPU ({reads})"
         return f"{shown} {where}"
     assert run.error is not None
-    at = f" at line {run.error.line}" if run.error.line else ""
+    at = f" at {program.program_line(run.error.line)}" if run.error.line else ""
     status = "timed out" if run.status is RunStatus.TIMEOUT else "failed"
     return f"{status}{at}: {run.error.type}: {_one_line(run.error.message)} {where}"
 
@@ -52,7 +52,8 @@ def _describe(run: RunOutcome) -> str:
 def _findings_line(program: ProgramReport) -> str:
     by_code: dict[str, list[str]] = {}
     for finding in program.findings:
-        by_code.setdefault(finding.code, []).append(str(finding.start.line))
+        where = str(finding.start.line) if finding.cell is None else f"{finding.start.line} of cell {finding.cell}"
+        by_code.setdefault(finding.code, []).append(where)
     return "; ".join(
         f"{code} at line{'s' if len(lines) > 1 else ''} {', '.join(lines)}" for code, lines in by_code.items()
     )
@@ -65,9 +66,9 @@ def write_program(out: TextIO, program: ProgramReport) -> None:
         return
     out.write(f"  findings:  {_findings_line(program)}\n")
     if program.original is not None:
-        out.write(f"  original:  {_describe(program.original)}\n")
+        out.write(f"  original:  {_describe(program.original, program)}\n")
     if program.fixed is not None:
-        out.write(f"  fixed:     {_describe(program.fixed)}\n")
+        out.write(f"  fixed:     {_describe(program.fixed, program)}\n")
     comparison = program.comparison
     if comparison is not None:
         label = {

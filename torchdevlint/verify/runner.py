@@ -24,10 +24,9 @@ from pathlib import Path
 import torchdevlint
 from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.diagnostics import Diagnostic, FileError
-from torchdevlint.engine import lint_source
-from torchdevlint.fixer import fix_source
+from torchdevlint.programs import read_program
 from torchdevlint.rule import Rule
-from torchdevlint.sourcefile import SourceError, read_source
+from torchdevlint.sourcefile import CellLines, SourceError
 from torchdevlint.verify.directive import (
     DirectiveError,
     ProgramHost,
@@ -141,6 +140,15 @@ class ProgramReport:
     # The original program on a CPU without any GPU: where the device bug cannot occur.
     reference: RunOutcome | None = None
     comparison: Comparison | None = None
+    # For a notebook: where its cells lie in the program that was run (error lines map to cells).
+    cells: tuple[CellLines, ...] = ()
+
+    def program_line(self, line: int) -> str:
+        """A line of the program that ran, as the user finds it: `line 7` or `cell 3, line 2`."""
+        for cell in self.cells:
+            if cell.first_line <= line < cell.first_line + cell.line_count:
+                return f"cell {cell.number}, line {line - cell.first_line + 1}"
+        return f"line {line}"
 
     @property
     def failed(self) -> bool:
@@ -526,6 +534,7 @@ class _Pending:
     original: Future[RunOutcome] | None = None
     fixed: Future[RunOutcome] | None = None
     reference: Future[RunOutcome] | None = None
+    cells: tuple[CellLines, ...] = ()
 
 
 def _target_host(spec: VerifySpec, accelerator: AcceleratorInfo) -> tuple[RunHost, Accelerator, str]:
@@ -567,14 +576,19 @@ def verify_programs(paths: Iterable[str], settings: VerifySettings) -> Iterator[
 
 def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launcher: Launcher) -> _Pending | FileError:
     try:
-        text = read_source(Path(path)).text
+        # A notebook runs as its code cells in order, IPython syntax removed.
+        program = read_program(path)
+        text = program.text
         spec = read_directive(text)
         deadline = Deadline(DEFAULT_FILE_SECONDS)
-        findings = tuple(lint_source(text, path, settings.rules, settings.rule_options, deadline=deadline))
+        findings = tuple(program.lint(settings.rules, settings.rule_options, deadline=deadline))
+        if program.errors:
+            first = program.errors[0]
+            cell = f"cell {first.cell}, " if first.cell is not None else ""
+            return FileError(path, f"cannot run: {cell}line {first.line}: {first.message}")
         fixed_text = text
         if proven_findings(findings):
-            fixed_text = fix_source(text, path, settings.rules, settings.rule_options, unsafe=True,
-                                    deadline=deadline).text
+            fixed_text = program.fix(settings.rules, settings.rule_options, unsafe=True, deadline=deadline).text
     except SourceError as error:
         return FileError(path, str(error))
     except DirectiveError as error:
@@ -585,7 +599,7 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
         message = str(getattr(error, "message", None) or error).strip()
         return FileError(path, f"cannot lint: {type(error).__name__}: {message.splitlines()[0] if message else ''}")
     host, accelerator, note = _target_host(spec, settings.accelerator)
-    item = _Pending(path, spec, findings, accelerator, note)
+    item = _Pending(path, spec, findings, accelerator, note, cells=program.view(text).cells)
     if not proven_findings(findings):
         return item
 
@@ -605,7 +619,8 @@ def _finish(item: _Pending) -> ProgramReport:
         why = "nothing to verify: not run"
         if item.findings:
             why = f"no correctness ({CORRECTNESS_PREFIX}xx) finding, nothing fails at run time: not run"
-        return ProgramReport(item.path, item.accelerator, item.spec, item.findings, Verdict.NO_FINDING, why)
+        return ProgramReport(item.path, item.accelerator, item.spec, item.findings, Verdict.NO_FINDING, why,
+                             cells=item.cells)
     original, fixed = item.original.result(), item.fixed.result()
     reference = item.reference.result() if item.reference is not None else None
     comparison = compare_results(original, fixed, reference)
@@ -614,4 +629,4 @@ def _finish(item: _Pending) -> ProgramReport:
     if unfixed and verdict is not Verdict.FIX_VERIFIED:
         why += f" ({unfixed} finding{'s have' if unfixed != 1 else ' has'} no fix)"
     return ProgramReport(item.path, item.accelerator, item.spec, item.findings, verdict, item.note + why,
-                         original, fixed, reference, comparison)
+                         original, fixed, reference, comparison, item.cells)

@@ -1,0 +1,2 @@
+"""Jupyter notebooks: the JSON document (`document`), IPython syntax (`ipython`), and the code
+cells as one Python program (`program`)."""

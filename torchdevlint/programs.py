@@ -1,0 +1,268 @@
+"""A file as the Python program the rules read: a `.py` file's text, or a notebook's code cells.
+
+Front ends (`check`, stdin, `verify`) lint and fix a `Program` and never ask which kind it is:
+a notebook's findings come back counted within their cell, its fixes are written into the
+cells they change and nowhere else, and a cell that does not parse is reported for that cell
+while the others are still linted.
+"""
+
+from __future__ import annotations
+
+import difflib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TypeVar
+
+import libcst as cst
+
+from torchdevlint.budget import Deadline
+from torchdevlint.diagnostics import Diagnostic, FileError, Location
+from torchdevlint.engine import InvalidSource, check_syntax, lint_source
+from torchdevlint.fixer import FixOutcome, fix_source
+from torchdevlint.notebook.document import NotebookDocument
+from torchdevlint.notebook.program import NotebookProgram as NotebookCells
+from torchdevlint.rule import Rule
+from torchdevlint.sourcefile import ProgramView, SourceError, SourceText, decode_source, read_bytes
+
+NOTEBOOK_SUFFIX = ".ipynb"
+T = TypeVar("T")
+
+
+class FixNotWritable(Exception):
+    """Fixed code that cannot be put back into the file (never expected; reported, not raised)."""
+
+
+def is_notebook(path: str) -> bool:
+    return path.lower().endswith(NOTEBOOK_SUFFIX)
+
+
+class Program(ABC):
+    """The Python in one file, ready to lint and fix."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        # Parts of the file that could not be analysed while the rest was (a notebook's cells
+        # with syntax errors); filled in by `lint` and `fix`.
+        self.errors: list[FileError] = []
+
+    @property
+    @abstractmethod
+    def text(self) -> str:
+        """The Python source the rules read."""
+
+    @abstractmethod
+    def lint(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
+             deadline: Deadline | None = None) -> list[Diagnostic]:
+        """Findings, placed where the user sees them. Raises InvalidSource, AnalysisTimeout."""
+
+    @abstractmethod
+    def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
+            unsafe: bool = False, deadline: Deadline | None = None) -> FixOutcome:
+        """Fix `text` to a fixpoint; the outcome's findings are placed as `lint` places them."""
+
+    @abstractmethod
+    def view(self, text: str) -> ProgramView:
+        """What reporters need to show findings made on `text` (this program, fixed or not)."""
+
+    @abstractmethod
+    def encode(self, text: str) -> bytes:
+        """The file's new bytes for a fixed program `text`. Raises FixNotWritable."""
+
+    @abstractmethod
+    def diff(self, text: str) -> str:
+        """A unified diff of the file against the fixed program `text`."""
+
+    def error(self, message: str, line: int | None, column: int | None) -> FileError:
+        """A file error at a place in `text`, placed where the user sees it."""
+        return FileError(self.path, message, line, column)
+
+    def place(self, line: int) -> tuple[int | None, int]:
+        """A line of `text` as the user finds it: (notebook cell or None, line there)."""
+        return None, line
+
+
+class PythonProgram(Program):
+    def __init__(self, path: str, source: SourceText) -> None:
+        super().__init__(path)
+        self.source = source
+
+    @property
+    def text(self) -> str:
+        return self.source.text
+
+    def lint(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
+             deadline: Deadline | None = None) -> list[Diagnostic]:
+        return lint_source(self.text, self.path, rules, options, deadline=deadline)
+
+    def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
+            unsafe: bool = False, deadline: Deadline | None = None) -> FixOutcome:
+        return fix_source(self.text, self.path, rules, options, unsafe=unsafe, deadline=deadline)
+
+    def view(self, text: str) -> ProgramView:
+        return ProgramView(text)
+
+    def encode(self, text: str) -> bytes:
+        return self.source.encode(text)
+
+    def diff(self, text: str) -> str:
+        return "".join(difflib.unified_diff(
+            self.text.splitlines(keepends=True), text.splitlines(keepends=True),
+            fromfile=f"a/{self.path}", tofile=f"b/{self.path}",
+        ))
+
+
+class NotebookProgram(Program):
+    """The notebook's Python code cells, in order, analysed as one program."""
+
+    def __init__(self, path: str, document: NotebookDocument) -> None:
+        super().__init__(path)
+        self.document = document
+        self.cells = NotebookCells(document)
+
+    @property
+    def text(self) -> str:
+        return self.cells.text
+
+    def lint(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
+             deadline: Deadline | None = None) -> list[Diagnostic]:
+        found = self._without_broken_cells(
+            lambda: lint_source(self.text, self.path, rules, options, deadline=deadline))
+        return self._placed(found)
+
+    def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
+            unsafe: bool = False, deadline: Deadline | None = None) -> FixOutcome:
+        outcome = self._without_broken_cells(
+            lambda: fix_source(self.text, self.path, rules, options, unsafe=unsafe, deadline=deadline,
+                               gate=self.cells.withholds))
+        outcome.remaining = self._placed(outcome.remaining, outcome.text)
+        return outcome
+
+    def _without_broken_cells(self, action: Callable[[], T]) -> T:
+        """Run `action` on the program; if a cell does not parse, report it and run it again
+        on the program without the cells that do not parse."""
+        try:
+            return action()
+        except (InvalidSource, cst.ParserSyntaxError):
+            broken = self._broken_cells()
+            if not broken:
+                raise
+            self.errors.extend(broken)
+            self.cells = NotebookCells(self.document, frozenset(error.cell for error in broken if error.cell))
+            return action()
+
+    def _broken_cells(self) -> list[FileError]:
+        broken = []
+        for cell in self.cells.cells:
+            try:
+                # Not the notebook's path: CPython would read its error's line from that file.
+                check_syntax(cell.masked.text, f"<cell {cell.cell.number}>")
+                cst.parse_module(cell.masked.text)
+            except InvalidSource as error:
+                broken.append(FileError(self.path, error.message, error.line, error.column, cell.cell.number))
+            except cst.ParserSyntaxError as error:
+                message = str(error.message).strip().splitlines()
+                broken.append(FileError(self.path, f"syntax error: {message[0] if message else 'invalid syntax'}",
+                                        error.raw_line, error.raw_column + 1, cell.cell.number))
+        return broken
+
+    def _placed(self, diagnostics: list[Diagnostic], text: str | None = None) -> list[Diagnostic]:
+        """Findings on the program `text` (default: this one) with lines counted within cells."""
+        layout = self.cells.layout(self.text if text is None else text)
+        placed = []
+        for diagnostic in diagnostics:
+            where = layout.cell_at(diagnostic.start.line)
+            if where is None:
+                continue
+            number, first_line, line_count = where
+            end_line = min(diagnostic.end.line, first_line + line_count - 1)
+            end_column = diagnostic.end.column if end_line == diagnostic.end.line else 1
+            placed.append(replace(
+                diagnostic,
+                start=Location(diagnostic.start.line - first_line + 1, diagnostic.start.column),
+                end=Location(end_line - first_line + 1, end_column),
+                cell=number,
+            ))
+        return placed
+
+    def view(self, text: str) -> ProgramView:
+        if text == self.text:
+            return ProgramView(text, self.cells.cell_lines())
+        try:
+            # Fixed code: the lines of the notebook as it is written now.
+            fixed = NotebookCells(NotebookDocument.parse(self.encode(text)), self.cells.excluded)
+        except (SourceError, FixNotWritable):
+            return ProgramView(text, self.cells.layout(text).cell_lines())
+        return ProgramView(text, fixed.cell_lines())
+
+    def encode(self, text: str) -> bytes:
+        changed = self.cells.changed_sources(text)
+        if changed is None:
+            raise FixNotWritable("the fixed code no longer splits into the notebook's cells")
+        return self.document.with_sources(changed)
+
+    def diff(self, text: str) -> str:
+        changed = self.cells.changed_sources(text) or {}
+        parts: list[str] = []
+        for cell in self.document.cells:
+            if cell.number in changed:
+                where = f"{self.path}:cell {cell.number}"
+                parts.extend(difflib.unified_diff(
+                    _diff_lines(cell.source), _diff_lines(changed[cell.number]),
+                    fromfile=f"a/{where}", tofile=f"b/{where}",
+                ))
+        return "".join(parts)
+
+    def place(self, line: int) -> tuple[int | None, int]:
+        where = self.cells.cell_at(line)
+        return (where[0].cell.number, where[1]) if where is not None else (None, line)
+
+    def error(self, message: str, line: int | None, column: int | None) -> FileError:
+        where = self.cells.cell_at(line) if line is not None else None
+        if where is None:
+            return FileError(self.path, message, line, column)
+        cell, cell_line = where
+        return FileError(self.path, message, cell_line, column, cell.cell.number)
+
+
+def _diff_lines(source: str) -> list[str]:
+    lines = source.splitlines(keepends=True)
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        lines[-1] += "\n"
+    return lines
+
+
+def load_program(path: str, data: bytes) -> Program:
+    """The program in a file's bytes; raises SourceError (a NotebookError for a broken notebook)."""
+    if is_notebook(path):
+        return NotebookProgram(path, NotebookDocument.parse(data))
+    return PythonProgram(path, decode_source(data))
+
+
+def read_program(path: str) -> Program:
+    return load_program(path, read_bytes(Path(path)))
+
+
+class SourceViews:
+    """The text each reported file had when it was linted, for reporters that show it.
+
+    Workers hand back a view with their findings; a result without one (from the cache) is
+    read again from disk. None for a file that can no longer be read.
+    """
+
+    def __init__(self) -> None:
+        self._views: dict[str, ProgramView | None] = {}
+
+    def add(self, path: str, view: ProgramView | None) -> None:
+        if view is not None:
+            self._views[path] = view
+
+    def __call__(self, path: str) -> ProgramView | None:
+        if path not in self._views:
+            try:
+                program = read_program(path)
+                self._views[path] = program.view(program.text)
+            except SourceError:
+                self._views[path] = None
+        return self._views[path]
