@@ -161,6 +161,14 @@ def test_folders_include_notebooks_and_include_patterns_choose(tmp_path: Path) -
     assert findings(run_cli("check", "--no-cache", ".", cwd=tmp_path).stdout) == ["train.py:3:1: TDL001"]
 
 
+def test_jupyter_checkpoints_are_not_walked(tmp_path: Path) -> None:
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    write_notebook(tmp_path, SETUP, "x = torch.zeros(3)\nx.cuda()")
+    write_notebook(tmp_path / ".ipynb_checkpoints", SETUP, "x = torch.zeros(3)\nx.cuda()",
+                   name="analysis-checkpoint.ipynb")
+    assert findings(run_cli("check", "--no-cache", ".", cwd=tmp_path).stdout) == ["analysis.ipynb:cell 2:2:1: TDL001"]
+
+
 def test_cached_results_keep_their_cells(tmp_path: Path) -> None:
     write_notebook(tmp_path, SETUP, "x = torch.zeros(3)\nx.cuda()")
     first = run_cli("check", "analysis.ipynb", cwd=tmp_path)
@@ -264,6 +272,7 @@ def test_fix_keeps_the_layout_of_an_ascii_escaped_notebook_with_crlf_and_a_bom(t
     path.write_bytes(b"\xef\xbb\xbf" + data)
     assert run_cli("check", "--no-cache", "--fix", "analysis.ipynb", cwd=tmp_path).returncode == 0
     assert path.read_bytes() == b"\xef\xbb\xbf" + data.replace(b'"x.cuda()\\n"', b'"x = x.cuda()\\n"')
+    nbformat.validate(json.loads(path.read_bytes()[3:]))
 
 
 def test_a_fix_that_adds_a_line_keeps_the_list_layout(tmp_path: Path) -> None:

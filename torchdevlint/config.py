@@ -46,6 +46,8 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     ".git", ".hg", ".svn", ".venv", "venv", "env", ".env", "__pycache__", "build", "dist",
     ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".torchdevlint_cache",
     "node_modules", "site-packages", ".eggs", "*.egg-info",
+    # Jupyter's autosaved copies of the notebooks beside them.
+    ".ipynb_checkpoints",
 )
 
 
