@@ -105,6 +105,16 @@ def test_a_cell_indented_as_a_whole_is_linted_as_ipython_runs_it(tmp_path: Path)
     assert nbformat.read(str(path), as_version=4).cells[1].source.splitlines()[1] == "  x = x.cuda()"
 
 
+def test_top_level_await_and_cell_magics_that_run_python(tmp_path: Path) -> None:
+    path = write_notebook(tmp_path, SETUP + "\nimport asyncio", "await asyncio.sleep(0)\n" + MOVE + USE,
+                          "%%capture\ny = torch.ones(2)\ny.cuda()\nprint(y + torch.ones(2, device='cuda'))")
+    result = run_cli("check", "--no-cache", "--fix", "analysis.ipynb", cwd=tmp_path)
+    # Top-level await is valid in a notebook: the fix is not withheld for it.
+    assert "Found 2 errors (2 fixed, 0 remaining)." in result.stdout, result.stdout
+    cells = nbformat.read(str(path), as_version=4).cells
+    assert "x = x.cuda()" in cells[1].source and "y = y.cuda()" in cells[2].source
+
+
 def test_cells_in_another_language_are_skipped(tmp_path: Path) -> None:
     write_notebook(tmp_path, SETUP, "%%bash\nfor f in *.pt; do echo $f; done",
                    "%%writefile train.py\nimport torch\nx = torch.zeros(3)\nx.cuda()",

@@ -6,6 +6,7 @@ result still parses, and lints again, until nothing applicable is left.
 
 from __future__ import annotations
 
+import ast
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -88,7 +89,19 @@ def add_imports(text: str, imports: Sequence[tuple[str, str | None]]) -> str:
     return module.visit(AddImportsVisitor(context)).code
 
 
-def _parses(text: str) -> bool:
+def _compiles(text: str) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(text, "<source>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _parses(text: str, *, compiles: bool = True) -> bool:
+    """Whether fixed code parses, and with `compiles` (the code before the fix compiled) also
+    compiles: a notebook's top-level `await` parses but does not compile as a module."""
     try:
         cst.parse_module(text)
     except cst.ParserSyntaxError:
@@ -96,7 +109,7 @@ def _parses(text: str) -> bool:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            compile(text, "<fixed>", "exec", dont_inherit=True)
+            compile(text, "<fixed>", "exec", flags=0 if compiles else ast.PyCF_ONLY_AST, dont_inherit=True)
     except (SyntaxError, ValueError):
         return False
     return True
@@ -135,6 +148,7 @@ def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
     # (code, line, column) of a finding -> why its fix is withheld.
     withheld: dict[tuple[str, int, int], str] = {}
     diagnostics = lint_source(text, path, rule_classes, options, deadline=deadline)
+    compiles = _compiles(source) if diagnostics else True
     for _ in range(MAX_ROUNDS):
         candidates = [
             d for d in diagnostics
@@ -150,14 +164,14 @@ def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
         if not candidates:
             break
         new_text, applied = apply_fixes(text, [d.fix for d in candidates if d.fix is not None])
-        if not _parses(new_text):
+        if not _parses(new_text, compiles=compiles):
             # Find the culprits one by one, keep the rest.
             new_text = text
             applied = []
             for diagnostic in candidates:
                 assert diagnostic.fix is not None
                 attempt, one = apply_fixes(new_text, [diagnostic.fix])
-                if one and _parses(attempt):
+                if one and _parses(attempt, compiles=compiles):
                     new_text = attempt
                     applied.extend(one)
                     break
