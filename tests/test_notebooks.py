@@ -396,6 +396,16 @@ def test_stdin_cannot_be_mixed_with_paths(tmp_path: Path) -> None:
     assert result.returncode == 2 and "cannot be combined" in result.stderr
 
 
+# -- debug ---------------------------------------------------------------------------------------
+
+def test_debug_flow_shows_a_notebooks_facts_by_cell(tmp_path: Path) -> None:
+    write_notebook(tmp_path, SETUP, "def broken(:\n    pass", "x = torch.zeros(3)\nx.cuda()")
+    result = run_cli("debug", "flow", "analysis.ipynb:3:1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "analysis.ipynb:cell 3:1: x: tensor, on host\n"
+    assert "analysis.ipynb:cell 2:1:12: error: syntax error" in result.stderr
+
+
 # -- verify --------------------------------------------------------------------------------------
 
 @pytest.mark.slow

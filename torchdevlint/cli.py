@@ -222,6 +222,10 @@ def _run_debug(args: argparse.Namespace) -> int:
         path, line = target.rpartition(":")[0], int(parts[-1])
     try:
         program = read_program(path)
+        # A notebook's cells that do not parse are set aside, and said so; the rest is shown.
+        program.lint(())
+        for error in program.errors:
+            sys.stderr.write(f"torchdevlint: {format_error_line(error)}\n")
         source = program.text
         check_syntax(source, path)
         lines = flow_lines(source, path, line, place=program.place, only_cell=cell)
