@@ -24,7 +24,15 @@ from torchdevlint.fixer import FixOutcome, fix_source
 from torchdevlint.notebook.document import NotebookDocument
 from torchdevlint.notebook.program import NotebookProgram as NotebookCells
 from torchdevlint.rule import Rule
-from torchdevlint.sourcefile import ProgramView, SourceError, SourceText, decode_source, read_bytes
+from torchdevlint.sourcefile import (
+    CellLines,
+    ProgramView,
+    SourceError,
+    SourceText,
+    cell_holding,
+    decode_source,
+    read_bytes,
+)
 
 NOTEBOOK_SUFFIX = ".ipynb"
 T = TypeVar("T")
@@ -172,17 +180,20 @@ class NotebookProgram(Program):
         layout = self.cells.layout(self.text if text is None else text)
         placed = []
         for diagnostic in diagnostics:
-            where = layout.cell_at(diagnostic.start.line)
-            if where is None:
+            line = diagnostic.start.line
+            cell = cell_holding(layout, line)
+            if cell is None and layout and line < layout[0].first_line:
+                # Above the first cell (an import a fix put first): the first cell's first line.
+                cell = CellLines(layout[0].number, line, 1)
+            if cell is None:
                 continue
-            number, first_line, line_count = where
-            end_line = min(diagnostic.end.line, first_line + line_count - 1)
+            end_line = min(diagnostic.end.line, cell.first_line + cell.line_count - 1)
             end_column = diagnostic.end.column if end_line == diagnostic.end.line else 1
             placed.append(replace(
                 diagnostic,
-                start=Location(diagnostic.start.line - first_line + 1, diagnostic.start.column),
-                end=Location(end_line - first_line + 1, end_column),
-                cell=number,
+                start=Location(line - cell.first_line + 1, diagnostic.start.column),
+                end=Location(end_line - cell.first_line + 1, end_column),
+                cell=cell.number,
             ))
         return placed
 
@@ -193,7 +204,7 @@ class NotebookProgram(Program):
             # Fixed code: the lines of the notebook as it is written now.
             fixed = NotebookCells(NotebookDocument.parse(self.encode(text)), self.cells.excluded)
         except (SourceError, FixNotWritable):
-            return ProgramView(text, self.cells.layout(text).cell_lines())
+            return ProgramView(text, self.cells.layout(text))
         return ProgramView(text, fixed.cell_lines())
 
     def encode(self, text: str) -> bytes:
@@ -215,15 +226,14 @@ class NotebookProgram(Program):
         return "".join(parts)
 
     def place(self, line: int) -> tuple[int | None, int]:
-        where = self.cells.cell_at(line)
-        return (where[0].cell.number, where[1]) if where is not None else (None, line)
+        cell = cell_holding(self.cells.layout(self.text), line)
+        return (cell.number, line - cell.first_line + 1) if cell is not None else (None, line)
 
     def error(self, message: str, line: int | None, column: int | None) -> FileError:
-        where = self.cells.cell_at(line) if line is not None else None
-        if where is None:
+        if line is None:
             return FileError(self.path, message, line, column)
-        cell, cell_line = where
-        return FileError(self.path, message, cell_line, column, cell.cell.number)
+        cell, cell_line = self.place(line)
+        return FileError(self.path, message, cell_line, column, cell)
 
 
 def _diff_lines(source: str) -> list[str]:

@@ -11,6 +11,7 @@ import io
 import os
 import tempfile
 import tokenize
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +112,15 @@ class CellLines:
         if 1 <= line <= len(self.document_lines):
             return self.document_lines[line - 1]
         return self.document_lines[-1] if self.document_lines else None
+
+
+def cell_holding(cells: Sequence[CellLines], line: int) -> CellLines | None:
+    """The cell (of `cells`, in program order) one of whose lines is program line `line`."""
+    index = bisect.bisect_right([cell.first_line for cell in cells], line) - 1
+    if index < 0:
+        return None
+    cell = cells[index]
+    return cell if line < cell.first_line + cell.line_count else None
 
 
 @dataclass(frozen=True)

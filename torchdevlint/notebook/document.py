@@ -249,16 +249,15 @@ class _NotebookReader:
     def cell(self, number: int) -> Cell:
         if self.peek() != "{":
             raise self.fail(f"cell {number} is not an object")
-        fields: dict[str, object] = {}
-        source: list[object] = []
-
-        def read_cell_type() -> None:
-            fields["cell_type"] = self.value()
+        cell_types: list[object] = []
+        # (text, start, end, items, indentation) of the `source` value.
+        sources: list[tuple[str, int, int, tuple[SourceItem, ...] | None, str]] = []
 
         def read_source() -> None:
             start = self.skip_and_mark()
-            key_line_start = self.text.rfind("\n", 0, start) + 1
-            indent = re.match(r"[ \t]*", self.text[key_line_start:start])
+            line_start = self.text.rfind("\n", 0, start) + 1
+            before = self.text[line_start:start]
+            indent = before[: len(before) - len(before.lstrip(" \t"))]
             if self.text[start] == "[":
                 values = self.value()
                 if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
@@ -266,24 +265,20 @@ class _NotebookReader:
                 # Only strings between the brackets: each match is one item, in order.
                 spans = [m.span() for m in _JSON_STRING.finditer(self.text, start, self.position)]
                 items = tuple(SourceItem(a, b, value) for (a, b), value in zip(spans, values, strict=True))
-                source[:] = ["".join(values), start, self.position, items]
+                sources.append(("".join(values), start, self.position, items, indent))
             elif self.text[start] == '"':
-                value = self.string()
-                source[:] = [value, start, self.position, None]
+                sources.append((self.string(), start, self.position, None, indent))
             else:
                 raise self.fail(f"cell {number}: 'source' is neither a string nor a list of strings")
-            source.append(indent.group(0) if indent else "")
 
-        self.each_member({"cell_type": read_cell_type, "source": read_source})
-        cell_type = fields.get("cell_type")
+        self.each_member({"cell_type": lambda: cell_types.append(self.value()), "source": read_source})
+        cell_type = cell_types[-1] if cell_types else None
         if not isinstance(cell_type, str):
             raise self.fail(f"cell {number} has no 'cell_type'")
-        if not source:
+        if not sources:
             raise self.fail(f"cell {number} has no 'source'")
-        text, start, end, items, key_indent = source
-        assert isinstance(text, str) and isinstance(start, int) and isinstance(end, int)
-        assert isinstance(key_indent, str)
-        return Cell(number, cell_type, text, start, end, items if isinstance(items, tuple) else None, key_indent)
+        text, start, end, items, indent = sources[-1]
+        return Cell(number, cell_type, text, start, end, items, indent)
 
     def skip_and_mark(self) -> int:
         self.skip_whitespace()

@@ -22,6 +22,7 @@ _AUTOMAGIC = re.compile(r"(?:pip|conda|mamba)\s+(?:install|uninstall|list|show|f
 # The placeholder's tag; `restore` finds masked lines by it.
 PLACEHOLDER_TAG = "torchdevlint-ipython"
 _PLACEHOLDER = re.compile(rf"  # {PLACEHOLDER_TAG} (\d+)$")
+_PLACEHOLDER_LINE = re.compile(rf"^[^\n]*  # {PLACEHOLDER_TAG} \d+$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,7 @@ def is_python_cell(source: str) -> bool:
 
 def placeholder_lines(text: str) -> list[tuple[int, int]]:
     """(start, end) offsets of every placeholder line in `text`, line ending excluded."""
-    spans = []
-    for match in re.finditer(rf"^[^\n]*  # {PLACEHOLDER_TAG} \d+$", text, re.MULTILINE):
-        spans.append((match.start(), match.end()))
-    return spans
+    return [match.span() for match in _PLACEHOLDER_LINE.finditer(text)]
 
 
 def _is_candidate(stripped: str) -> bool:
@@ -100,30 +98,25 @@ def mask(source: str) -> MaskedCell:
     # A candidate inside a string or brackets (`"""...\n%d items"""`, `(a\n% b)`) is Python:
     # only one where the code before it ends a statement is IPython.
     masked = list(lines)
-    kept: list[list[int]] = []
+    originals: list[str] = []
     for group in groups:
         if group[0] == magic_line or _ends_a_statement("".join(masked[: group[0]])):
-            kept.append(group)
-            masked = _masked_lines(lines, kept)
-    originals = tuple(lines[i].rstrip("\r\n") for group in kept for i in group)
-    return MaskedCell("".join(masked), originals)
+            _mask_group(masked, group, originals)
+    return MaskedCell("".join(masked), tuple(originals))
 
 
-def _masked_lines(lines: list[str], groups: list[list[int]]) -> list[str]:
-    masked = list(lines)
-    number = 0
-    for group in groups:
-        head = lines[group[0]].rstrip("\r\n")
-        indent = head[: len(head) - len(head.lstrip())]
-        assigned = _ASSIGNED_MAGIC.match(head.lstrip())
-        statement = f"{assigned.group('targets')} = None" if assigned else "pass"
-        for index in group:
-            line = lines[index]
-            ending = line[len(line.rstrip("\r\n")):]
-            masked[index] = f"{indent}{statement}  # {PLACEHOLDER_TAG} {number}{ending}"
-            statement = "pass"
-            number += 1
-    return masked
+def _mask_group(lines: list[str], group: list[int], originals: list[str]) -> None:
+    """Replace one IPython line (and its continuations) in `lines` by numbered placeholders."""
+    head = lines[group[0]].rstrip("\r\n")
+    indent = head[: len(head) - len(head.lstrip())]
+    assigned = _ASSIGNED_MAGIC.match(head.lstrip())
+    statement = f"{assigned.group('targets')} = None" if assigned else "pass"
+    for index in group:
+        line = lines[index]
+        body = line.rstrip("\r\n")
+        lines[index] = f"{indent}{statement}  # {PLACEHOLDER_TAG} {len(originals)}{line[len(body):]}"
+        originals.append(body)
+        statement = "pass"
 
 
 def _ends_a_statement(text: str) -> bool:

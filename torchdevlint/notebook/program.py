@@ -34,34 +34,16 @@ class ProgramCell:
     line_count: int
 
 
-@dataclass(frozen=True)
-class CellLayout:
-    """Where each cell lies in a program text, read from its separators: (number, first line,
-    line count) in program order."""
-
-    cells: tuple[tuple[int, int, int], ...]
-
-    @staticmethod
-    def of(text: str) -> CellLayout:
-        lines = LineIndex(text)
-        total = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-        found = [(int(m.group(1)), lines.location(m.start())[0] + 1) for m in _SEPARATOR.finditer(text)]
-        cells = []
-        for index, (number, first_line) in enumerate(found):
-            next_first = found[index + 1][1] - 1 if index + 1 < len(found) else total + 1
-            cells.append((number, first_line, next_first - first_line))
-        return CellLayout(tuple(cells))
-
-    def cell_at(self, line: int) -> tuple[int, int, int] | None:
-        index = bisect.bisect_right([first for _, first, _ in self.cells], line) - 1
-        if index < 0:
-            # Above the first cell (an import a fix put first): the first cell's first line.
-            return (self.cells[0][0], line, 1) if self.cells else None
-        number, first_line, line_count = self.cells[index]
-        return (number, first_line, line_count) if line < first_line + line_count else None
-
-    def cell_lines(self) -> tuple[CellLines, ...]:
-        return tuple(CellLines(number, first, count) for number, first, count in self.cells)
+def layout_of(text: str) -> tuple[CellLines, ...]:
+    """Where each cell lies in a program text (this program fixed, say), read from its separators."""
+    lines = LineIndex(text)
+    total = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    found = [(int(m.group(1)), lines.location(m.start())[0] + 1) for m in _SEPARATOR.finditer(text)]
+    cells = []
+    for index, (number, first_line) in enumerate(found):
+        next_first = found[index + 1][1] - 1 if index + 1 < len(found) else total + 1
+        cells.append(CellLines(number, first_line, next_first - first_line))
+    return tuple(cells)
 
 
 class NotebookProgram:
@@ -88,7 +70,10 @@ class NotebookProgram:
             line += 1 + line_count
         self.text = "".join(parts)
         self.cells = tuple(cells)
-        self._first_lines = [cell.first_line for cell in cells]
+        # Where the cells lie, without the .ipynb lines (`cell_lines` reads those).
+        self._layout = tuple(CellLines(c.cell.number, c.first_line, c.line_count) for c in cells)
+        # The fenced spans of the last program text a fix was checked against.
+        self._fenced: tuple[str, list[tuple[int, int]]] | None = None
 
     def python_cells(self) -> list[Cell]:
         """Code cells in Python: not those of a notebook in another language, nor `%%bash` cells."""
@@ -96,21 +81,9 @@ class NotebookProgram:
             return []
         return [cell for cell in self.document.cells if cell.is_code and is_python_cell(cell.source)]
 
-    def cell_at(self, line: int) -> tuple[ProgramCell, int] | None:
-        """The cell holding a program line, and the line's number within the cell."""
-        index = bisect.bisect_right(self._first_lines, line) - 1
-        if index < 0:
-            return None
-        cell = self.cells[index]
-        if line >= cell.first_line + cell.line_count:
-            return None
-        return cell, line - cell.first_line + 1
-
-    def layout(self, text: str) -> CellLayout:
+    def layout(self, text: str) -> tuple[CellLines, ...]:
         """Where the cells lie in `text`: this program, or this program fixed."""
-        if text == self.text:
-            return CellLayout(tuple((c.cell.number, c.first_line, c.line_count) for c in self.cells))
-        return CellLayout.of(text)
+        return self._layout if text == self.text else layout_of(text)
 
     def cell_lines(self) -> tuple[CellLines, ...]:
         lines = self.document.line_index()
@@ -121,9 +94,12 @@ class NotebookProgram:
 
     def withholds(self, text: str, fix: Fix) -> str | None:
         """Why a fix of the program `text` cannot be applied to the notebook, or None."""
-        # Whole lines, their line break included; inserting at a line's start is fine.
-        fenced = [(m.start(), m.end()) for m in _SEPARATOR.finditer(text)]
-        fenced += [(start, end + 1) for start, end in placeholder_lines(text)]
+        if self._fenced is None or self._fenced[0] is not text:
+            # Whole lines, their line break included; inserting at a line's start is fine.
+            spans = [(m.start(), m.end()) for m in _SEPARATOR.finditer(text)]
+            spans += [(start, end + 1) for start, end in placeholder_lines(text)]
+            self._fenced = (text, spans)
+        fenced = self._fenced[1]
         for edit in fix.edits:
             for start, end in fenced:
                 if (edit.start < end and start < edit.end) or start < edit.start < end:

@@ -26,7 +26,7 @@ from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.diagnostics import Diagnostic, FileError
 from torchdevlint.programs import read_program
 from torchdevlint.rule import Rule
-from torchdevlint.sourcefile import CellLines, SourceError
+from torchdevlint.sourcefile import CellLines, SourceError, cell_holding
 from torchdevlint.verify.directive import (
     DirectiveError,
     ProgramHost,
@@ -145,10 +145,8 @@ class ProgramReport:
 
     def program_line(self, line: int) -> str:
         """A line of the program that ran, as the user finds it: `line 7` or `cell 3, line 2`."""
-        for cell in self.cells:
-            if cell.first_line <= line < cell.first_line + cell.line_count:
-                return f"cell {cell.number}, line {line - cell.first_line + 1}"
-        return f"line {line}"
+        cell = cell_holding(self.cells, line)
+        return f"line {line}" if cell is None else f"cell {cell.number}, line {line - cell.first_line + 1}"
 
     @property
     def failed(self) -> bool:
