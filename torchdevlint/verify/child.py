@@ -57,25 +57,21 @@ def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str
     sys.argv = [path, *(argv or [])]
     sys.path[0] = os.path.dirname(path)
     sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the program
-    placeholder_reads: tuple[str, ...] = ()
     try:
         code = compile(source, path, "exec", dont_inherit=True)
         from torchdevlint.verify.host import host
 
-        with host(kind, gpus) as state:
+        with host(kind, gpus):
             sys.modules["__main__"] = main
-            try:
-                exec(code, main.__dict__)
-            finally:
-                placeholder_reads = state.placeholder_reads
+            exec(code, main.__dict__)
     except SystemExit as exit_:
         if exit_.code in (None, 0):
-            return ChildReport(RunStatus.OK, None, placeholder_reads)
-        return ChildReport(RunStatus.ERROR, ErrorInfo("SystemExit", str(exit_.code)), placeholder_reads)
+            return ChildReport(RunStatus.OK, None)
+        return ChildReport(RunStatus.ERROR, ErrorInfo("SystemExit", str(exit_.code)))
     except BaseException as error:  # noqa: BLE001 - the program's failure is the finding
         traceback.print_exc()
-        return ChildReport(RunStatus.ERROR, _error_info(error, path), placeholder_reads)
-    return ChildReport(RunStatus.OK, None, placeholder_reads)
+        return ChildReport(RunStatus.ERROR, _error_info(error, path))
+    return ChildReport(RunStatus.OK, None)
 
 
 def _run_forked(request: dict[str, object]) -> None:

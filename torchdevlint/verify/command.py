@@ -1,4 +1,4 @@
-"""`torchdevlint verify PATH... [--device auto|cuda|emulated] [--format text|json] [--timeout S]`.
+"""`torchdevlint verify PATH... [--device auto|cuda|emulated] [--host H] [--gpus N] [--format text|json]`.
 
 Exit codes: 0 every program with findings is `fix verified` (programs without findings do not
 count), 1 otherwise, 2 a usage or configuration error, an unreadable program, or no GPU for
@@ -40,13 +40,18 @@ def add_verify_parser(commands: argparse._SubParsersAction[_ParserT]) -> None:
     )
     verify.add_argument("paths", nargs="*", default=[], help="programs or folders of them (default: fixtures/)")
     verify.add_argument("--device", choices=("auto", "cuda", "emulated"), default="auto",
-                        help="cuda: a real GPU; emulated: `meta` stands in for one; "
+                        help="cuda: a real GPU; emulated: CUDA tensors computed on the CPU; "
                              "auto (default): cuda when available")
     verify.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     verify.add_argument("--timeout", type=_positive_seconds, default=None, metavar="SECONDS",
                         help="seconds each run may take (default: 300)")
     verify.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                         help="runs at the same time (default: one per core, at most 4)")
+    verify.add_argument("--host", choices=("gpu", "cpu", "cpu-loads-gpu-checkpoint", "mps"), default=None,
+                        help="the machine every program runs on, over `# verify:` directives and the machine "
+                             "its findings need (default: the directive, else from the findings)")
+    verify.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="GPUs of a GPU host (default: the directive's, else what the findings need)")
     verify.add_argument("--config", type=Path, default=None, help="pyproject.toml to read (default: nearest)")
 
 
@@ -58,6 +63,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from torchdevlint.runner import default_jobs
     from torchdevlint.settings import load_settings
     from torchdevlint.verify import report
+    from torchdevlint.verify.directive import DirectiveError, ProgramHost, VerifySpec, with_host
     from torchdevlint.verify.runner import (
         DEFAULT_TIMEOUT,
         DeviceChoice,
@@ -70,6 +76,12 @@ def run_verify(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         sys.stderr.write("torchdevlint: error: --jobs must be at least 1\n")
+        return EXIT_ERROR
+    host = ProgramHost(args.host) if args.host else None
+    try:
+        with_host(VerifySpec(), host, args.gpus)
+    except DirectiveError as error:
+        sys.stderr.write(f"torchdevlint: error: {error}\n")
         return EXIT_ERROR
     try:
         loaded = load_settings(Path.cwd(), args.config)
@@ -89,6 +101,8 @@ def run_verify(args: argparse.Namespace) -> int:
         accelerator=accelerator,
         timeout=args.timeout or DEFAULT_TIMEOUT,
         jobs=args.jobs or min(4, default_jobs()),
+        host=host,
+        gpus=args.gpus,
     )
     text = args.format == "text"
     out = sys.stdout

@@ -17,12 +17,17 @@ their leading comment block; without a directive a program runs on one GPU.
 
 Only a line made entirely of `key=value` settings is a directive, so prose such as
 `# verify: the original fails ...` is left alone.
+
+A program without a directive runs on the machine its findings need (`scenario_for`): a
+TDL003 finding needs a CPU-only host loading a GPU-written checkpoint, an unguarded CUDA call a
+host without a GPU, a DataParallel bug more than one GPU. `verify --host/--gpus` overrides both.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
 
 _DIRECTIVE = re.compile(r"^#\s*verify:\s*(?P<settings>[\w-]+=\S+(?:\s+[\w-]+=\S+)*)\s*$")
@@ -56,6 +61,8 @@ class VerifySpec:
     # The program's command line, and the fixed program's where the fix changes it.
     argv: tuple[str, ...] = ()
     fixed_argv: tuple[str, ...] | None = None
+    # Where host and gpus came from: the directive, the findings, the command line, or neither.
+    origin: str = "default"
 
 
 def _header_lines(source: str) -> list[tuple[int, str]]:
@@ -115,4 +122,49 @@ def _parse(settings: str, number: int) -> VerifySpec:
                 f"line {number}: unknown setting `{key}` (expected host=, gpus=, argv= or fixed-argv=)")
     if host is not ProgramHost.GPU and "gpus" in seen:
         raise DirectiveError(f"line {number}: gpus= does not apply to host={host.value}, which has no GPU")
-    return VerifySpec(host, gpus, number, argv, fixed_argv)
+    return VerifySpec(host, gpus, number, argv, fixed_argv, origin="directive")
+
+
+# The machine on which each rule's bug shows; rules not named here need one GPU.
+_SCENARIOS: dict[str, tuple[ProgramHost, int]] = {
+    "TDL003": (ProgramHost.CPU_LOADS_GPU_CHECKPOINT, 0),
+    # DataParallel is commonly taken only when `device_count() > 1`.
+    "TDL004": (ProgramHost.GPU, 2),
+    "TDL005": (ProgramHost.GPU, 2),
+    "TDL007": (ProgramHost.CPU, 0),
+    "TDL008": (ProgramHost.GPU, 2),
+    # A module on one GPU, DataParallel's device_ids from another: room for both and the rest.
+    "TDL012": (ProgramHost.GPU, 4),
+    "TDL014": (ProgramHost.CPU, 0),
+    "TDL015": (ProgramHost.CPU, 0),
+    "TDL016": (ProgramHost.MPS, 0),
+}
+
+
+def scenario_for(spec: VerifySpec, codes: Sequence[str]) -> tuple[VerifySpec, tuple[str, ...]]:
+    """The machine that proves the most of these findings (the first finding's breaks a tie).
+
+    Returns it with the codes it cannot prove (their bug needs another machine). A spec from a
+    directive or the command line is kept as it is.
+    """
+    if spec.origin != "default" or not codes:
+        return spec, ()
+    needs = [_SCENARIOS.get(code, (ProgramHost.GPU, 1)) for code in codes]
+    hosts = [host for host, _ in needs]
+    best = max(hosts, key=lambda host: (hosts.count(host), -hosts.index(host)))
+    gpus = max(count for host, count in needs if host is best) if best is ProgramHost.GPU else 1
+    unproven = tuple(code for code, host in zip(codes, hosts, strict=True) if host is not best)
+    return replace(spec, host=best, gpus=gpus, origin="findings"), unproven
+
+
+def with_host(spec: VerifySpec, host: ProgramHost | None, gpus: int | None) -> VerifySpec:
+    """`spec` with the command line's `--host`/`--gpus`, which override directive and findings."""
+    if host is None and gpus is None:
+        return spec
+    chosen = host or (ProgramHost.GPU if gpus is not None else spec.host)
+    if chosen is not ProgramHost.GPU and gpus is not None:
+        raise DirectiveError(f"--gpus does not apply to --host {chosen.value}, which has no GPU")
+    count = gpus if gpus is not None else (spec.gpus if chosen is ProgramHost.GPU else 1)
+    if not 1 <= count <= _MAX_GPUS:
+        raise DirectiveError(f"--gpus {count} is not a number from 1 to {_MAX_GPUS}")
+    return replace(spec, host=chosen, gpus=count, origin="command line")

@@ -1,157 +1,106 @@
-"""The emulated GPU: `meta` tensors stand in for CUDA tensors on a machine without a GPU.
+"""The emulated GPU: tensors that compute on the CPU and say they are on CUDA.
 
 Imported only inside a verify child process: it imports torch.
 
-A `TorchFunctionMode` sees every torch call and its arguments. It rewrites every CUDA device
-(`"cuda"`, `"cuda:1"`, `torch.device("cuda")`, `device=0`, `.cuda()`, `Module.to`/`.cuda`) to
-`meta`, and `torch.cuda.is_available()` says True, so a program takes its GPU path and mixed
-devices fail inside PyTorch's own checks ("Tensor on device meta is not on the expected device
-cpu!", "Input and hidden tensors are not at the same device").
+An emulated CUDA tensor (`EmulatedTensor`) holds a real CPU tensor with its values. To Python
+it is a CUDA tensor: `.device` is `cuda:N`, `.is_cuda` is True, `print` shows
+`device='cuda:0'`, `.numpy()` raises as it does on CUDA. To PyTorch's C++ core it is a `meta`
+wrapper whose every operation comes back to Python (`__torch_dispatch__`): there the operands'
+devices are checked against CUDA's rules (`_DeviceRule`, one table), the operation runs on the
+CPU values, and the results are wrapped again. Values are real, so guards, metrics,
+`unique`, `.item()`, checkpoints and printed results behave as on a GPU; autograd treats
+`meta` like the CPU, so backward passes and optimizers run unchanged.
 
-`meta` is more lenient than CUDA in places: its kernels for embedding, index_select, gather,
-scatter, matmul, convolution, in-place arithmetic and others never compare devices. After
-such a call succeeds, the mode checks the operands itself and raises CUDA's error wherever a
-CUDA kernel would. It is at least as strict as a GPU; the allow-list names the operations that
-legitimately take CPU tensors next to CUDA ones.
+Two modes surround the program. `_DeviceArguments` (a `TorchFunctionMode`) sees each torch call
+with its Python arguments: a CUDA device named there (`"cuda:1"`, `torch.device("cuda")`,
+`.cuda()`, `.to(0)`, `Module.to`) becomes an emulated tensor, before PyTorch's CPU-only build
+could refuse it. `_Allocations` (a `TorchDispatchMode`) sees what PyTorch allocates inside its
+own C++ code "like" an emulated tensor (a `meta` allocation) and makes it emulated too.
+`torch.cuda` answers as a machine with N GPUs: `CUDA_VISIBLE_DEVICES` is read when CUDA is
+initialised, as CUDA reads it; streams, events, RNG state, memory queries and the legacy
+`torch.cuda.FloatTensor` constructors work. Checkpoints saved from the emulated GPU record a
+CUDA location, as a GPU box writes them, and load back onto the emulated GPU or, with
+`map_location`, onto the CPU.
 
-Every emulated GPU is the same `meta` device. With more than one GPU the mode also records
-which GPU each tensor is on, so `cuda:0` and `cuda:1` operands fail as they do on CUDA, and
-DataParallel (one replica does the work) keeps its check that the module sits on
-`device_ids[0]`.
-
-`meta` tensors carry no data. Where a program reads values back to the host (`.item()`,
-`.cpu()`, `if tensor:`), ones stand in (True for booleans: a length, a count or a divisor of
-1 keeps most code running where 0 would not) and the read is recorded, so the report can say
-why a result that depends on values was not compared.
-
-A copy to the CPU made with `non_blocking=True` is asynchronous on CUDA and reading it before a
-synchronisation races with it; `meta` copies nothing. `HostCopyRaceMode` models the race
-deterministically (such a copy is pending until something synchronises, and reading a pending
-copy raises), inside the emulated GPU and, installed alone by `host_copy_race_check`, on a real
-GPU, where the race shows only now and then.
+Where PyTorch's own C++ checks reject mixed devices (an RNN's input and hidden state), their
+message names `meta`; it is rewritten to the CUDA device the emulated tensor stands for.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
-import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from enum import Enum
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode, resolve_name
-from torch.serialization import STORAGE
-from torch.utils.weak import WeakIdKeyDictionary
+import torch._dynamo  # imported before torch.cuda is patched: it indexes torch's functions
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
-EMULATED_DEVICE = torch.device("meta")
-EMULATED_GPU_NAME = "meta (torchdevlint emulated GPU)"
+from torchdevlint.verify.race import Patches, function_name, host_copy_race_check
+
+EMULATED_GPU_NAME = "torchdevlint emulated GPU"
+# What PyTorch's C++ core sees: a device without storage, which autograd runs like the CPU.
+_WRAPPER_DEVICE = torch.device("meta")
+_CPU = torch.device("cpu")
 _CUDA_STRING = re.compile(r"cuda(?::(\d+))?")
-_EMULATION_NOTE = "raised by torchdevlint's emulation: CUDA checks this, `meta` does not"
+_EMULATION_NOTE = "raised by torchdevlint's emulated GPU, as CUDA raises it"
 _SERIALIZATION_PRIORITY = 0  # ahead of every built-in location tag (cpu is 10, cuda 20)
+_EMULATED_MEMORY = 80 * 1024**3
+_NO_GPUS = "No CUDA GPUs are available"
 
 Tensor = torch.Tensor
-# A handler gets the intercepted function, its positional and its keyword arguments.
-_Handler = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
-
-# Operations that CUDA runs with CPU tensors next to CUDA ones: device moves and copies, ops
-# that read only another tensor's metadata, RNN and packing helpers whose lengths or batch
-# sizes live on the CPU, CTC's CPU targets. Indexing has its own rule (`_check_indexing`).
-_CROSS_DEVICE_OK = frozenset(
-    {
-        "to", "cuda", "cpu", "copy_", "type_as", "expand_as", "view_as", "reshape_as",
-        "new_tensor", "new_empty", "new_zeros", "new_ones", "new_full", "as_tensor", "tensor",
-        "set_", "_has_compatible_shallow_copy_type", "__get__", "__set__", "__delete__",
-        "result_type", "broadcast_tensors", "is_same_size", "is_set_to", "__deepcopy__",
-        "__reduce_ex__", "__setstate__", "_make_subclass", "sparse_coo_tensor",
-        "lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell",
-        "_pack_padded_sequence", "_pad_packed_sequence", "pack_padded_sequence",
-        "pad_packed_sequence", "pack_sequence", "pad_sequence", "ctc_loss",
-        "__getitem__", "__setitem__", "index_put_", "index_put", "_index_put_impl_",
-    }
-)
-# Index-consuming operations: CUDA rejects a CPU index even when it is 0-dimensional.
-_INDEX_OPS = frozenset(
-    {
-        "embedding", "embedding_bag", "index_select", "gather", "scatter", "scatter_",
-        "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_", "take",
-        "take_along_dim", "put", "put_", "index_add", "index_add_", "index_copy", "index_copy_",
-        "index_fill", "index_fill_", "index_reduce", "index_reduce_",
-    }
-)
-_INDEXING = frozenset({"__getitem__", "__setitem__", "index_put_", "index_put", "_index_put_impl_"})
+aten = torch.ops.aten
 
 
-def _name(func: Callable[..., Any]) -> str:
-    return getattr(func, "__name__", "") or ""
+# -- the machine ------------------------------------------------------------------------------
 
 
-def _tensors(value: Any, depth: int = 0) -> Iterator[Tensor]:
-    if isinstance(value, Tensor):
-        yield value
-    elif depth < 2 and isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors(item, depth + 1)
-    elif depth < 1 and isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item, depth + 1)
+class EmulatedMachine:
+    """The GPUs the program sees: how many, which one is current, whether CUDA is initialised."""
 
-
-def _placeholder_scalar(dtype: torch.dtype) -> bool | int | float | complex:
-    if dtype is torch.bool:
-        return True
-    if dtype.is_complex:
-        return 1 + 0j
-    if dtype.is_floating_point:
-        return 1.0
-    return 1
-
-
-class EmulatedGpuMode(TorchFunctionMode):
-    """Rewrites CUDA devices to `meta` and makes `meta` as strict about devices as CUDA."""
-
-    def __init__(self, device_count: int) -> None:
-        super().__init__()
-        self.device_count = device_count
+    def __init__(self, physical_gpus: int) -> None:
+        self.physical_gpus = physical_gpus
         self.current_index = 0
-        # With one GPU there is nothing to tell apart (any other index is an invalid ordinal).
-        self.multi_gpu = device_count > 1
-        self._gpu: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        self.placeholder_reads: list[str] = []
-        self._handlers: dict[Callable[..., Any], _Handler] = {
-            Tensor.to: self._to,
-            torch._C._nn._parse_to: self._parse_to,
-            Tensor.cuda: self._cuda,
-            Tensor.cpu: self._cpu,
-            Tensor.item: self._scalar_read,
-            Tensor.__bool__: self._scalar_read,
-            Tensor.__int__: self._scalar_read,
-            Tensor.__float__: self._scalar_read,
-            Tensor.__index__: self._scalar_read,
-            Tensor.__complex__: self._scalar_read,
-            Tensor.__format__: self._format,
-            Tensor.tolist: self._tolist,
-            Tensor.copy_: self._copy,
-            torch.equal: self._all_equal,
-            Tensor.equal: self._all_equal,
-            torch.allclose: self._all_equal,
-            Tensor.allclose: self._all_equal,
-            torch.nonzero: self._nonzero,
-            Tensor.nonzero: self._nonzero,
-            torch.argwhere: self._nonzero,
-            Tensor.argwhere: self._nonzero,
-            torch.masked_select: self._masked_select,
-            Tensor.masked_select: self._masked_select,
-            # `torch.device("cuda", 0)` stays a CUDA device; it becomes `meta` where it is used.
-            torch.device: lambda func, args, kwargs: func(*args, **kwargs),
-        }
+        self._visible: int | None = None  # fixed when CUDA initialises, as CUDA fixes it
+        # The GPU a move under way targets (`.to("cuda:1")`), for the allocation it causes.
+        self.target_index: int | None = None
 
-    # -- devices ---------------------------------------------------------------------------
+    def _visible_now(self) -> int:
+        """How many GPUs `CUDA_VISIBLE_DEVICES` lets through, read as CUDA reads it."""
+        setting = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if setting is None:
+            return self.physical_gpus
+        seen: list[int] = []
+        for item in setting.split(","):
+            item = item.strip()
+            # CUDA stops at the first entry that is not a GPU it has.
+            if not item.isdigit() or int(item) >= self.physical_gpus or int(item) in seen:
+                break
+            seen.append(int(item))
+        return len(seen)
 
-    def _cuda_ordinal(self, index: int) -> None:
-        if not 0 <= index < self.device_count:
-            # What CUDA itself raises for a device the machine does not have.
+    @property
+    def initialized(self) -> bool:
+        return self._visible is not None
+
+    def initialize(self) -> None:
+        if self._visible is None:
+            self._visible = self._visible_now()
+        if self._visible == 0:
+            raise RuntimeError(_NO_GPUS)
+
+    def device_count(self) -> int:
+        return self._visible if self._visible is not None else self._visible_now()
+
+    def check_ordinal(self, index: int) -> None:
+        self.initialize()
+        if not 0 <= index < self.device_count():
             raise RuntimeError("CUDA error: invalid device ordinal")
 
     def cuda_index(self, value: Any, *, int_is_device: bool = False) -> int | None:
@@ -161,293 +110,602 @@ class EmulatedGpuMode(TorchFunctionMode):
             if value.type == "cuda":
                 index = self.current_index if value.index is None else value.index
         elif isinstance(value, str):
-            match = _CUDA_STRING.fullmatch(value)
+            match = _CUDA_STRING.fullmatch(value.strip())
             if match:
                 index = self.current_index if match.group(1) is None else int(match.group(1))
         elif int_is_device and isinstance(value, int) and not isinstance(value, bool):
             index = value
         if index is not None:
-            self._cuda_ordinal(index)
+            self.check_ordinal(index)
         return index
 
-    def as_emulated(self, value: Any, *, int_is_device: bool = False) -> Any:
-        """`value` with a CUDA device replaced by `meta`; anything else unchanged."""
-        return value if self.cuda_index(value, int_is_device=int_is_device) is None else EMULATED_DEVICE
 
-    def _rewrite(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any], int | None]:
-        """Arguments with CUDA devices made `meta`, and the GPU they named."""
-        indices = [self.cuda_index(arg) for arg in args]
-        named = [index for index in indices if index is not None]
-        args = tuple(arg if index is None else EMULATED_DEVICE for arg, index in zip(args, indices, strict=True))
-        if "device" in kwargs:
-            index = self.cuda_index(kwargs["device"], int_is_device=True)
-            if index is not None:
-                named.append(index)
-                kwargs = {**kwargs, "device": EMULATED_DEVICE}
-        return args, kwargs, (named[0] if named else None)
+_machine: EmulatedMachine | None = None
 
-    # -- which emulated GPU ----------------------------------------------------------------
-    # Every emulated GPU is `meta`, which has no device index. With more than one GPU the
-    # mode remembers which GPU each tensor is on and propagates it, so cuda:0 and cuda:1
-    # operands fail as on CUDA. Tensors made inside PyTorch (gradients) carry no index and
-    # match any GPU.
 
-    def gpu_of(self, tensor: Tensor) -> int | None:
-        if not (self.multi_gpu and tensor.is_meta and tensor in self._gpu):
-            return None
-        index: int = self._gpu[tensor]
-        return index
+def _current_machine() -> EmulatedMachine:
+    if _machine is None:
+        raise RuntimeError("an emulated CUDA tensor was used outside the emulated GPU")
+    return _machine
 
-    def place(self, result: Any, index: int | None) -> Any:
-        if self.multi_gpu and index is not None:
-            for tensor in _tensors(result):
-                if tensor.is_meta:
-                    self._gpu[tensor] = index
-        return result
 
-    def _common_gpu(self, tensors: list[Tensor]) -> int | None:
-        found = {index for index in (self.gpu_of(t) for t in tensors) if index is not None}
-        if len(found) > 1:
-            first, second = sorted(found)[:2]
-            raise RuntimeError(
-                "Expected all tensors to be on the same device, but found at least two devices, "
-                f"cuda:{first} and cuda:{second}! ({_EMULATION_NOTE})"
-            )
-        return found.pop() if found else None
+# -- the tensors ------------------------------------------------------------------------------
 
-    def _to_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """Arguments of `Tensor.to`/`Module.to` after the tensor: a leading int is a device index."""
-        rest = list(args)
-        if rest:
-            rest[0] = self.as_emulated(rest[0], int_is_device=True)
-        rest[1:] = [self.as_emulated(arg) for arg in rest[1:]]
-        kwargs = dict(kwargs)
-        if "device" in kwargs:
-            kwargs["device"] = self.as_emulated(kwargs["device"], int_is_device=True)
-        return tuple(rest), kwargs
 
-    # -- host reads ------------------------------------------------------------------------
+def _numpy_refused(tensor: Tensor) -> TypeError:
+    return TypeError(
+        f"can't convert {tensor.device} device type tensor to numpy. "
+        "Use Tensor.cpu() to copy the tensor to host memory first."
+    )
 
-    def _record(self, what: str) -> None:
-        if what not in self.placeholder_reads:
-            self.placeholder_reads.append(what)
 
-    def host_copy(self, tensor: Tensor, what: str, dtype: torch.dtype | None = None) -> Tensor:
-        """A CPU tensor of ones standing in for the values of a `meta` tensor."""
-        self._record(what)
-        copy = torch.ones(tensor.shape, dtype=dtype or tensor.dtype)
-        if tensor.requires_grad and copy.is_floating_point():
-            copy.requires_grad_(True)
-        return copy
+class EmulatedTensor(Tensor):
+    """A CUDA tensor of the emulated GPU: its values in `_data` (CPU), its GPU in `_gpu`."""
 
-    # -- handlers --------------------------------------------------------------------------
+    _data: Tensor
+    _gpu: int
 
-    def _to(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        self_, rest = args[0], args[1:]
-        named = [self.cuda_index(arg, int_is_device=i == 0) for i, arg in enumerate(rest)]
-        named.append(self.cuda_index(kwargs.get("device"), int_is_device=True))
-        rest, kwargs = self._to_args(rest, kwargs)
-        parse_kwargs = {k: v for k, v in kwargs.items() if k != "copy"}
-        device, dtype, _, _ = torch._C._nn._parse_to(*rest, **parse_kwargs)
-        if self_.is_meta and device is not None and device.type == "cpu":
-            return self.host_copy(self_, "Tensor.to('cpu')", dtype)
-        index = next((i for i in named if i is not None), None)
-        if index is None and device is not None and device.type == "meta":
-            # `to(other)`, or to a device that is already `meta`: the other tensor's GPU, or its own.
-            others = [arg for arg in rest if isinstance(arg, Tensor)] or [self_]
-            index = self.gpu_of(others[0])
-        elif index is None:
-            index = self.gpu_of(self_)
-        return self.place(func(self_, *rest, **kwargs), index)
+    @staticmethod
+    def __new__(cls, data: Tensor, gpu: int) -> EmulatedTensor:
+        wrapper: EmulatedTensor = Tensor._make_wrapper_subclass(
+            cls, data.shape, strides=data.stride(), storage_offset=data.storage_offset(), dtype=data.dtype,
+            layout=data.layout, device=_WRAPPER_DEVICE, requires_grad=data.requires_grad,
+        )
+        wrapper._data = data.detach() if data.requires_grad else data
+        wrapper._gpu = gpu
+        return wrapper
 
-    def _parse_to(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """`Module.to`'s parser: CUDA devices stay (each tensor's `.to` maps them, knowing which GPU)."""
-        positional, kwargs = list(args), dict(kwargs)
-        # A bare index means a CUDA device, which a CPU-only build cannot parse.
-        first = positional[0] if positional else None
-        if isinstance(first, int) and self.cuda_index(first, int_is_device=True) is not None:
-            positional[0] = torch.device("cuda", first)
-        device = kwargs.get("device")
-        if self.cuda_index(device, int_is_device=True) is not None and isinstance(device, int):
-            kwargs["device"] = torch.device("cuda", device)
-        return func(*positional, **kwargs)
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]  # the modes see calls
 
-    def _cuda(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        self_ = args[0]
-        device = args[1] if len(args) > 1 else kwargs.get("device")
-        index = self.current_index if device is None else self.cuda_index(device, int_is_device=True)
-        options = {k: v for k, v in kwargs.items() if k in ("non_blocking", "memory_format")}
-        return self.place(self_.to(EMULATED_DEVICE, **options), index)
+    @classmethod
+    def __torch_dispatch__(  # type: ignore[override]  # torch's stub is narrower
+        cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        # Reached outside the modes (another thread): the same rules apply.
+        return _dispatch(func, tuple(args), kwargs or {})
 
-    def _cpu(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if args[0].is_meta:
-            return self.host_copy(args[0], "Tensor.cpu()")
-        return func(*args, **kwargs)
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", self._gpu)
 
-    def _scalar_read(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tensor = args[0]
-        if not tensor.is_meta or tensor.numel() != 1:
-            return func(*args, **kwargs)  # PyTorch's own error for more than one element
-        if _name(func) == "__index__" and (tensor.dtype.is_floating_point or tensor.dtype.is_complex):
-            return func(*args, **kwargs)
-        value = _placeholder_scalar(tensor.dtype)
-        self._record(f"Tensor.{_name(func)}()")
-        converters: dict[str, Callable[[Any], Any]] = {
-            "__bool__": bool, "__int__": int, "__float__": float, "__index__": int, "__complex__": complex,
-        }
-        return converters.get(_name(func), lambda v: v)(value)
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
 
-    def _format(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tensor, spec = args[0], args[1] if len(args) > 1 else ""
-        if tensor.is_meta and tensor.dim() == 0:
-            self._record("Tensor.__format__")
-            return format(_placeholder_scalar(tensor.dtype), spec)
-        return func(*args, **kwargs)
+    @property
+    def is_meta(self) -> bool:  # type: ignore[override]
+        return False
 
-    def _tolist(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if args[0].is_meta:
-            return self.host_copy(args[0], "Tensor.tolist()").tolist()
-        return func(*args, **kwargs)
+    @property
+    def is_cpu(self) -> bool:  # type: ignore[override]
+        return False
 
-    def _copy(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        dst, src = args[0], args[1]
-        if isinstance(src, Tensor) and src.is_meta and not dst.is_meta:
-            return func(dst, self.host_copy(src, "Tensor.copy_ to the CPU"), *args[2:], **kwargs)
-        return func(*args, **kwargs)
+    def get_device(self) -> int:
+        return self._gpu
 
-    def _all_equal(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tensors = list(_tensors(args))
-        if tensors and all(t.is_meta for t in tensors):
-            self._record(f"torch.{_name(func)}")
-            return True
-        return self._default(func, args, kwargs)
+    def data_ptr(self) -> int:
+        return self._data.data_ptr()
 
-    def _nonzero(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tensor = args[0]
-        if not tensor.is_meta:
-            return func(*args, **kwargs)
-        # The output's size depends on the values: take every element as nonzero.
-        self._record(f"torch.{_name(func)}")
-        result = func(torch.ones(tensor.shape, dtype=torch.bool), *args[1:], **kwargs)
-        if isinstance(result, tuple):
-            return tuple(part.to(EMULATED_DEVICE) for part in result)
-        return result.to(EMULATED_DEVICE)
+    def untyped_storage(self) -> torch.UntypedStorage:
+        return self._data.untyped_storage()
 
-    def _masked_select(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tensor = args[0]
-        mask = args[1] if len(args) > 1 else kwargs["mask"]
-        self._check_devices(func, args, kwargs)
-        if not (tensor.is_meta or mask.is_meta):
-            return func(*args, **kwargs)
-        self._record("torch.masked_select")
-        selected, _ = torch.broadcast_tensors(tensor, mask)  # type: ignore[no-untyped-call]  # unannotated in torch
-        return selected.reshape(-1)
+    def numpy(self, *args: Any, **kwargs: Any) -> Any:
+        raise _numpy_refused(self)
 
-    def _data_dependent_index(self, index: Any) -> Any:
-        """Boolean `meta` masks select elements by value: select every element instead."""
-        if isinstance(index, Tensor) and index.is_meta and index.dtype in (torch.bool, torch.uint8):
-            self._record("boolean-mask indexing")
-            return torch.ones(index.shape, dtype=torch.bool)
-        if isinstance(index, tuple):
-            return tuple(self._data_dependent_index(part) for part in index)
-        if isinstance(index, list) and any(isinstance(part, Tensor) for part in index):
-            return [self._data_dependent_index(part) for part in index]
-        return index
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise _numpy_refused(self)
 
-    def _indexing(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        self_ = args[0]
-        self._check_indexing(self_, args[1] if len(args) > 1 else kwargs.get("indices"))
-        operands = list(args)
-        if len(operands) > 1:
-            operands[1] = self._data_dependent_index(operands[1])
-        value = operands[2] if _name(func) == "__setitem__" and len(operands) > 2 else None
-        if isinstance(value, Tensor) and value.is_meta and not self_.is_meta:
-            operands[2] = self.host_copy(value, "assignment into a CPU tensor")
-        return func(*operands, **kwargs)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        text: str = torch._tensor_str._str(self, tensor_contents=tensor_contents)  # type: ignore[no-untyped-call]
+        # Printed as a CUDA tensor prints: `tensor(..., device='cuda:0')`.
+        own, shown = f"{type(self).__name__}(", "tensor("
+        if own in text:
+            before, _, after = text.partition(own)
+            text = before + shown + after.replace("\n" + " " * len(own), "\n" + " " * len(shown))
+        return text
 
-    # -- strictness ------------------------------------------------------------------------
+    def tolist(self) -> Any:
+        return self.cpu().tolist()  # through `.cpu()`, which the modes see: a read that waits for the GPU
 
-    def _check_indexing(self, self_: Any, index: Any) -> None:
-        """CUDA takes CPU indices for a CUDA tensor, not CUDA indices for a CPU tensor."""
-        if isinstance(self_, Tensor) and self_.device.type == "cpu" and any(t.is_meta for t in _tensors(index)):
+    def __format__(self, format_spec: str) -> str:
+        if self.dim() == 0:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Saved as a CUDA tensor is saved: its storage tagged `cuda:N` (see `_serialization`).
+        values = self._data.detach()
+        _saved_locations[values.untyped_storage().data_ptr()] = self._gpu
+        if getattr(self, "_is_param", False):
+            return (torch._utils._rebuild_parameter, (values, self.requires_grad, {}))
+        if self.requires_grad:
+            values = values.requires_grad_(True)
+        return values.__reduce_ex__(protocol)  # type: ignore[no-untyped-call]
+
+
+def _emulated(data: Tensor, gpu: int) -> EmulatedTensor:
+    return EmulatedTensor(data, gpu)
+
+
+# Storages of emulated tensors being saved, by address: the GPU their location tag names.
+_saved_locations: dict[int, int] = {}
+# Storages a checkpoint restored onto an emulated GPU, by address, until their tensor is rebuilt.
+_restored_locations: dict[int, int] = {}
+
+
+# -- CUDA's device rules ----------------------------------------------------------------------
+
+
+class _DeviceRule(Enum):
+    """How an operation treats CPU tensors next to CUDA ones."""
+
+    # Every operand on the one GPU (matmul, convolution, embedding, losses, cat, ...).
+    SAME_DEVICE = "same device"
+    # Element-wise (TensorIterator) operations: a 0-dim CPU tensor counts as a scalar.
+    CPU_SCALARS = "0-dim CPU scalars"
+    # Copies between devices, and operations whose CPU operands are sizes or lengths.
+    ANY_DEVICE = "any device"
+    # Indexing: CPU indices into a GPU tensor are fine, GPU indices into a CPU tensor are not.
+    INDEX = "indexing"
+    # Assignment through indices: as INDEX, and the values on the GPU unless a 0-dim scalar.
+    INDEX_PUT = "indexed assignment"
+
+
+_ANY_DEVICE_OPS = {
+    "_to_copy", "copy_", "_copy_from", "_copy_from_and_resize", "lift_fresh", "lift_fresh_copy",
+    "_has_compatible_shallow_copy_type", "_pack_padded_sequence", "_pad_packed_sequence",
+    "_pack_padded_sequence_backward", "_ctc_loss", "_ctc_loss_backward", "ctc_loss", "set_",
+    "_local_scalar_dense", "equal", "_amp_update_scale_", "record_stream",
+}
+_CPU_SCALAR_OPS = {"masked_fill", "masked_fill_", "fill_", "fill", "index_fill", "index_fill_", "where"}
+_INDEX_PUT_OPS = {"index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put"}
+_INDEX_OPS = {"index", "_unsafe_index"}
+# Outputs that CUDA leaves on the host, by position: a packed sequence's batch sizes, lengths.
+_HOST_OUTPUTS = {"_pack_padded_sequence": 1, "_pad_packed_sequence": 1}
+_rules: dict[Any, _DeviceRule] = {}
+
+
+def _rule_of(func: Any) -> _DeviceRule:
+    rule = _rules.get(func)
+    if rule is None:
+        name = func.__name__.split(".")[0]
+        if name in _ANY_DEVICE_OPS:
+            rule = _DeviceRule.ANY_DEVICE
+        elif name in _INDEX_OPS:
+            rule = _DeviceRule.INDEX
+        elif name in _INDEX_PUT_OPS:
+            rule = _DeviceRule.INDEX_PUT
+        elif name in _CPU_SCALAR_OPS or name.startswith("_foreach_") or _is_pointwise(func, name):
+            rule = _DeviceRule.CPU_SCALARS
+        else:
+            rule = _DeviceRule.SAME_DEVICE
+        _rules[func] = rule
+    return rule
+
+
+def _is_pointwise(func: Any, name: str) -> bool:
+    if torch.Tag.pointwise in func.tags:
+        return True
+    # An in-place variant (`add_`) takes its out-of-place twin's tags.
+    twin = getattr(aten, name[:-1], None) if name.endswith("_") else None
+    overload = getattr(twin, func._overloadname, None) if twin is not None else None
+    return overload is not None and torch.Tag.pointwise in overload.tags
+
+
+def _mixed(first: str, second: str, func: Any) -> RuntimeError:
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"{first} and {second}! (when checking argument for {function_name(func)}; {_EMULATION_NOTE})"
+    )
+
+
+def _check_devices(func: Any, gpu: int, cpu_operands: list[Tensor], args: tuple[Any, ...]) -> None:
+    """Raise what CUDA raises for `func` with these CPU operands next to `cuda:gpu` ones."""
+    rule = _rule_of(func)
+    if rule is _DeviceRule.ANY_DEVICE:
+        return
+    here = f"cuda:{gpu}"
+    if rule is _DeviceRule.INDEX or rule is _DeviceRule.INDEX_PUT:
+        indexed = args[0] if args else None
+        if isinstance(indexed, Tensor) and type(indexed) is not EmulatedTensor:
             raise RuntimeError(
                 "indices should be either on cpu or on the same device as the indexed tensor (cpu) "
                 f"({_EMULATION_NOTE})"
             )
+        if rule is _DeviceRule.INDEX_PUT and len(args) > 2:
+            values = args[2]
+            if isinstance(values, Tensor) and type(values) is not EmulatedTensor and values.dim() > 0:
+                raise RuntimeError(f"expected device {here} but got device cpu for value tensor ({_EMULATION_NOTE})")
+        return
+    for operand in cpu_operands:
+        if rule is _DeviceRule.SAME_DEVICE or operand.dim() > 0:
+            raise _mixed(here, "cpu", func)
 
-    def _check_devices(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
-        """Raise CUDA's error where CUDA would; return the emulated GPU the operands share."""
-        name = _name(func)
-        tensors = [*_tensors(args), *_tensors(kwargs)]
-        if name in _CROSS_DEVICE_OK:
-            return self.gpu_of(tensors[0]) if self.multi_gpu and tensors else None
-        if not any(t.is_meta for t in tensors):
-            return None
-        # CUDA kernels accept 0-dim CPU tensors as scalars, except where they index.
-        strict = name in _INDEX_OPS
-        if any(t.device.type == "cpu" and (strict or t.dim() > 0) for t in tensors):
-            where = resolve_name(func) or name or repr(func)
+
+# -- dispatch: every operation on an emulated tensor ------------------------------------------
+
+
+def _wrap(value: Any, gpu: int, originals: dict[int, Tensor]) -> Any:
+    kind = type(value)
+    if kind is Tensor or (isinstance(value, Tensor) and kind is not EmulatedTensor):
+        original = originals.get(id(value))
+        return original if original is not None else _emulated(value, gpu)
+    if kind is tuple or kind is list:
+        return kind(_wrap(item, gpu, originals) for item in value)
+    return value
+
+
+def _dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Check devices as CUDA does, compute on the CPU values, wrap the results."""
+    gpu = -1
+    cpu_operands: list[Tensor] = []
+    originals: dict[int, Tensor] = {}
+    unwrapped: list[Any] = []
+    for arg in args:
+        kind = type(arg)
+        if kind is EmulatedTensor:
+            if gpu not in (-1, arg._gpu) and _rule_of(func) is not _DeviceRule.ANY_DEVICE:
+                raise _mixed(f"cuda:{gpu}", f"cuda:{arg._gpu}", func)
+            gpu = arg._gpu
+            originals[id(arg._data)] = arg
+            unwrapped.append(arg._data)
+        elif kind is list or kind is tuple:
+            items = []
+            for item in arg:
+                if type(item) is EmulatedTensor:
+                    if gpu not in (-1, item._gpu) and _rule_of(func) is not _DeviceRule.ANY_DEVICE:
+                        raise _mixed(f"cuda:{gpu}", f"cuda:{item._gpu}", func)
+                    gpu = item._gpu
+                    items.append(item._data)
+                else:
+                    if isinstance(item, Tensor) and not item.is_meta:
+                        cpu_operands.append(item)
+                    items.append(item)
+            unwrapped.append(items)
+        else:
+            if isinstance(arg, Tensor) and not arg.is_meta:
+                cpu_operands.append(arg)
+            unwrapped.append(arg)
+    allocates_here = False
+    if kwargs:
+        kwargs = dict(kwargs)
+        for key, value in kwargs.items():
+            if type(value) is EmulatedTensor:
+                gpu = value._gpu if gpu == -1 else gpu
+                originals[id(value._data)] = value
+                kwargs[key] = value._data
+            elif isinstance(value, Tensor) and key != "out":
+                cpu_operands.append(value)
+        device = kwargs.get("device")
+        if isinstance(device, torch.device):
+            if device.type == "meta":
+                # An allocation on the emulated GPU: PyTorch's own, or a move (`_to_copy`) there.
+                allocates_here = True
+                kwargs["device"] = _CPU
+                machine = _current_machine()
+                gpu = machine.target_index if machine.target_index is not None else (
+                    gpu if gpu != -1 else machine.current_index)
+            elif device.type == "cpu":
+                return func(*unwrapped, **kwargs)  # a copy to the host
+    if gpu == -1:
+        return func(*unwrapped, **kwargs)
+    if cpu_operands and not allocates_here:
+        _check_devices(func, gpu, cpu_operands, args)
+    result = func(*unwrapped, **kwargs)
+    name = func.__name__.split(".")[0]
+    if name in _RESHAPES_IN_PLACE and args and type(args[0]) is EmulatedTensor:
+        _reshape_wrapper(func, args, kwargs)
+    on_host = _HOST_OUTPUTS.get(name)
+    if on_host is not None:
+        return tuple(part if index == on_host else _wrap(part, gpu, originals) for index, part in enumerate(result))
+    return _wrap(result, gpu, originals)
+
+
+# In-place operations that change a tensor's shape or strides, not only its values.
+_RESHAPES_IN_PLACE = {
+    "transpose_", "t_", "squeeze_", "unsqueeze_", "swapdims_", "swapaxes_", "as_strided_", "resize_",
+    "resize_as_", "_resize_output_",
+}
+
+
+def _reshape_wrapper(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The wrapper takes the new shape its values took: the op again, on the wrapper's metadata alone."""
+    others = [arg._data if type(arg) is EmulatedTensor else arg for arg in args[1:]]
+    python = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+    with torch._C._ExcludeDispatchKeyGuard(python):
+        func(args[0], *others, **kwargs)
+
+
+def _cuda_allocation(func: Any, *args: Any, **kwargs: Any) -> Any:
+    """A CUDA allocation no mode saw (made inside a torch function): made on the emulated GPU."""
+    device = kwargs.get("device")
+    machine = _current_machine()
+    index = machine.current_index if not isinstance(device, torch.device) or device.index is None else device.index
+    machine.check_ordinal(index)
+    result = func(*args, **{**kwargs, "device": _CPU})
+    return _wrap(result, index, {})
+
+
+class _Allocations(TorchDispatchMode):  # type: ignore[no-untyped-call]  # unannotated in torch
+    """Operations inside PyTorch: emulated operands, and `meta` allocations made for them."""
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        return _dispatch(func, tuple(args), kwargs or {})
+
+
+# -- recurrent layers: one host computation, not one dispatch per time step -------------------
+
+_VARIABLE_FUNCTIONS = torch._C._VariableFunctions
+_RECURRENT = (_VARIABLE_FUNCTIONS.lstm, _VARIABLE_FUNCTIONS.gru, _VARIABLE_FUNCTIONS.rnn_tanh,
+              _VARIABLE_FUNCTIONS.rnn_relu)
+
+
+def _flat_tensors(value: Any) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [tensor for item in value for tensor in _flat_tensors(item)]
+    return []
+
+
+def _replace_tensors(value: Any, replacements: dict[int, Tensor]) -> Any:
+    if isinstance(value, Tensor):
+        return replacements.get(id(value), value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_replace_tensors(item, replacements) for item in value)
+    return value
+
+
+class _OnHost(torch.autograd.Function):
+    """One autograd step that runs a whole PyTorch function on the CPU values of its operands."""
+
+    @staticmethod
+    def forward(ctx: Any, func: Any, arguments: tuple[Any, ...], gpu: int, *operands: EmulatedTensor) -> Any:
+        host = {id(operand): operand._data.detach().requires_grad_(operand.requires_grad) for operand in operands}
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with torch.enable_grad(), _disable_current_modes():
+            outputs = _flat_tensors(func(*_replace_tensors(arguments, host)))
+        ctx.host_inputs = [host[id(operand)] for operand in operands]
+        ctx.host_outputs = outputs
+        ctx.gpu = gpu
+        return tuple(_emulated(output.detach(), gpu) for output in outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> Any:
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        pairs = [(output, grad) for output, grad in zip(ctx.host_outputs, grads, strict=True)
+                 if output.requires_grad and grad is not None]
+        wanted = [tensor for tensor in ctx.host_inputs if tensor.requires_grad]
+        found: dict[int, Tensor | None] = {}
+        if pairs and wanted:
+            with _disable_current_modes():
+                host_grads = torch.autograd.grad([output for output, _ in pairs],
+                                                 wanted, [grad._data if type(grad) is EmulatedTensor else grad
+                                                          for _, grad in pairs], allow_unused=True)
+            found = {id(tensor): grad for tensor, grad in zip(wanted, host_grads, strict=True)}
+        results = []
+        for tensor in ctx.host_inputs:
+            grad = found.get(id(tensor))
+            results.append(None if grad is None else _emulated(grad, ctx.gpu))
+        return (None, None, None, *results)
+
+
+def _recurrent_on_host(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """An RNN, GRU or LSTM layer: PyTorch's own device checks, then the layer on the CPU values.
+
+    Run as one host computation: dispatched step by step, a small layer would spend most of its
+    time in the emulation's per-operation checks.
+    """
+    input_, hidden = args[0], args[1]
+    if isinstance(hidden, Tensor) and hidden.dtype == torch.int64:  # packed: (data, batch_sizes, hx, params, ...)
+        hidden, params = args[2], args[3]
+    else:  # (input, hx, params, ...)
+        params = args[2]
+    if type(input_) is not EmulatedTensor:
+        emulated = [t for t in _flat_tensors((hidden, params)) if type(t) is EmulatedTensor]
+        if not emulated:
+            return func(*args, **kwargs)
+    where = input_.device
+    for tensor in _flat_tensors(hidden):
+        if tensor.device != where:
             raise RuntimeError(
-                "Expected all tensors to be on the same device, but found at least two devices, "
-                f"meta and cpu! (in {where}; {_EMULATION_NOTE})"
-            )
-        return self._common_gpu(tensors) if self.multi_gpu else None
+                "Input and hidden tensors are not at the same device, "
+                f"found input tensor at {where} and hidden tensor at {tensor.device}")
+    for tensor in _flat_tensors(params):
+        if tensor.device != where:
+            raise RuntimeError(
+                "Input and parameter tensors are not at the same device, "
+                f"found input tensor at {where} and parameter tensor at {tensor.device}")
+    if type(input_) is not EmulatedTensor:
+        return func(*args, **kwargs)
+    operands = [t for t in _flat_tensors(args) if type(t) is EmulatedTensor]
+    outputs = _OnHost.apply(func, args, input_._gpu, *operands)  # type: ignore[no-untyped-call]
+    return tuple(outputs)
 
-    def _default(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        args, kwargs, named = self._rewrite(args, kwargs)
-        if _name(func) in _INDEXING:
-            return self.place(self._indexing(func, args, kwargs), self.gpu_of(args[0]))
-        # PyTorch's own checks run first; the mode's check covers what `meta` lets pass.
-        result = func(*args, **kwargs)
-        gpu = self._check_devices(func, args, kwargs)
-        if self.multi_gpu:
-            if _name(func) == "__set__" and len(args) > 1 and isinstance(args[1], Tensor):
-                self.place(args[0], self.gpu_of(args[1]))  # `param.data = tensor`
-            self.place(result, named if named is not None else gpu)
-        return result
+
+# -- device arguments: where the program names CUDA -------------------------------------------
+
+
+def _as_cuda_message(error: BaseException, gpu: int) -> None:
+    """PyTorch's own device checks name the wrapper's `meta`: name the GPU it stands for."""
+    if error.args and isinstance(error.args[0], str) and "meta" in error.args[0]:
+        message = re.sub(r"\bmeta(:0)?\b", f"cuda:{gpu}", error.args[0])
+        message = message.replace("torch.cuda:0", "torch.cuda")  # type names such as MetaFloatType stay
+        error.args = (message, *error.args[1:])
+
+
+_DATA = torch._C.TensorBase.__dict__["data"]
+_LEGACY_TYPES = {
+    "FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
+    "BFloat16Tensor": torch.bfloat16, "LongTensor": torch.int64, "IntTensor": torch.int32,
+    "ShortTensor": torch.int16, "CharTensor": torch.int8, "ByteTensor": torch.uint8, "BoolTensor": torch.bool,
+}
+
+
+class _DeviceArguments(TorchFunctionMode):
+    """Torch calls that name a CUDA device: made on the CPU values and wrapped as emulated."""
+
+    def __init__(self, machine: EmulatedMachine) -> None:
+        super().__init__()
+        self.machine = machine
+        self._handlers: dict[Callable[..., Any], Callable[..., Any]] = {
+            torch.device: lambda func, args, kwargs: func(*args, **kwargs),
+            Tensor.to: self._to,
+            Tensor.cuda: self._cuda,
+            torch._C._nn._parse_to: self._parse_to,
+            Tensor.type: self._type,
+            torch.ctc_loss: self._ctc_loss,
+            **dict.fromkeys(_RECURRENT, _recurrent_on_host),
+            torch.nn.functional.ctc_loss: self._ctc_loss,
+            Tensor.numpy: self._numpy,
+        }
+
+    # -- moves ------------------------------------------------------------------------------
+
+    def move(self, tensor: Tensor, index: int, **options: Any) -> Tensor:
+        """`tensor` on emulated `cuda:index`, a copy as `.to` makes it (autograd follows)."""
+        if type(tensor) is EmulatedTensor and tensor._gpu == index and not options.get("copy"):
+            dtype = options.get("dtype")
+            return tensor if dtype is None or dtype == tensor.dtype else tensor.to(dtype=dtype)
+        self.machine.target_index = index
+        try:
+            moved: Tensor = Tensor.to(tensor, _WRAPPER_DEVICE, **{**options, "copy": True})
+        finally:
+            self.machine.target_index = None
+        return moved
+
+    def _to(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        tensor, rest = args[0], list(args[1:])
+        index: int | None = None
+        positional: tuple[str, ...] = ("dtype", "non_blocking", "copy")
+        if rest and isinstance(rest[0], Tensor):
+            positional = ("non_blocking", "copy")
+            other = rest.pop(0)  # `.to(other)`: other's device and dtype
+            index = other._gpu if type(other) is EmulatedTensor else None
+            kwargs = {"dtype": other.dtype, **kwargs}
+            if index is None:
+                return func(tensor, other.device, *rest, **kwargs)
+        elif rest:
+            index = self.machine.cuda_index(rest[0], int_is_device=True)
+            if index is not None:
+                rest.pop(0)
+            elif isinstance(rest[0], (str, torch.device)) or rest[0] is None:
+                kwargs = {"device": rest.pop(0), **kwargs}
+        if "device" in kwargs:
+            named = self.machine.cuda_index(kwargs["device"], int_is_device=True)
+            if named is not None:
+                index = named
+                kwargs = {k: v for k, v in kwargs.items() if k != "device"}
+        if index is None:
+            return func(tensor, *rest, **kwargs)
+        options = dict(zip(positional, rest, strict=False)) | kwargs
+        options.pop("memory_format", None)
+        return self.move(tensor, index, **{k: v for k, v in options.items() if v is not None})
+
+    def _cuda(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        tensor = args[0]
+        device = args[1] if len(args) > 1 else kwargs.get("device")
+        index = self.machine.current_index if device is None else self.machine.cuda_index(device, int_is_device=True)
+        if index is None:
+            raise RuntimeError(f"Invalid device, must be cuda device (got {device!r})")
+        self.machine.check_ordinal(index)
+        return self.move(tensor, index, non_blocking=bool(kwargs.get("non_blocking", False)))
+
+    def _parse_to(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """`Module.to`'s parser: a CUDA device stays (each tensor's `.to` makes it emulated)."""
+        positional, kwargs = list(args), dict(kwargs)
+        if positional and isinstance(positional[0], int) and not isinstance(positional[0], bool):
+            positional[0] = torch.device("cuda", positional[0])
+        if isinstance(kwargs.get("device"), int):
+            kwargs["device"] = torch.device("cuda", kwargs["device"])
+        for value in (positional[0] if positional else None, kwargs.get("device")):
+            self.machine.cuda_index(value)  # an ordinal the machine lacks fails here, as on CUDA
+        return func(*positional, **kwargs)
+
+    def _type(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        tensor = args[0]
+        wanted = args[1] if len(args) > 1 else kwargs.get("dtype")
+        if wanted is None:
+            if type(tensor) is EmulatedTensor:
+                return f"torch.cuda.{func(tensor._data)[len('torch.'):]}"
+            return func(*args, **kwargs)
+        name = wanted if isinstance(wanted, str) else getattr(wanted, "__module__", "") + "." + wanted.__name__
+        if name.startswith("torch.cuda."):
+            dtype = _LEGACY_TYPES.get(name.rsplit(".", 1)[-1])
+            if dtype is not None:
+                return self.move(tensor, self.machine.current_index, dtype=dtype)
+        return func(*args, **kwargs)
+
+    def _set_data(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """`param.data = tensor`: the wrapper takes the new shape, and its values the new values."""
+        target, value = args[0], args[1]
+        func(*args, **kwargs)
+        if type(target) is EmulatedTensor and type(value) is EmulatedTensor:
+            target._data, target._gpu = value._data, value._gpu
+        return None
+
+    def _ctc_loss(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """CUDA's CTC loss takes its lengths on the CPU and divides by them on the GPU."""
+        log_probs, arguments = args[0], list(args)
+        if type(log_probs) is EmulatedTensor:
+            for position in (2, 3):
+                if position < len(arguments) and isinstance(arguments[position], Tensor):
+                    arguments[position] = self.move(arguments[position], log_probs._gpu)
+        return func(*arguments, **kwargs)
+
+    def _numpy(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if type(args[0]) is EmulatedTensor:
+            raise _numpy_refused(args[0])
+        return func(*args, **kwargs)
+
+    # -- everything else --------------------------------------------------------------------
+
+    def _made_on(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> Any:
+        """A call with `device=` a CUDA device: made on the CPU, then placed on the emulated GPU."""
+        result = func(*args, **{**kwargs, "device": _CPU})
+        if not isinstance(result, Tensor):
+            return result
+        if result.grad_fn is None:
+            # A new leaf (a factory, `torch.tensor`): it stays a leaf.
+            placed = _emulated(result.detach(), index)
+            return placed.requires_grad_(True) if result.requires_grad else placed
+        return self.move(result, index)
 
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        arguments = tuple(args)
         handler = self._handlers.get(func)
-        if handler is not None:
-            return handler(func, tuple(args), dict(kwargs))
-        return self._default(func, tuple(args), dict(kwargs))
+        if handler is None and getattr(func, "__self__", None) is _DATA and func.__name__ == "__set__":
+            handler = self._set_data
+        try:
+            if handler is not None:
+                return handler(func, arguments, kwargs)
+            if "device" in kwargs:
+                index = self.machine.cuda_index(kwargs["device"], int_is_device=True)
+                if index is not None:
+                    return self._made_on(func, arguments, kwargs, index)
+            return func(*arguments, **kwargs)
+        except RuntimeError as error:
+            _as_cuda_message(error, self.machine.current_index)
+            raise
 
 
-def _move_to_emulated(value: Any) -> Any:
-    if isinstance(value, Tensor):
-        return value.to(EMULATED_DEVICE)
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_move_to_emulated(v) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_move_to_emulated(v) for v in value)
-    if isinstance(value, dict):
-        return type(value)((k, _move_to_emulated(v)) for k, v in value.items())
-    return value
-
-
-class _Patches:
-    """Attribute replacements, undone in reverse order."""
-
-    def __init__(self) -> None:
-        self._undo: list[tuple[object, str, object]] = []
-
-    def set(self, owner: object, name: str, value: object) -> None:
-        self._undo.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, value)
-
-    def undo(self) -> None:
-        while self._undo:
-            owner, name, value = self._undo.pop()
-            setattr(owner, name, value)
+# -- torch.cuda on a machine with N GPUs ------------------------------------------------------
 
 
 class _EmulatedStream:
-    """The one stream of an emulated GPU: never capturing a graph, always idle."""
+    """A CUDA stream of the emulated GPU: work is done when it is queued, so always idle."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        self.device = torch.device("cuda", 0 if _machine is None else _machine.current_index)
+        self.priority = priority
+        self.cuda_stream = 0
 
     def is_capturing(self) -> bool:
         return False
@@ -461,19 +719,17 @@ class _EmulatedStream:
     def wait_stream(self, stream: object) -> None:
         return None
 
+    def wait_event(self, event: object) -> None:
+        return None
 
-_EMULATED_MEMORY = 80 * 1024**3
+    def record_event(self, event: Any = None) -> Any:
+        return event if event is not None else _EmulatedEvent()
 
+    def __enter__(self) -> _EmulatedStream:
+        return self
 
-class _EmulatedProperties:
-    """What `torch.cuda.get_device_properties` describes, for an emulated GPU."""
-
-    name = EMULATED_GPU_NAME
-    major, minor = 8, 0
-    total_memory = _EMULATED_MEMORY
-    multi_processor_count = 108
-    is_integrated = False
-    is_multi_gpu_board = False
+    def __exit__(self, *exc_info: object) -> None:
+        return None
 
 
 class _EmulatedEvent:
@@ -498,349 +754,273 @@ class _EmulatedEvent:
         return 0.0
 
 
-def _patch_cuda_api(patches: _Patches, mode: EmulatedGpuMode) -> None:
-    count = mode.device_count
+class _EmulatedProperties:
+    """What `torch.cuda.get_device_properties` describes, for an emulated GPU."""
 
+    name = EMULATED_GPU_NAME
+    major, minor = 8, 0
+    total_memory = _EMULATED_MEMORY
+    multi_processor_count = 108
+    is_integrated = False
+    is_multi_gpu_board = False
+    warp_size = 32
+
+
+class _LegacyType(type):
+    """`torch.cuda.FloatTensor` and its kin: constructors of emulated tensors, and type checks."""
+
+    dtype: torch.dtype
+    machine: EmulatedMachine
+    arguments: _DeviceArguments
+
+    def __instancecheck__(cls, value: object) -> bool:
+        return type(value) is EmulatedTensor and value.dtype == cls.dtype
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        host = getattr(torch, cls.__name__)(*args, **kwargs)
+        return cls.arguments.move(host, cls.machine.current_index)
+
+
+def _patch_cuda_api(patches: Patches, machine: EmulatedMachine, arguments: _DeviceArguments) -> None:
     def no_op(*_args: object, **_kwargs: object) -> None:
         return None
 
+    def initialized(function: Callable[..., Any]) -> Callable[..., Any]:
+        """A query that initialises CUDA first, as its CUDA counterpart does."""
+
+        @functools.wraps(function)
+        def after_init(*args: Any, **kwargs: Any) -> Any:
+            machine.initialize()
+            return function(*args, **kwargs)
+
+        return after_init
+
     def set_device(device: object) -> None:
-        index = mode.cuda_index(device, int_is_device=True)
+        index = machine.cuda_index(device, int_is_device=True)
         if index is not None:
-            mode.current_index = index
+            machine.current_index = index
+
+    @contextmanager
+    def on_device(device: object) -> Iterator[None]:
+        previous = machine.current_index
+        set_device(device)
+        try:
+            yield
+        finally:
+            machine.current_index = previous
+
+    def rng_state(device: object = "cuda") -> Tensor:
+        return torch.get_rng_state()
 
     cuda = torch.cuda
     for name, value in {
-        "is_available": lambda: True,
-        "device_count": lambda: count,
-        "current_device": lambda: mode.current_index,
+        "is_available": lambda: machine.device_count() > 0,
+        "device_count": machine.device_count,
+        "is_initialized": lambda: machine.initialized,
+        "init": initialized(no_op),
+        "_lazy_init": initialized(no_op),
+        "current_device": initialized(lambda: machine.current_index),
         "set_device": set_device,
-        "get_device_name": lambda device=None: EMULATED_GPU_NAME,
-        "get_device_capability": lambda device=None: (8, 0),
-        "synchronize": no_op,
+        "device": on_device,
+        "get_device_name": initialized(lambda device=None: EMULATED_GPU_NAME),
+        "get_device_capability": initialized(lambda device=None: (8, 0)),
+        "get_device_properties": initialized(lambda device=None: _EmulatedProperties()),
+        "get_arch_list": lambda: ["sm_80"],
+        "is_bf16_supported": lambda including_emulation=True: True,
+        "synchronize": initialized(no_op),
         "empty_cache": no_op,
+        "ipc_collect": no_op,
         "reset_peak_memory_stats": no_op,
+        "reset_max_memory_allocated": no_op,
+        "reset_max_memory_cached": no_op,
         "memory_allocated": lambda device=None: 0,
         "max_memory_allocated": lambda device=None: 0,
         "memory_reserved": lambda device=None: 0,
         "max_memory_reserved": lambda device=None: 0,
-        # Common on a GPU path: autocast asks about bf16, programs ask about memory.
-        "is_bf16_supported": lambda including_emulation=True: True,
-        "mem_get_info": lambda device=None: (_EMULATED_MEMORY // 2, _EMULATED_MEMORY),
-        "get_device_properties": lambda device=None: _EmulatedProperties(),
+        "memory_cached": lambda device=None: 0,
+        "memory_stats": lambda device=None: {},
+        "memory_summary": lambda device=None, abbreviated=False: "",
+        "mem_get_info": initialized(lambda device=None: (_EMULATED_MEMORY, _EMULATED_MEMORY)),
+        "utilization": lambda device=None: 0,
+        "manual_seed": no_op,
+        "manual_seed_all": no_op,
+        "seed": no_op,
+        "seed_all": no_op,
+        "initial_seed": torch.initial_seed,
+        "get_rng_state": rng_state,
+        "set_rng_state": lambda new_state, device="cuda": None,
+        "get_rng_state_all": lambda: [rng_state() for _ in range(machine.device_count())],
+        "set_rng_state_all": lambda new_states: None,
+        "Stream": _EmulatedStream,
+        "Event": _EmulatedEvent,
+        "current_stream": initialized(lambda device=None: _EmulatedStream()),
+        "default_stream": initialized(lambda device=None: _EmulatedStream()),
+        "stream": lambda stream=None: stream if stream is not None else _EmulatedStream(),
+        "is_current_stream_capturing": lambda: False,
     }.items():
         patches.set(cuda, name, value)
-    patches.set(cuda, "Event", _EmulatedEvent)
-    patches.set(cuda, "current_stream", lambda device=None: _EmulatedStream())
-    patches.set(cuda, "is_current_stream_capturing", lambda: False)
+    for name, dtype in _LEGACY_TYPES.items():
+        namespace = {"dtype": dtype, "machine": machine, "arguments": arguments, "__module__": "torch.cuda"}
+        patches.set(cuda, name, _LegacyType(name, (), namespace))
+    for name in ("range_push", "range_pop", "mark", "range_start", "range_end"):
+        if hasattr(cuda.nvtx, name):
+            patches.set(cuda.nvtx, name, lambda *args, **kwargs: 0)
+    patches.set(torch.version, "cuda", "12.8")
+    # On CUDA, `Module.to` moves parameters in place (an optimizer made before still holds them);
+    # a CPU tensor cannot become an emulated one in place, so the two are swapped instead.
+    patches.set(torch.__future__, "_swap_module_params_on_conversion", True)
+    # cuDNN's RNN path is chosen by `.is_cuda`; the values are on the CPU, where it does not exist.
+    patches.set(torch.backends.cudnn, "is_acceptable", lambda tensor: False)
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None:
         for name, value in {
-            "is_available": lambda: True,
+            "is_available": lambda: machine.device_count() > 0,
             "current_accelerator": lambda check_available=False: torch.device("cuda"),
-            "device_count": lambda: count,
-            "current_device_index": lambda: mode.current_index,
+            "device_count": machine.device_count,
+            "current_device_index": initialized(lambda: machine.current_index),
             "set_device_index": set_device,
             "current_stream": lambda device=None: _EmulatedStream(),
             "synchronize": no_op,
         }.items():
             if hasattr(accelerator, name):
                 patches.set(accelerator, name, value)
+    # torch.compile changes how a program runs, never what it computes: run it as written.
+    patches.set(torch, "compile", _compile_as_written)
 
     # Pinned host memory needs a real accelerator; pinning changes no value, so it is skipped.
-    # Patched on the class: DataLoader pins in a thread the mode does not see.
+    # Patched on the class: DataLoader pins in a thread the modes do not see.
     def pin_memory(self: Tensor, device: object = None) -> Tensor:
-        if self.device.type != "cpu":
+        if type(self) is EmulatedTensor:
             raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
         return self
 
     patches.set(Tensor, "pin_memory", pin_memory)
-
-    # `Module.to` wraps each moved tensor in a new Parameter out of the mode's sight: the new
-    # Parameter stays on the moved tensor's emulated GPU.
-    parameter = torch.nn.Parameter
-    original_new = parameter.__new__
-
-    def new_parameter(cls: type, data: Tensor | None = None, requires_grad: bool = True) -> Tensor:
-        created: Tensor = original_new(cls, data, requires_grad)
-        if isinstance(data, Tensor):
-            mode.place(created, mode.gpu_of(data))
-        return created
-
-    patches.set(parameter, "__new__", staticmethod(new_parameter))
+    patches.set(Tensor, "is_pinned", lambda self, device=None: False)
+    # Its stream argument is parsed before any mode sees the call; the emulated GPU has one stream.
+    patches.set(Tensor, "record_stream", lambda self, stream: None)
 
 
-def _patch_data_parallel(patches: _Patches, mode: EmulatedGpuMode) -> None:
+def _compile_as_written(model: Any = None, **options: Any) -> Any:
+    if model is None:
+        return lambda function: function
+    return model
+
+
+def _patch_data_parallel(patches: Patches, arguments: _DeviceArguments) -> None:
     """DataParallel over emulated GPUs: its own device check stays; one replica does the work.
 
-    On CUDA, `scatter` copies the inputs (even CPU ones) to the GPUs; here they go to `meta`.
+    On CUDA, `scatter` copies the inputs (even CPU ones) to the GPUs; here they go to the first.
     The wrapper keeps its `module.` prefix, so state_dict bugs surface exactly as on CUDA.
     """
-    data_parallel = sys.modules["torch.nn.parallel.data_parallel"]
     cls = torch.nn.DataParallel
-    original_init = cls.__init__
 
-    original_forward = cls.forward
-
-    def __init__(self: torch.nn.DataParallel[Any], *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **kwargs)
-        if self.device_ids:
-            self.src_device_obj = EMULATED_DEVICE
-
-    def forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
-        if self.device_ids and mode.multi_gpu:
-            # DataParallel's own check, which `meta` cannot make: every emulated GPU is `meta`.
-            first = self.device_ids[0]
-            for tensor in (*self.module.parameters(), *self.module.buffers()):
-                index = mode.gpu_of(tensor)
-                if tensor.is_meta and (index or 0) != first:
-                    raise RuntimeError(
-                        f"module must have its parameters and buffers on device cuda:{first} (device_ids[0]) "
-                        f"but found one of them on device: cuda:{index or 0} ({_EMULATION_NOTE})"
-                    )
-        return original_forward(self, *inputs, **kwargs)
+    def to_gpu(value: Any, index: int) -> Any:
+        if isinstance(value, Tensor):
+            return arguments.move(value, index)
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(to_gpu(item, index) for item in value))
+        if isinstance(value, (list, tuple)):
+            return type(value)(to_gpu(item, index) for item in value)
+        if isinstance(value, dict):
+            return type(value)((key, to_gpu(item, index)) for key, item in value.items())
+        return value
 
     def scatter(self: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any] | None, device_ids: Any) -> Any:
-        moved_inputs = mode.place(_move_to_emulated(tuple(inputs)), device_ids[0])
-        moved_kwargs = mode.place(_move_to_emulated(dict(kwargs or {})), device_ids[0])
-        return (moved_inputs,), (moved_kwargs,)
+        return (to_gpu(tuple(inputs), device_ids[0]),), (to_gpu(dict(kwargs or {}), device_ids[0]),)
 
     def gather(self: Any, outputs: list[Any], output_device: int) -> Any:
-        return mode.place(outputs[0], output_device)
+        if output_device == -1:
+            return outputs[0]
+        return to_gpu(outputs[0], output_device)
 
     def parallel_apply(self: Any, replicas: list[Any], inputs: Any, kwargs: Any) -> list[Any]:
         return [replicas[0](*inputs[0], **kwargs[0])]
 
-    # Device properties and memory balance are CUDA queries; emulated GPUs are all alike.
-    patches.set(data_parallel, "_check_balance", lambda device_ids: None)
-    patches.set(cls, "__init__", __init__)
-    patches.set(cls, "forward", forward)
     patches.set(cls, "scatter", scatter)
     patches.set(cls, "replicate", lambda self, module, device_ids: [module])
     patches.set(cls, "parallel_apply", parallel_apply)
     patches.set(cls, "gather", gather)
 
 
-# -- copies to the host that have not arrived -------------------------------------------------
-# On CUDA, `gpu_tensor.to("cpu", non_blocking=True)` queues the copy on the stream and returns a
-# CPU tensor (in pinned memory) at once; its values are there only once the stream has caught
-# up. Reading it earlier sees whatever the buffer held: no error, wrong numbers now and then.
-# `meta` copies nothing, and even on CUDA the race is a matter of timing, so both hosts run a
-# deterministic model of it: such a copy is "pending" until something synchronises, and a
-# pending tensor whose values are read raises. What synchronises is what TDL013 counts as one,
-# so the rule and the run agree.
+@contextmanager
+def _serialization(patches: Patches, machine: EmulatedMachine) -> Iterator[None]:
+    """Checkpoints as a GPU box writes them, loaded as a GPU box loads them.
 
-HOST_COPY_READ_EARLY = "a non_blocking copy to the CPU was read before synchronising; its data may not have arrived"
-_EMULATED_RACE_NOTE = (
-    "raised by torchdevlint's emulation: on CUDA this read races with the copy and may see stale values"
-)
-_CUDA_RACE_NOTE = (
-    "raised by torchdevlint's read-before-sync check: CUDA itself raises nothing, the read races with the copy "
-    "and may see stale values"
-)
-# Reading these says nothing about a tensor's values.
-_METADATA_PROPERTIES = (
-    "shape", "dtype", "device", "ndim", "layout", "names", "is_cuda", "is_cpu", "is_meta", "requires_grad",
-    "is_leaf", "grad_fn", "itemsize", "nbytes", "is_sparse", "is_quantized", "is_nested", "is_mkldnn",
-)
-_METADATA_METHODS = (
-    "size", "dim", "ndimension", "numel", "nelement", "element_size", "stride", "storage_offset", "is_pinned",
-    "is_contiguous", "is_floating_point", "is_complex", "get_device", "data_ptr", "__len__", "__hash__",
-)
-# Calls that bring a GPU tensor's values to the host and wait for them: they wait for the whole
-# stream, so every copy queued before them has arrived too.
-_BLOCKING_HOST_READS = (
-    "item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "__complex__",
-    "__format__", "__repr__", "__array__", "nonzero", "argwhere", "masked_select", "equal", "allclose",
-)
-
-
-def _metadata_functions() -> frozenset[object]:
-    """What a `TorchFunctionMode` receives for `t.shape`, `t.size()`, `len(t)`."""
-    found: set[object] = set()
-    for name in _METADATA_PROPERTIES:
-        descriptor = getattr(Tensor, name, None)
-        if descriptor is not None and hasattr(descriptor, "__get__"):
-            found.add(descriptor.__get__)
-    found.update(getattr(Tensor, name) for name in _METADATA_METHODS if hasattr(Tensor, name))
-    return frozenset(found)
-
-
-def _blocking_reads() -> frozenset[object]:
-    found: set[object] = {getattr(Tensor, name) for name in _BLOCKING_HOST_READS if hasattr(Tensor, name)}
-    found.update(getattr(torch, name) for name in _BLOCKING_HOST_READS if hasattr(torch, name))
-    return frozenset(found)
-
-
-_METADATA = _metadata_functions()
-_SYNCHRONISING_READS = _blocking_reads()
-
-
-def _on_accelerator(value: Any) -> bool:
-    return isinstance(value, Tensor) and value.device.type != "cpu"
-
-
-def _on_host(value: Any) -> bool:
-    return isinstance(value, Tensor) and value.device.type == "cpu"
-
-
-class HostCopyRaceMode(TorchFunctionMode):
-    """Marks non-blocking device-to-host copies pending until a synchronisation; a read of one raises.
-
-    Entered inside the emulated GPU's mode (it must see the program's calls before the emulation
-    rewrites them), or alone on a real GPU.
+    An emulated tensor saves its CPU values with the location `cuda:N`. Loading a `cuda:N`
+    location (no `map_location`, or one naming CUDA) restores it onto emulated `cuda:N`; with
+    `map_location="cpu"` PyTorch's own CPU loader takes it, and the tensor stays on the CPU.
     """
 
-    def __init__(self, who: str, note: str) -> None:
-        super().__init__()
-        self._who = who
-        self._note = note
-        # Keyed by identity, held weakly: a copy that is dropped unread is no longer pending.
-        self._pending: WeakIdKeyDictionary = WeakIdKeyDictionary()
+    def tag(storage: Any) -> str | None:
+        gpu = _saved_locations.pop(storage.data_ptr(), None) if storage.device.type == "cpu" else None
+        return None if gpu is None else f"cuda:{gpu}"
 
-    def is_pending(self, tensor: Tensor) -> bool:
-        return tensor in self._pending
-
-    def arrived(self) -> None:
-        """Something waited for the stream: every copy queued so far is complete."""
-        self._pending.clear()
-
-    def _check_read(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if any(tensor in self._pending for tensor in (*_tensors(args), *_tensors(kwargs))):
-            where = resolve_name(func) or _name(func) or repr(func)
-            raise RuntimeError(f"{self._who}: {HOST_COPY_READ_EARLY} (in {where}; {self._note})")
-
-    def _transfer(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
-        """`.to`, `.cuda` and `copy_` between host and device: queue a pending copy, or wait."""
-        if func is Tensor.copy_:
-            destination, source = args[0], args[1] if len(args) > 1 else kwargs.get("src")
-            non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
-        else:
-            destination, source = result, args[0]
-            if func is Tensor.cuda:
-                non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
-            else:
-                parse_kwargs = {key: value for key, value in kwargs.items() if key != "copy"}
-                non_blocking = bool(torch._C._nn._parse_to(*args[1:], **parse_kwargs)[2])
-        if _on_accelerator(source) and _on_host(destination):
-            if non_blocking:
-                self._pending[destination] = True
-            else:
-                self.arrived()  # a blocking copy waits for the stream, earlier copies included
-        elif _on_host(source) and _on_accelerator(destination) and not non_blocking:
-            self.arrived()  # from pageable memory too: the copy is queued, then the host waits
-
-    def __torch_function__(
-        self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        if self._pending and func not in _METADATA:
-            self._check_read(func, tuple(args), kwargs)
-        result = func(*args, **kwargs)
-        if func is Tensor.to or func is Tensor.cuda or func is Tensor.copy_:
-            self._transfer(func, tuple(args), kwargs, result)
-        elif func in _SYNCHRONISING_READS and any(_on_accelerator(t) for t in _tensors(args)):
-            self.arrived()
-        return result
-
-
-def _patch_synchronisations(patches: _Patches, race: HostCopyRaceMode, classes: tuple[type, ...]) -> None:
-    """Explicit synchronisations mark every pending copy arrived.
-
-    `torch.cuda.synchronize`, `torch.accelerator.synchronize`, and a stream's or event's
-    `synchronize()`, `wait()` and a `query()` that answers True. (On CUDA `Event.wait()` only makes
-    a stream wait; TDL013 counts it as a synchronisation, and so does the model: it errs toward
-    silence.)
-    """
-
-    def arriving(function: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(function)
-        def synchronised(*args: Any, **kwargs: Any) -> Any:
-            result = function(*args, **kwargs)
-            race.arrived()
-            return result
-
-        return synchronised
-
-    def arriving_when_done(function: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(function)
-        def queried(*args: Any, **kwargs: Any) -> Any:
-            done = function(*args, **kwargs)
-            if done:
-                race.arrived()
-            return done
-
-        return queried
-
-    patches.set(torch.cuda, "synchronize", arriving(torch.cuda.synchronize))
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "synchronize"):
-        patches.set(accelerator, "synchronize", arriving(accelerator.synchronize))
-    for cls in classes:
-        own = vars(cls)
-        for name in ("synchronize", "wait"):
-            if name in own:
-                patches.set(cls, name, arriving(own[name]))
-        if "query" in own:
-            patches.set(cls, "query", arriving_when_done(own["query"]))
-
-
-@contextmanager
-def host_copy_race_check(on_cuda: bool = True) -> Iterator[HostCopyRaceMode]:
-    """The read-before-sync check on a real GPU (`on_cuda`), or inside `emulated_gpu`."""
-    if on_cuda:
-        race = HostCopyRaceMode("CUDA", _CUDA_RACE_NOTE)
-        classes: tuple[type, ...] = (torch.cuda.Stream, torch.cuda.Event)
-    else:
-        race = HostCopyRaceMode("emulated GPU", _EMULATED_RACE_NOTE)
-        classes = (_EmulatedStream, _EmulatedEvent)
-    patches = _Patches()
-    with ExitStack() as stack:
-        stack.callback(patches.undo)
-        _patch_synchronisations(patches, race, classes)
-        stack.enter_context(race)
-        yield race
-
-
-@contextmanager
-def _serialization(mode: EmulatedGpuMode) -> Iterator[None]:
-    """Checkpoints on the emulated GPU: CUDA locations load onto `meta`; `meta` loads onto the CPU as zeros."""
-
-    def tag(storage: STORAGE) -> str | None:
-        return None  # `meta` storages keep their own tag; the loader below treats it as the GPU
-
-    def restore(storage: STORAGE, location: str) -> STORAGE | None:
+    def restore(storage: Any, location: str) -> Any:
         match = _CUDA_STRING.fullmatch(location)
-        if match:
-            mode._cuda_ordinal(int(match.group(1) or 0))
-            on_gpu: STORAGE = torch.UntypedStorage(storage.nbytes(), device=EMULATED_DEVICE)  # type: ignore[no-untyped-call]  # unannotated in torch
-            return on_gpu
-        if location == "cpu" and storage.device.type == "meta":
-            mode._record("torch.load of GPU tensors onto the CPU")
-            zeros: STORAGE = torch.UntypedStorage(storage.nbytes())  # type: ignore[no-untyped-call]  # unannotated
-            zeros.fill_(0)  # type: ignore[union-attr]  # every storage type has fill_; the stubs omit it
-            return zeros
-        return None
+        if match is None:
+            return None
+        index = machine.current_index if match.group(1) is None else int(match.group(1))
+        machine.check_ordinal(index)
+        _restored_locations[storage.data_ptr()] = index
+        return storage
 
+    original_rebuild = torch._utils._rebuild_tensor_v2
+
+    def rebuild_tensor_v2(storage: Any, *args: Any, **kwargs: Any) -> Tensor:
+        tensor: Tensor = original_rebuild(storage, *args, **kwargs)  # type: ignore[no-untyped-call]
+        gpu = _restored_locations.get(tensor.untyped_storage().data_ptr())
+        if gpu is None:
+            return tensor
+        placed = _emulated(tensor.detach(), gpu)
+        return placed.requires_grad_(True) if tensor.requires_grad else placed
+
+    # Pickled by name, as PyTorch's own: a checkpoint from the emulated GPU is a plain checkpoint.
+    rebuild_tensor_v2.__module__ = "torch._utils"
+    rebuild_tensor_v2.__name__ = rebuild_tensor_v2.__qualname__ = "_rebuild_tensor_v2"
+    patches.set(torch._utils, "_rebuild_tensor_v2", rebuild_tensor_v2)
+    # `weights_only` loading caches the functions it allows: forget them, before and after.
+    allowed = torch._weights_only_unpickler._get_allowed_globals
+    allowed.cache_clear()
     entry = (_SERIALIZATION_PRIORITY, tag, restore)
     torch.serialization.register_package(_SERIALIZATION_PRIORITY, tag, restore)
     try:
         yield
     finally:
         torch.serialization._package_registry.remove(entry)
+        patches.undo()
+        allowed.cache_clear()
+        _saved_locations.clear()
+        _restored_locations.clear()
 
 
 @contextmanager
-def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedGpuMode]:
-    """Run the body as if on `device_count` CUDA GPUs, all of them `meta`."""
-    mode = EmulatedGpuMode(device_count)
-    patches = _Patches()
+def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedMachine]:
+    """Run the body as if on a machine with `device_count` CUDA GPUs."""
+    global _machine
+    machine = EmulatedMachine(device_count)
+    arguments = _DeviceArguments(machine)
+    patches = Patches()
+    previous, _machine = _machine, machine
     with ExitStack() as stack:
         stack.callback(patches.undo)
-        _patch_cuda_api(patches, mode)
-        _patch_data_parallel(patches, mode)
-        stack.enter_context(_serialization(mode))
-        stack.enter_context(mode)
-        # Entered last, so it sees each call before the emulation rewrites CUDA to `meta`.
-        stack.enter_context(host_copy_race_check(on_cuda=False))
-        yield mode
+        stack.callback(lambda: globals().__setitem__("_machine", previous))
+        _patch_cuda_api(patches, machine, arguments)
+        _patch_data_parallel(patches, arguments)
+        stack.enter_context(_serialization(patches, machine))
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", message=".*compiled without cuDNN")
+        # The CUDA dispatch key, which no real tensor here has: a safety net for allocations.
+        allocations = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]
+        allocations.fallback(_cuda_allocation, dispatch_key="CUDA")  # type: ignore[no-untyped-call]
+        stack.callback(allocations._destroy)
+        stack.enter_context(_Allocations())  # type: ignore[no-untyped-call]
+        stack.enter_context(arguments)
+        # Entered last, so it sees each call before the emulation turns CUDA devices emulated.
+        stack.enter_context(host_copy_race_check("emulated GPU", (_EmulatedStream, _EmulatedEvent)))
+        yield machine
+
+
+def gpu_of(tensor: Tensor) -> int | None:
+    """The emulated GPU `tensor` is on; None for any other tensor."""
+    return tensor._gpu if type(tensor) is EmulatedTensor else None
+

@@ -1,7 +1,7 @@
-"""The runtime error each rule predicts, as PyTorch words it (on CUDA and on `meta`).
+"""The runtime error each rule predicts, as PyTorch words it (on CUDA and on the emulated GPU).
 
 A program reproduces its bug only when the original fails with an error a finding predicts;
-any other failure (a typo, a missing file, an operation `meta` cannot run) is not the bug.
+any other failure (a typo, a missing file) is not the bug.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 from torchdevlint.verify.protocol import ErrorInfo
 
-# Mixed devices, as CUDA kernels, `meta` kernels, the RNN checks, convolution, indexing and
-# DataParallel report them (and as the emulation reports the cases `meta` alone lets pass).
+# Mixed devices, as CUDA kernels, the RNN checks, convolution, indexing and DataParallel report
+# them (the emulated GPU raises them in the same words).
 DEVICE_MISMATCH = re.compile(
     "|".join(
         (
@@ -24,6 +24,7 @@ DEVICE_MISMATCH = re.compile(
             r"expected to be in the same device",
             r"have the same device",
             r"same device as the indexed tensor",
+            r"expected device \S+ but got device \S+",
             r"Expected tensor to have \w+ Device, but got tensor with \w+ Device",
             r"Input type \(.*\) and weight type \(.*\) should be the same",
             r"Expected object of device type",

@@ -16,17 +16,6 @@ from torchdevlint.verify.protocol import RunHost
 _GPU_CHECKPOINT_PRIORITY = 1  # ahead of the CPU's own tag (10)
 
 
-class HostState:
-    """What the report needs to know about the host after the run."""
-
-    def __init__(self) -> None:
-        self._placeholder_reads: list[str] | None = None
-
-    @property
-    def placeholder_reads(self) -> tuple[str, ...]:
-        return tuple(self._placeholder_reads or ())
-
-
 @contextmanager
 def gpu_trained_checkpoints() -> Iterator[None]:
     """Every storage `torch.save` writes from the CPU is tagged `cuda:0`, its data kept.
@@ -78,33 +67,31 @@ def cpu_only_build() -> Iterator[None]:
 
 
 @contextmanager
-def host(kind: RunHost, gpus: int) -> Iterator[HostState]:
-    state = HostState()
+def host(kind: RunHost, gpus: int) -> Iterator[None]:
     if kind is RunHost.EMULATED:
         # Deferred: the emulation is built only where it is used.
         from torchdevlint.verify.emulation import emulated_gpu
 
-        with emulated_gpu(gpus) as mode:
-            state._placeholder_reads = mode.placeholder_reads
-            yield state
+        with emulated_gpu(gpus):
+            yield
     elif kind is RunHost.EMULATED_MPS:
         from torchdevlint.verify.mps import emulated_mps
 
         with emulated_mps():
-            yield state
+            yield
     elif kind is RunHost.CPU_LOADS_GPU_CHECKPOINT:
         with gpu_trained_checkpoints():
-            yield state
+            yield
     elif kind is RunHost.CUDA:
         # The machine as it is, plus the emulation's read-before-sync check: on a real GPU a
         # non_blocking copy to the CPU read too early returns stale values only now and then,
         # never an error, so TDL013 would be proven by luck. The check makes it deterministic.
-        from torchdevlint.verify.emulation import host_copy_race_check
+        from torchdevlint.verify.race import host_copy_race_check
 
-        with host_copy_race_check(on_cuda=True):
-            yield state
+        with host_copy_race_check("CUDA"):
+            yield
     else:
         # The CPU is the machine as it is (the parent hides GPUs from a CPU run), with a
         # CPU-only build's answers.
         with cpu_only_build():
-            yield state
+            yield

@@ -20,7 +20,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from torchdevlint.verify.emulation import _tensors
+from torchdevlint.verify.race import tensors_in as _tensors
 
 MPS_FLOAT64 = (
     "Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. "

@@ -20,7 +20,7 @@ class RunHost(Enum):
 
     # A real CUDA GPU.
     CUDA = "cuda"
-    # The emulated GPU: CUDA devices become `meta`, torch.cuda.is_available() is True.
+    # The emulated GPU: CUDA tensors computed on the CPU, torch.cuda answering as N GPUs.
     EMULATED = "emulated"
     # No GPU at all (the reference run of the original program).
     CPU = "cpu"
@@ -69,25 +69,14 @@ class ChildReport:
 
     status: RunStatus
     error: ErrorInfo | None = None
-    # Reads of tensor values on the emulated GPU, which has none: placeholders stood in for them.
-    placeholder_reads: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "status": self.status.value,
-            "error": self.error.to_json() if self.error else None,
-            "placeholder_reads": list(self.placeholder_reads),
-        }
+        return {"status": self.status.value, "error": self.error.to_json() if self.error else None}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> ChildReport:
         error = data.get("error")
-        reads = data.get("placeholder_reads") or []
-        return cls(
-            RunStatus(str(data.get("status"))),
-            ErrorInfo.from_json(error) if isinstance(error, dict) else None,
-            tuple(str(read) for read in reads) if isinstance(reads, list) else (),
-        )
+        return cls(RunStatus(str(data.get("status"))), ErrorInfo.from_json(error) if isinstance(error, dict) else None)
 
 
 def last_result(stdout: str) -> str | None:

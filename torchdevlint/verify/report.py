@@ -24,10 +24,7 @@ _MESSAGE_WIDTH = 300
 def header(accelerator: AcceleratorInfo) -> str:
     if accelerator.kind is Accelerator.CUDA:
         return f"Verifying on CUDA ({accelerator.reason})\n"
-    return (
-        f"Verifying on the emulated GPU ({accelerator.reason}); "
-        "in its errors `meta` is the emulated GPU\n"
-    )
+    return f"Verifying on the emulated GPU ({accelerator.reason})\n"
 
 
 def _one_line(text: str) -> str:
@@ -39,9 +36,6 @@ def _describe(run: RunOutcome, program: ProgramReport) -> str:
     where = f"[{run.host.label}]"
     if run.status is RunStatus.OK:
         shown = f"ran, RESULT {run.result}" if run.result is not None else "ran (no RESULT line)"
-        if run.placeholder_reads:
-            reads = ", ".join(run.placeholder_reads)
-            shown += f"; placeholders stood in for values read from the emulated GPU ({reads})"
         return f"{shown} {where}"
     assert run.error is not None
     at = f" at {program.program_line(run.error.line)}" if run.error.line else ""

@@ -32,6 +32,8 @@ from torchdevlint.verify.directive import (
     ProgramHost,
     VerifySpec,
     read_directive,
+    scenario_for,
+    with_host,
 )
 from torchdevlint.verify.expected_errors import predicted_by
 from torchdevlint.verify.protocol import (
@@ -100,7 +102,6 @@ class RunOutcome:
     status: RunStatus
     error: ErrorInfo | None
     result: str | None
-    placeholder_reads: tuple[str, ...]
     seconds: float
     stdout_tail: str
     stderr_tail: str
@@ -111,7 +112,6 @@ class RunOutcome:
             "status": self.status.value,
             "error": self.error.to_json() if self.error else None,
             "result": self.result,
-            "placeholder_reads": list(self.placeholder_reads),
             "seconds": round(self.seconds, 2),
         }
 
@@ -158,6 +158,8 @@ class ProgramReport:
             "device": self.accelerator.value,
             "host": self.spec.host.value,
             "gpus": self.spec.gpus,
+            # Where host and gpus came from: "directive", "findings", "command line" or "default".
+            "host_from": self.spec.origin,
             "findings": [d.to_json() for d in self.findings],
             "original": self.original.to_json() if self.original else None,
             "fixed": self.fixed.to_json() if self.fixed else None,
@@ -399,21 +401,21 @@ class Launcher:
                 "stderr": files["stderr"], "report": files["outcome.json"],
                 # The program's own path: `__file__`, tracebacks and its folder on sys.path.
                 "path": str(Path(path).resolve()), "host": host.value, "gpus": gpus, "timeout": timeout,
-                "env": {} if host is RunHost.CUDA else {"CUDA_VISIBLE_DEVICES": ""},
+                # The emulated GPU reads the program's own CUDA_VISIBLE_DEVICES; a CPU host has no GPU to see.
+                "env": {} if host in (RunHost.CUDA, RunHost.EMULATED) else {"CUDA_VISIBLE_DEVICES": ""},
                 "argv": list(argv),
             }
             try:
                 finished = self._server.run(request) if self._server else self._spawner.run(request, self.jobs)
             except VerifyError as error:
-                return RunOutcome(host, RunStatus.ERROR, ErrorInfo("VerifyError", str(error)), None, (),
+                return RunOutcome(host, RunStatus.ERROR, ErrorInfo("VerifyError", str(error)), None,
                                   time.monotonic() - started, "", "")
             seconds = time.monotonic() - started
             stdout = Path(files["stdout"]).read_bytes()
             stderr = Path(files["stderr"]).read_bytes()
             report = self._report(Path(files["outcome.json"]), finished, stderr, timeout)
         text = stdout.decode("utf-8", errors="replace")
-        return RunOutcome(host, report.status, report.error, last_result(text), report.placeholder_reads,
-                          seconds, text[-_OUTPUT_TAIL:], _tail(stderr))
+        return RunOutcome(host, report.status, report.error, last_result(text), seconds, text[-_OUTPUT_TAIL:], _tail(stderr))
 
     @staticmethod
     def _report(path: Path, finished: _Finished, stderr: bytes, timeout: float) -> ChildReport:
@@ -474,13 +476,6 @@ def compare_results(original: RunOutcome, fixed: RunOutcome, reference: RunOutco
     if results_agree(expected, fixed.result):
         return Comparison(ComparisonStatus.MATCH, f"the fixed program's RESULT matches {against}",
                           expected, fixed.result)
-    if fixed.placeholder_reads or "device='meta'" in fixed.result:
-        return Comparison(
-            ComparisonStatus.SKIPPED,
-            "the result depends on tensor values, which the emulated GPU (meta) does not have "
-            f"(read through {', '.join(fixed.placeholder_reads) or 'a meta tensor in RESULT'})",
-            expected, fixed.result,
-        )
     return Comparison(ComparisonStatus.DIFFER, f"the fixed program's RESULT differs from {against}",
                       expected, fixed.result)
 
@@ -520,6 +515,9 @@ class VerifySettings:
     accelerator: AcceleratorInfo
     timeout: float = DEFAULT_TIMEOUT
     jobs: int = 2
+    # `--host`/`--gpus`: the machine for every program, over directives and findings.
+    host: ProgramHost | None = None
+    gpus: int | None = None
 
 
 @dataclass
@@ -533,6 +531,16 @@ class _Pending:
     fixed: Future[RunOutcome] | None = None
     reference: Future[RunOutcome] | None = None
     cells: tuple[CellLines, ...] = ()
+
+
+def _describe_spec(spec: VerifySpec) -> str:
+    if spec.host is ProgramHost.GPU:
+        return f"{spec.gpus} GPU{'s' if spec.gpus != 1 else ''}"
+    return {
+        ProgramHost.CPU: "a machine without a GPU",
+        ProgramHost.CPU_LOADS_GPU_CHECKPOINT: "a CPU-only machine loading checkpoints saved on a GPU",
+        ProgramHost.MPS: "an Apple GPU",
+    }[spec.host]
 
 
 def _target_host(spec: VerifySpec, accelerator: AcceleratorInfo) -> tuple[RunHost, Accelerator, str]:
@@ -596,7 +604,16 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
     except Exception as error:  # noqa: BLE001 - a syntax error or a linter bug: report, go on
         message = str(getattr(error, "message", None) or error).strip()
         return FileError(path, f"cannot lint: {type(error).__name__}: {message.splitlines()[0] if message else ''}")
+    spec, unproven = scenario_for(with_host(spec, settings.host, settings.gpus),
+                                  [finding.code for finding in proven_findings(findings)])
     host, accelerator, note = _target_host(spec, settings.accelerator)
+    if spec.origin == "command line":
+        note += f"host from the command line: {_describe_spec(spec)}; "
+    elif spec.origin == "findings" and (spec.host is not ProgramHost.GPU or spec.gpus > 1):
+        note += f"host chosen from the findings: {_describe_spec(spec)}; "
+    if unproven:
+        codes = ", ".join(sorted(set(unproven)))
+        note += f"{codes} need{'s' if len(set(unproven)) == 1 else ''} another host: not proven in this run; "
     item = _Pending(path, spec, findings, accelerator, note, cells=program.view(text).cells)
     if not proven_findings(findings):
         return item
