@@ -42,7 +42,7 @@ import torch._dynamo  # imported before torch.cuda is patched: it indexes torch'
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchdevlint.verify.race import Patches, function_name, host_copy_race_check
+from torchdevlint.verify.race import Patches, function_name, host_copy_race_check, tensors_in
 
 EMULATED_GPU_NAME = "torchdevlint emulated GPU"
 # What PyTorch's C++ core sees: a device without storage, which autograd runs like the CPU.
@@ -443,11 +443,7 @@ _RECURRENT = (_VARIABLE_FUNCTIONS.lstm, _VARIABLE_FUNCTIONS.gru, _VARIABLE_FUNCT
 
 
 def _flat_tensors(value: Any) -> list[Tensor]:
-    if isinstance(value, Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [tensor for item in value for tensor in _flat_tensors(item)]
-    return []
+    return list(tensors_in(value))
 
 
 def _replace_tensors(value: Any, replacements: dict[int, Tensor]) -> Any:
