@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import pytest
 from conftest import FIXTURES, ROOT, cuda_available, run_cli
 
+from torchdevlint.diagnostics import Diagnostic, Location
 from torchdevlint.verify.directive import (
     DirectiveError,
     ProgramHost,
@@ -38,6 +39,7 @@ from torchdevlint.verify.runner import (
     judge,
     results_agree,
 )
+from torchdevlint.verify.sites import FindingSite, finding_sites, line_map
 
 # A program a user might write: a GRU tagger over packed sequences, with the TDL002 bug (the
 # position mask built in forward() on the CPU), logging `loss.item()`, pinned host memory,
@@ -505,9 +507,16 @@ def test_directive_and_command_line_override_the_findings() -> None:
 
 
 def outcome(status: RunStatus = RunStatus.OK, result: str | None = None, error: str | None = None,
-            host: RunHost = RunHost.EMULATED) -> RunOutcome:
-    info = ErrorInfo("RuntimeError", error) if error else None
-    return RunOutcome(host, status, info, result, 0.1, "", "")
+            host: RunHost = RunHost.EMULATED, line: int = 12, kind: str = "RuntimeError",
+            stderr: str = "") -> RunOutcome:
+    """A run's outcome; an error is raised at `line`, from `main()` called on line 30."""
+    info = ErrorInfo(kind, error, line, (30, line)) if error else None
+    return RunOutcome(host, status, info, result, 0.1, "", stderr)
+
+
+def sites(*codes: str) -> list[FindingSite]:
+    """Findings on line 10, whose value line 12 uses."""
+    return [FindingSite(code, 10, frozenset({10}), frozenset({12})) for code in codes]
 
 
 DEVICE_ERROR = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
@@ -529,10 +538,10 @@ def test_fix_verified_and_results_differ() -> None:
     reference = outcome(result="steps=3", host=RunHost.CPU)
     same = compare_results(original, outcome(result="steps=3"), reference)
     assert same.status is ComparisonStatus.MATCH
-    assert judge(["TDL001"], original, outcome(result="steps=3"), same)[0] is Verdict.FIX_VERIFIED
+    assert judge(sites("TDL001"), original, outcome(result="steps=3"), same)[0] is Verdict.FIX_VERIFIED
     other = compare_results(original, outcome(result="steps=4"), reference)
     assert other.status is ComparisonStatus.DIFFER
-    assert judge(["TDL001"], original, outcome(result="steps=4"), other)[0] is Verdict.RESULTS_DIFFER
+    assert judge(sites("TDL001"), original, outcome(result="steps=4"), other)[0] is Verdict.RESULTS_DIFFER
 
 
 def test_values_from_the_emulated_gpu_are_compared() -> None:
@@ -559,14 +568,14 @@ def test_values_from_the_emulated_gpu_are_compared() -> None:
 )
 def test_verdicts(original: RunOutcome, fixed: RunOutcome, verdict: Verdict) -> None:
     comparison: Comparison = compare_results(original, fixed, None)
-    assert judge(["TDL001"], original, fixed, comparison)[0] is verdict
+    assert judge(sites("TDL001"), original, fixed, comparison)[0] is verdict
 
 
 def test_each_rule_predicts_its_own_error() -> None:
     checkpoint = outcome(RunStatus.ERROR, error="Attempting to deserialize object on a CUDA device but ...")
 
     def verdict(codes: list[str], original: RunOutcome) -> Verdict:
-        return judge(codes, original, outcome(), compare_results(original, outcome(), None))[0]
+        return judge(sites(*codes), original, outcome(), compare_results(original, outcome(), None))[0]
 
     assert verdict(["TDL003"], checkpoint) is Verdict.FIX_VERIFIED
     assert verdict(["TDL004"], checkpoint) is Verdict.BUG_NOT_REPRODUCED
@@ -576,6 +585,61 @@ def test_each_rule_predicts_its_own_error() -> None:
         "emulated GPU: a non_blocking copy to the CPU was read before synchronising; its data may not have arrived"))
     assert verdict(["TDL013"], read_early) is Verdict.FIX_VERIFIED
     assert verdict(["TDL001"], read_early) is Verdict.BUG_NOT_REPRODUCED
+
+
+def test_a_predicted_error_counts_only_through_the_findings_lines() -> None:
+    def verdict(original: RunOutcome, codes: tuple[str, ...] = ("TDL001",)) -> tuple[Verdict, str]:
+        return judge(sites(*codes), original, outcome(), compare_results(original, outcome(), None))
+
+    # Raised at the use of the flagged value (line 12), or at the flagged line itself.
+    assert verdict(outcome(RunStatus.ERROR, error=DEVICE_ERROR, line=12))[0] is Verdict.FIX_VERIFIED
+    assert verdict(outcome(RunStatus.ERROR, error=DEVICE_ERROR, line=10))[0] is Verdict.FIX_VERIFIED
+    elsewhere, why = verdict(outcome(RunStatus.ERROR, error=DEVICE_ERROR, line=40))
+    assert elsewhere is Verdict.BUG_NOT_REPRODUCED
+    assert why.startswith("the original fails at line 40 with a device error, but not through a flagged line")
+    # A DataParallel checkpoint's `module.` keys fail where it is loaded, wherever that is.
+    prefixed = outcome(RunStatus.ERROR, kind="RuntimeError", line=40, error=(
+        'Error(s) in loading state_dict for Net:\n\tUnexpected key(s) in state_dict: "module.fc.weight".'))
+    assert verdict(prefixed, ("TDL004",))[0] is Verdict.FIX_VERIFIED
+
+
+@pytest.mark.parametrize(
+    ("kind", "message", "stderr", "reason"),
+    [
+        ("ModuleNotFoundError", "No module named 'torchvision.models'", "",
+         "needs the package `torchvision`, which is not installed here"),
+        ("FileNotFoundError", "[Errno 2] No such file or directory: 'data/train.csv'", "",
+         "needs a file that is not there: 'data/train.csv'"),
+        ("SystemExit", "2", "usage: train.py [-h] --data DATA\ntrain.py: error: the following arguments are "
+         "required: --data\n", "needs command-line arguments (give them after --): train.py: error: the "
+         "following arguments are required: --data"),
+        ("ImportError", "attempted relative import with no known parent package", "",
+         "it is a module of a package"),
+    ],
+)
+def test_a_program_that_cannot_start_here_is_not_runnable_with_the_reason(kind: str, message: str, stderr: str,
+                                                                           reason: str) -> None:
+    original = outcome(RunStatus.ERROR, error=message, kind=kind, line=3, stderr=stderr)
+    verdict, why = judge(sites("TDL001"), original, original, compare_results(original, original, None))
+    assert verdict is Verdict.NOT_RUNNABLE
+    assert why.startswith(reason)
+
+
+def test_finding_sites_follow_the_flagged_value_and_move_with_the_fix() -> None:
+    program = textwrap.dedent("""\
+        import torch
+        device = torch.device("cuda")
+        x = torch.ones(3)
+        x.to(device)
+        y = x * 2
+        print(y)
+    """)
+    finding = Diagnostic("TDL001", "tensor-move-discarded", "", "p.py", Location(4, 0), Location(4, 12))
+    [site] = finding_sites(program, [finding], ())
+    assert (site.line, site.statement, site.uses) == (4, {4}, {5, 6})
+    fixed = program.replace("x.to(device)\n", "x = x.to(device)\n").replace("import torch\n", "import torch\n\n")
+    moved = site.moved(line_map(program, fixed))
+    assert (moved.line, moved.statement, moved.uses) == (5, {5}, {6, 7})
 
 
 # -- the emulated GPU itself (torch in this process) ----------------------------------------------

@@ -29,7 +29,7 @@ from torchdevlint.ruledocs import rule_page
 from torchdevlint.runner import RunSettings, default_jobs, process_bytes, run
 from torchdevlint.settings import CommandLineSelection, Settings, load_settings
 from torchdevlint.sourcefile import SourceError
-from torchdevlint.verify.command import add_verify_parser, run_verify
+from torchdevlint.verify.command import add_verify_parser, run_verify, split_program_args
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
@@ -260,7 +260,10 @@ def _terminate_as_interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(_normalize_argv(sys.argv[1:] if argv is None else argv))
+    own, program_args = split_program_args(_normalize_argv(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(own)
+    if program_args is not None:
+        args.program_args = program_args
     # SIGTERM (a CI job cancelled, a hook killed) stops like Ctrl-C: between files, never
     # halfway through writing one.
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)

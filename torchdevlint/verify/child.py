@@ -19,7 +19,9 @@ import traceback
 import types
 from pathlib import Path
 
+from torchdevlint.verify.proof import Budget, BudgetSpent, ProofBudget
 from torchdevlint.verify.protocol import ChildReport, ErrorInfo, RunHost, RunStatus, string_map
+from torchdevlint.verify.workspace import guard_originals
 
 
 def probe() -> int:
@@ -39,31 +41,46 @@ def probe() -> int:
 
 
 def _error_info(error: BaseException, path: str) -> ErrorInfo:
-    line = None
-    for frame in traceback.extract_tb(error.__traceback__):
-        if frame.filename == path:
-            line = frame.lineno  # the innermost frame of the program itself
+    trace = tuple(frame.lineno for frame in traceback.extract_tb(error.__traceback__)
+                  if frame.filename == path and frame.lineno is not None)
     message = str(error)
     if isinstance(error, KeyError) and len(error.args) == 1:
         message = repr(error.args[0])
-    return ErrorInfo(type(error).__name__, message, line)
+    # The innermost frame of the program itself is where the error shows.
+    return ErrorInfo(type(error).__name__, message, trace[-1] if trace else None, trace)
 
 
-def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str] | None = None) -> ChildReport:
-    """Execute `source` as the `__main__` of `path`, the way `python path ARGV...` would."""
+def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str] | None = None,
+                guard: dict[str, object] | None = None, budget: Budget | None = None) -> ChildReport:
+    """Execute `source` as the `__main__` of `path`, the way `python path ARGV...` would.
+
+    `guard` names the run's mirror and the user's folders it stands for: writes copy first.
+    `budget` ends the run once its findings are exercised (or after `--seconds`/`--steps`).
+    """
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__dict__["__builtins__"] = __builtins__
     sys.argv = [path, *(argv or [])]
     sys.path[0] = os.path.dirname(path)
     sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the program
+    proof: ProofBudget | None = None
     try:
         code = compile(source, path, "exec", dont_inherit=True)
         from torchdevlint.verify.host import host
 
+        if guard is not None:
+            protected = guard.get("protected")
+            guard_originals(str(guard["mirror"]), [str(p) for p in protected] if isinstance(protected, list) else [])
         with host(kind, gpus):
             sys.modules["__main__"] = main
-            exec(code, main.__dict__)
+            proof = ProofBudget(path, budget or Budget())
+            proof.start()
+            try:
+                exec(code, main.__dict__)
+            finally:
+                proof.end()
+    except BudgetSpent as spent:
+        return ChildReport(RunStatus.OK, None, spent.reason)
     except SystemExit as exit_:
         if exit_.code in (None, 0):
             return ChildReport(RunStatus.OK, None)
@@ -94,8 +111,10 @@ def _run_forked(request: dict[str, object]) -> None:
         source = Path(str(request["source"])).read_text(encoding="utf-8")
         kind, gpus = RunHost(str(request["host"])), int(str(request["gpus"]))
         argv = request.get("argv")
+        guard = request.get("guard")
         report = run_program(source, str(request["path"]), kind, gpus,
-                             [str(item) for item in argv] if isinstance(argv, list) else None)
+                             [str(item) for item in argv] if isinstance(argv, list) else None,
+                             guard if isinstance(guard, dict) else None, Budget.from_json(request.get("budget")))
         _flush_streams()
         Path(str(request["report"])).write_text(json.dumps(report.to_json()))
         status = 0
@@ -194,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path")
     parser.add_argument("--report", type=Path)
     parser.add_argument("--argv", default="[]", help="the program's arguments, as a JSON list")
+    parser.add_argument("--guard", default="null", help="the run's mirror and the folders it stands for, as JSON")
+    parser.add_argument("--budget", default="null", help="when the run may stop early, as JSON")
     args = parser.parse_args(argv)
     if args.probe:
         return probe()
@@ -202,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.host is None or args.path is None or args.report is None:
         parser.error("--host, --path and --report are required")
     source = sys.stdin.buffer.read().decode("utf-8")
-    report = run_program(source, args.path, RunHost(args.host), args.gpus, [str(a) for a in json.loads(args.argv)])
+    guard = json.loads(args.guard)
+    report = run_program(source, args.path, RunHost(args.host), args.gpus, [str(a) for a in json.loads(args.argv)],
+                         guard if isinstance(guard, dict) else None, Budget.from_json(json.loads(args.budget)))
     _flush_streams()
     args.report.write_text(json.dumps(report.to_json()))
     # Threads the program left behind (DataLoader workers, timers) must not keep it alive.

@@ -1,4 +1,4 @@
-"""`torchdevlint verify PATH... [--device auto|cuda|emulated] [--host H] [--gpus N] [--format text|json]`.
+"""`torchdevlint verify PATH... [--device auto|cuda|emulated] [--host H] [--gpus N] [--cwd DIR] [-- ARGS]`.
 
 Exit codes: 0 every program with findings is `fix verified` (programs without findings do not
 count), 1 otherwise, 2 a usage or configuration error, an unreadable program, or no GPU for
@@ -45,6 +45,13 @@ def add_verify_parser(commands: argparse._SubParsersAction[_ParserT]) -> None:
     verify.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     verify.add_argument("--timeout", type=_positive_seconds, default=None, metavar="SECONDS",
                         help="seconds each run may take (default: 300)")
+    verify.add_argument("--run-to-end", action="store_true",
+                        help="let every run go to its end (default: a run stops a few seconds after each finding's "
+                             "line and a use of its value have run, which is all the proof needs)")
+    verify.add_argument("--seconds", type=_positive_seconds, default=None, metavar="SECONDS",
+                        help="stop each run, as a success, after this long (unlike --timeout, a failure)")
+    verify.add_argument("--steps", type=int, default=None, metavar="N",
+                        help="stop each run, as a success, after N optimizer steps")
     verify.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                         help="runs at the same time (default: one per core, at most 4)")
     verify.add_argument("--host", choices=("gpu", "cpu", "cpu-loads-gpu-checkpoint", "mps"), default=None,
@@ -52,7 +59,33 @@ def add_verify_parser(commands: argparse._SubParsersAction[_ParserT]) -> None:
                              "its findings need (default: the directive, else from the findings)")
     verify.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="GPUs of a GPU host (default: the directive's, else what the findings need)")
+    verify.add_argument("--cwd", type=Path, default=None, metavar="DIR",
+                        help="the folder each program runs in (default: the program's own); runs see a "
+                             "copy-on-write view of it, so your files are never changed")
+    verify.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set an environment variable for the programs (repeatable); they also see yours")
     verify.add_argument("--config", type=Path, default=None, help="pyproject.toml to read (default: nearest)")
+    verify.set_defaults(program_args=None)
+    verify.epilog = ("Arguments after `--` are the program's own command line: "
+                     "torchdevlint verify train.py -- --epochs 1 --data ./data")
+
+
+def split_program_args(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """`verify ... -- ARGS`: torchdevlint's own arguments, and the program's (None without `--`)."""
+    if not argv or argv[0] != "verify" or "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def _environment(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise ValueError(f"--env {pair!r}: expected NAME=VALUE")
+        env[name] = value
+    return env
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -68,6 +101,7 @@ def run_verify(args: argparse.Namespace) -> int:
         DEFAULT_TIMEOUT,
         DeviceChoice,
         ProgramReport,
+        RunPlace,
         VerifyError,
         VerifySettings,
         choose_accelerator,
@@ -77,11 +111,18 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         sys.stderr.write("torchdevlint: error: --jobs must be at least 1\n")
         return EXIT_ERROR
+    if args.steps is not None and args.steps < 1:
+        sys.stderr.write("torchdevlint: error: --steps must be at least 1\n")
+        return EXIT_ERROR
     host = ProgramHost(args.host) if args.host else None
     try:
         with_host(VerifySpec(), host, args.gpus)
-    except DirectiveError as error:
+        env = _environment(args.env)
+    except (DirectiveError, ValueError) as error:
         sys.stderr.write(f"torchdevlint: error: {error}\n")
+        return EXIT_ERROR
+    if args.cwd is not None and not args.cwd.is_dir():
+        sys.stderr.write(f"torchdevlint: error: --cwd {args.cwd}: not a folder\n")
         return EXIT_ERROR
     try:
         loaded = load_settings(Path.cwd(), args.config)
@@ -90,6 +131,10 @@ def run_verify(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     errors: list[FileError] = []
     files = list(iter_python_files(args.paths or list(DEFAULT_PATHS), loaded.config, loaded.root, errors))
+    if args.program_args is not None and len(files) != 1:
+        sys.stderr.write(f"torchdevlint: error: arguments after `--` are one program's command line, "
+                         f"but {len(files)} programs were given\n")
+        return EXIT_ERROR
     try:
         accelerator = choose_accelerator(DeviceChoice(args.device))
     except VerifyError as error:
@@ -103,6 +148,12 @@ def run_verify(args: argparse.Namespace) -> int:
         jobs=args.jobs or min(4, default_jobs()),
         host=host,
         gpus=args.gpus,
+        place=RunPlace(args.cwd, env),
+        argv=None if args.program_args is None else tuple(args.program_args),
+        run_to_end=args.run_to_end,
+        progress=report.progress_writer(sys.stderr, sys.stderr.isatty()),
+        seconds=args.seconds,
+        steps=args.steps,
     )
     text = args.format == "text"
     out = sys.stdout

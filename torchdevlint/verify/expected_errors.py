@@ -80,3 +80,14 @@ def predicted_by(codes: Iterable[str], error: ErrorInfo) -> bool:
     """Does one of the findings' rules predict this error? Unknown (future) rules: a device mismatch."""
     text = f"{error.type}: {error.message}"
     return any(EXPECTED_BY_RULE.get(code, DEVICE_MISMATCH).search(text) for code in set(codes))
+
+
+# Rules whose bug surfaces away from the finding and from any name bound there: a DataParallel
+# checkpoint saved with `module.` keys fails where it is loaded, perhaps much later; a
+# `type=bool` device flag fails wherever the flag's value picks CUDA.
+_SURFACES_AWAY = frozenset({"TDL004", "TDL014"})
+
+
+def surfaces_away(code: str) -> bool:
+    """Can this rule's error be raised anywhere in the program, not only through the finding's lines?"""
+    return code in _SURFACES_AWAY

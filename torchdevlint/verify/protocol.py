@@ -52,15 +52,20 @@ class ErrorInfo:
 
     type: str
     message: str
+    # The innermost line of the program itself, and every program line the traceback passes.
     line: int | None = None
+    trace: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        return {"type": self.type, "message": self.message, "line": self.line}
+        return {"type": self.type, "message": self.message, "line": self.line, "trace": list(self.trace)}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> ErrorInfo:
         line = data.get("line")
-        return cls(str(data.get("type", "")), str(data.get("message", "")), line if isinstance(line, int) else None)
+        trace = data.get("trace")
+        lines = tuple(item for item in trace if isinstance(item, int)) if isinstance(trace, list) else ()
+        return cls(str(data.get("type", "")), str(data.get("message", "")), line if isinstance(line, int) else None,
+                   lines)
 
 
 @dataclass(frozen=True)
@@ -69,14 +74,19 @@ class ChildReport:
 
     status: RunStatus
     error: ErrorInfo | None = None
+    # Why an OK run ended before the program did (the proof budget, --seconds, --steps).
+    stopped: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"status": self.status.value, "error": self.error.to_json() if self.error else None}
+        return {"status": self.status.value, "error": self.error.to_json() if self.error else None,
+                "stopped": self.stopped}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> ChildReport:
         error = data.get("error")
-        return cls(RunStatus(str(data.get("status"))), ErrorInfo.from_json(error) if isinstance(error, dict) else None)
+        stopped = data.get("stopped")
+        return cls(RunStatus(str(data.get("status"))), ErrorInfo.from_json(error) if isinstance(error, dict) else None,
+                   stopped if isinstance(stopped, str) else None)
 
 
 def last_result(stdout: str) -> str | None:

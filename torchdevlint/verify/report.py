@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from torchdevlint.diagnostics import FileError
@@ -14,7 +14,9 @@ from torchdevlint.verify.runner import (
     AcceleratorInfo,
     ComparisonStatus,
     ProgramReport,
+    RunEvent,
     RunOutcome,
+    RunPhase,
     Verdict,
 )
 
@@ -36,6 +38,8 @@ def _describe(run: RunOutcome, program: ProgramReport) -> str:
     where = f"[{run.host.label}]"
     if run.status is RunStatus.OK:
         shown = f"ran, RESULT {run.result}" if run.result is not None else "ran (no RESULT line)"
+        if run.stopped is not None:
+            shown = f"{shown}, stopped after {run.seconds:.1f} s: {run.stopped}"
         return f"{shown} {where}"
     assert run.error is not None
     at = f" at {program.program_line(run.error.line)}" if run.error.line else ""
@@ -93,3 +97,29 @@ def write_error(out: TextIO, error: FileError) -> None:
 def write_json(out: TextIO, programs: Sequence[ProgramReport]) -> None:
     json.dump([program.to_json() for program in programs], out, indent=2)
     out.write("\n")
+
+
+def progress_writer(out: TextIO, every_run: bool) -> Callable[[RunEvent], None]:
+    """Progress lines for `out` (stderr): every start and end when someone watches (`every_run`),
+    and always a line for each run still going after a while, so a log is never silent for minutes."""
+
+    def write(event: RunEvent) -> None:
+        if event.phase is not RunPhase.RUNNING and not every_run:
+            return
+        what = f"verify: {event.path}: {event.role} run"
+        if event.phase is RunPhase.STARTED:
+            line = f"{what} on the {event.host.label} started"
+        elif event.phase is RunPhase.RUNNING:
+            line = f"{what} on the {event.host.label} still running ({event.seconds:.0f} s)"
+        else:
+            outcome = event.outcome
+            ended = "ended"
+            if outcome is not None:
+                ended = {RunStatus.OK: "ran", RunStatus.ERROR: "failed", RunStatus.TIMEOUT: "timed out"}[outcome.status]
+                if outcome.stopped is not None:
+                    ended = "stopped early"
+            line = f"{what} {ended} after {event.seconds:.1f} s"
+        out.write(line + "\n")
+        out.flush()
+
+    return write

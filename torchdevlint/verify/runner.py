@@ -15,9 +15,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
@@ -35,7 +35,7 @@ from torchdevlint.verify.directive import (
     scenario_for,
     with_host,
 )
-from torchdevlint.verify.expected_errors import predicted_by
+from torchdevlint.verify.proof import Budget
 from torchdevlint.verify.protocol import (
     CHILD_MODULE,
     ChildReport,
@@ -45,6 +45,8 @@ from torchdevlint.verify.protocol import (
     last_result,
     string_map,
 )
+from torchdevlint.verify.sites import FindingSite, finding_sites, line_map, predicted_elsewhere, shown_by
+from torchdevlint.verify.workspace import mirror, mirrored
 
 DEFAULT_TIMEOUT = 300.0
 # TDL0xx rules find bugs that fail at run time; TDL1xx (performance) and TDL2xx (portability)
@@ -72,6 +74,8 @@ class Accelerator(Enum):
 class Verdict(Enum):
     FIX_VERIFIED = "fix verified"
     BUG_NOT_REPRODUCED = "bug not reproduced"
+    # The program cannot run on this machine as given (a package, a file, its arguments).
+    NOT_RUNNABLE = "not runnable here"
     FIX_FAILED = "fix failed"
     RESULTS_DIFFER = "results differ"
     NO_FINDING = "no finding"
@@ -105,6 +109,8 @@ class RunOutcome:
     seconds: float
     stdout_tail: str
     stderr_tail: str
+    # Why a run that went well ended before the program did (its findings exercised, --seconds, --steps).
+    stopped: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -113,6 +119,7 @@ class RunOutcome:
             "error": self.error.to_json() if self.error else None,
             "result": self.result,
             "seconds": round(self.seconds, 2),
+            "stopped": self.stopped,
         }
 
 
@@ -354,7 +361,9 @@ class _Spawner:
     def run(self, request: dict[str, object], jobs: int) -> _Finished:
         command = _child_command("--host", str(request["host"]), "--gpus", str(request["gpus"]),
                                  "--path", str(request["path"]), "--report", str(request["report"]),
-                                 "--argv", json.dumps(request.get("argv", [])))
+                                 "--argv", json.dumps(request.get("argv", [])),
+                                 "--guard", json.dumps(request.get("guard")),
+                                 "--budget", json.dumps(request.get("budget")))
         env = {**_child_env(RunHost.CPU, jobs, hide_gpus=False), **string_map(request["env"])}
         with open(str(request["source"]), "rb") as source, open(str(request["stdout"]), "wb") as out, \
                 open(str(request["stderr"]), "wb") as err:
@@ -379,6 +388,14 @@ class _Spawner:
                 _kill_group(process.pid)
 
 
+@dataclass(frozen=True)
+class RunPlace:
+    """Where and how a program runs: its working folder (default: its own) and extra environment."""
+
+    cwd: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
 class Launcher:
     """Starts runs: forked from a torch-importing server on Linux, spawned elsewhere."""
 
@@ -389,21 +406,27 @@ class Launcher:
         self._spawner = _Spawner()
 
     def run(self, source: str, path: str, host: RunHost, gpus: int, timeout: float,
-            argv: tuple[str, ...] = ()) -> RunOutcome:
-        """Run `source` as the program at `path` on `host`, in a fresh process and an empty folder."""
+            argv: tuple[str, ...] = (), place: RunPlace | None = None, budget: Budget | None = None) -> RunOutcome:
+        """Run `source` as the program at `path` on `host`, in a fresh process, in a mirror of its folder."""
+        place = place or RunPlace()
         started = time.monotonic()
+        program = Path(path).resolve()
+        folder = (place.cwd or program.parent).resolve()
         with tempfile.TemporaryDirectory(prefix="torchdevlint-verify-") as scratch:
             files = {name: str(Path(scratch, name)) for name in ("source.py", "stdout", "stderr", "outcome.json")}
-            Path(scratch, "cwd").mkdir()
+            work = mirror(folder, Path(scratch, "work"))
             Path(files["source.py"]).write_text(source, encoding="utf-8")
+            env = {} if host in (RunHost.CUDA, RunHost.EMULATED) else {"CUDA_VISIBLE_DEVICES": ""}
             request: dict[str, object] = {
-                "cwd": str(Path(scratch, "cwd")), "source": files["source.py"], "stdout": files["stdout"],
+                "cwd": str(work), "source": files["source.py"], "stdout": files["stdout"],
                 "stderr": files["stderr"], "report": files["outcome.json"],
-                # The program's own path: `__file__`, tracebacks and its folder on sys.path.
-                "path": str(Path(path).resolve()), "host": host.value, "gpus": gpus, "timeout": timeout,
+                # The program's own path in the mirror: `__file__`, tracebacks and its folder on sys.path.
+                "path": str(mirrored(program, folder, work)), "host": host.value, "gpus": gpus, "timeout": timeout,
                 # The emulated GPU reads the program's own CUDA_VISIBLE_DEVICES; a CPU host has no GPU to see.
-                "env": {} if host in (RunHost.CUDA, RunHost.EMULATED) else {"CUDA_VISIBLE_DEVICES": ""},
+                "env": {**env, **place.env},
                 "argv": list(argv),
+                "guard": {"mirror": str(work), "protected": sorted({str(folder), str(program.parent)})},
+                "budget": (budget or Budget()).to_json(),
             }
             try:
                 finished = self._server.run(request) if self._server else self._spawner.run(request, self.jobs)
@@ -415,7 +438,8 @@ class Launcher:
             stderr = Path(files["stderr"]).read_bytes()
             report = self._report(Path(files["outcome.json"]), finished, stderr, timeout)
         text = stdout.decode("utf-8", errors="replace")
-        return RunOutcome(host, report.status, report.error, last_result(text), seconds, text[-_OUTPUT_TAIL:], _tail(stderr))
+        return RunOutcome(host, report.status, report.error, last_result(text), seconds, text[-_OUTPUT_TAIL:],
+                          _tail(stderr), report.stopped)
 
     @staticmethod
     def _report(path: Path, finished: _Finished, stderr: bytes, timeout: float) -> ChildReport:
@@ -464,6 +488,9 @@ def compare_results(original: RunOutcome, fixed: RunOutcome, reference: RunOutco
     if fixed.status is not RunStatus.OK:
         return Comparison(ComparisonStatus.SKIPPED, "the fixed program did not finish")
     if fixed.result is None:
+        if fixed.stopped is not None:
+            return Comparison(ComparisonStatus.SKIPPED, f"the fixed program was stopped before a RESULT line: "
+                                                        f"{fixed.stopped}")
         return Comparison(ComparisonStatus.SKIPPED, "the fixed program printed no RESULT line")
     if original.result is not None:
         expected, against = original.result, f"the original on the {original.host.label}"
@@ -480,24 +507,65 @@ def compare_results(original: RunOutcome, fixed: RunOutcome, reference: RunOutco
                       expected, fixed.result)
 
 
-def judge(codes: Sequence[str], original: RunOutcome, fixed: RunOutcome, comparison: Comparison) -> tuple[Verdict, str]:
+def not_runnable(run: RunOutcome) -> str | None:
+    """Why a run could not get going on this machine as given, in one line; None if it could."""
+    error = run.error
+    if run.status is not RunStatus.ERROR or error is None:
+        return None
+    message = error.message
+    if error.type == "ModuleNotFoundError":
+        missing = re.search(r"No module named '([^']+)'", message)
+        package = missing.group(1).split(".")[0] if missing else message
+        return f"needs the package `{package}`, which is not installed here"
+    if error.type == "ImportError" and "relative import" in message:
+        return "it is a module of a package (it imports relatively), not a program to run on its own"
+    if error.type in ("FileNotFoundError", "NotADirectoryError"):
+        missing = re.search(r"No such file or directory: (.+)$", message)
+        name = missing.group(1) if missing else message
+        return f"needs a file that is not there: {name} (run it where its files are with --cwd, or name them after --)"
+    if error.type == "SystemExit" and message == "2" and "usage:" in run.stderr_tail:
+        complaint = [line for line in run.stderr_tail.strip().splitlines() if line.strip()]
+        return f"needs command-line arguments (give them after --): {complaint[-1] if complaint else 'usage'}"
+    if error.type in ("URLError", "ConnectionError", "gaierror", "HTTPError", "SSLError", "ReadTimeout"):
+        return f"needs the network: {error.type}: {message.splitlines()[0] if message else ''}"
+    return None
+
+
+def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome, comparison: Comparison,
+          where: Callable[[int], str] = lambda line: f"line {line}") -> tuple[Verdict, str]:
+    """The verdict, and why: the original's error counts only where it is its findings' bug."""
     error = original.error
-    reproduced = original.status is RunStatus.ERROR and error is not None and predicted_by(codes, error)
-    if reproduced:
+    shown = shown_by(sites, error) if original.status is RunStatus.ERROR else None
+    if shown is not None:
+        assert error is not None
+        raised = f" at {where(error.line)}" if error.line else ""
+        predicted = f"the error {shown.code} ({where(shown.line)}) predicts"
         if fixed.status is not RunStatus.OK:
-            return Verdict.FIX_FAILED, "the original fails as predicted, and so does the fixed program"
+            return Verdict.FIX_FAILED, f"the original fails{raised} with {predicted}, and so does the fixed program"
         if comparison.status is ComparisonStatus.DIFFER:
             return Verdict.RESULTS_DIFFER, "the fixed program runs but computes something else"
-        return Verdict.FIX_VERIFIED, "the original fails with the predicted error; the fixed program runs"
+        return Verdict.FIX_VERIFIED, f"the original fails{raised} with {predicted}; the fixed program runs"
     if original.status is RunStatus.OK:
         if fixed.status is not RunStatus.OK:
             return Verdict.FIX_FAILED, "the original runs, the fixed program does not"
         if comparison.status is ComparisonStatus.DIFFER:
             return Verdict.RESULTS_DIFFER, "both run, but the fix changes the result"
+        if original.stopped is not None and original.stopped.startswith("every finding"):
+            return Verdict.BUG_NOT_REPRODUCED, (
+                "the original ran every flagged line and a use of its value without error on this host")
         return Verdict.BUG_NOT_REPRODUCED, "the original runs without error on this host"
     if original.status is RunStatus.TIMEOUT:
         return Verdict.BUG_NOT_REPRODUCED, "the original timed out before the bug could show"
-    return Verdict.BUG_NOT_REPRODUCED, "the original fails, but not with an error its findings predict"
+    reason = not_runnable(original)
+    if reason is not None:
+        return Verdict.NOT_RUNNABLE, reason
+    assert error is not None
+    at = f" at {where(error.line)}" if error.line else ""
+    if predicted_elsewhere(sites, error):
+        return Verdict.BUG_NOT_REPRODUCED, (
+            f"the original fails{at} with a device error, but not through a flagged line or a use of its value: "
+            "another bug, not the one found")
+    return Verdict.BUG_NOT_REPRODUCED, f"the original fails{at}, but not with an error its findings predict"
 
 
 # -- programs --------------------------------------------------------------------------------
@@ -518,6 +586,86 @@ class VerifySettings:
     # `--host`/`--gpus`: the machine for every program, over directives and findings.
     host: ProgramHost | None = None
     gpus: int | None = None
+    # `--cwd`/`--env`: where every program runs (default: its own folder) and extra environment.
+    place: RunPlace = field(default_factory=RunPlace)
+    # `verify PROGRAM -- ARGS`: the command line, over a directive's `argv=`.
+    argv: tuple[str, ...] | None = None
+    # The proof budget: runs stop once their findings are exercised, unless `--run-to-end`;
+    # `--seconds`/`--steps` stop them sooner.
+    run_to_end: bool = False
+    seconds: float | None = None
+    steps: int | None = None
+    # Told when each run starts and ends, and about long runs every few seconds.
+    progress: Callable[[RunEvent], None] | None = None
+
+
+class RunPhase(Enum):
+    STARTED = "started"
+    RUNNING = "still running"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """Progress, for a user watching: which program, which run, where, how long so far."""
+
+    path: str
+    # "original", "fixed" or "reference".
+    role: str
+    host: RunHost
+    phase: RunPhase
+    seconds: float
+    outcome: RunOutcome | None = None
+
+
+class _Progress:
+    """Tells `listener` when runs start and end, and every `every` seconds which are still going."""
+
+    def __init__(self, listener: Callable[[RunEvent], None] | None, every: float = 15.0) -> None:
+        self.listener = listener
+        self.every = every
+        self._lock = threading.Lock()
+        self._live: dict[int, tuple[str, str, RunHost, float]] = {}
+        self._next = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if listener is not None:
+            self._thread = threading.Thread(target=self._beat, daemon=True, name="verify-progress")
+            self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            now = time.monotonic()
+            with self._lock:
+                live = list(self._live.values())
+            for path, role, host, started in live:
+                if now - started >= self.every:
+                    self._tell(RunEvent(path, role, host, RunPhase.RUNNING, now - started))
+
+    def _tell(self, event: RunEvent) -> None:
+        if self.listener is not None:
+            try:
+                self.listener(event)
+            except Exception:  # noqa: BLE001 - progress is a courtesy; a closed stream must not end the runs
+                self.listener = None
+
+    def run(self, path: str, role: str, host: RunHost, start: Callable[[], RunOutcome]) -> RunOutcome:
+        started = time.monotonic()
+        with self._lock:
+            self._next += 1
+            key = self._next
+            self._live[key] = (path, role, host, started)
+        self._tell(RunEvent(path, role, host, RunPhase.STARTED, 0.0))
+        try:
+            outcome = start()
+        finally:
+            with self._lock:
+                self._live.pop(key, None)
+        self._tell(RunEvent(path, role, host, RunPhase.FINISHED, outcome.seconds, outcome))
+        return outcome
+
+    def close(self) -> None:
+        self._stop.set()
 
 
 @dataclass
@@ -531,6 +679,8 @@ class _Pending:
     fixed: Future[RunOutcome] | None = None
     reference: Future[RunOutcome] | None = None
     cells: tuple[CellLines, ...] = ()
+    # Where the findings this run can prove are, in the original program.
+    sites: tuple[FindingSite, ...] = ()
 
 
 def _describe_spec(spec: VerifySpec) -> str:
@@ -563,10 +713,11 @@ def verify_programs(paths: Iterable[str], settings: VerifySettings) -> Iterator[
     """Reports in the order of `paths`; every program's runs are queued at once, `jobs` at a time."""
     launcher = Launcher(settings.jobs)
     pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs), thread_name_prefix="verify")
+    progress = _Progress(settings.progress)
     pending: list[_Pending | FileError] = []
     try:
         for path in paths:
-            pending.append(_start(path, settings, pool, launcher))
+            pending.append(_start(path, settings, pool, launcher, progress))
         for item in pending:
             yield item if isinstance(item, FileError) else _finish(item)
     finally:
@@ -576,11 +727,13 @@ def verify_programs(paths: Iterable[str], settings: VerifySettings) -> Iterator[
                     if future is not None:
                         future.cancel()
         # Closing the launcher kills runs still under way (after an interrupt) and ends the server.
+        progress.close()
         launcher.close()
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launcher: Launcher) -> _Pending | FileError:
+def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launcher: Launcher,
+           progress: _Progress) -> _Pending | FileError:
     try:
         # A notebook runs as its code cells in order, IPython syntax removed.
         program = read_program(path)
@@ -617,14 +770,27 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
     item = _Pending(path, spec, findings, accelerator, note, cells=program.view(text).cells)
     if not proven_findings(findings):
         return item
+    in_scenario = [finding for finding in proven_findings(findings) if finding.code not in unproven]
+    item.sites = finding_sites(text, in_scenario, item.cells)
+    fixed_sites = tuple(site.moved(line_map(text, fixed_text)) for site in item.sites)
 
-    def run(source: str, where: RunHost, argv: tuple[str, ...]) -> Future[RunOutcome]:
-        return pool.submit(launcher.run, source, path, where, spec.gpus, settings.timeout, argv)
+    def budget(sites: Sequence[FindingSite]) -> Budget:
+        watches = () if settings.run_to_end else tuple(site.watch() for site in sites)
+        return Budget(watches, settings.seconds, settings.steps)
 
-    item.original = run(text, host, spec.argv)
-    item.fixed = run(fixed_text, host, spec.argv if spec.fixed_argv is None else spec.fixed_argv)
+    def run(role: str, source: str, where: RunHost, argv: tuple[str, ...],
+            sites: Sequence[FindingSite]) -> Future[RunOutcome]:
+        def start() -> RunOutcome:
+            return launcher.run(source, path, where, spec.gpus, settings.timeout, argv, settings.place, budget(sites))
+
+        return pool.submit(progress.run, path, role, where, start)
+
+    argv = spec.argv if settings.argv is None else settings.argv
+    fixed_argv = argv if settings.argv is not None or spec.fixed_argv is None else spec.fixed_argv
+    item.original = run("original", text, host, argv, item.sites)
+    item.fixed = run("fixed", fixed_text, host, fixed_argv, fixed_sites)
     if host is not RunHost.CPU:  # on a CPU host the original's own run is the reference
-        item.reference = run(text, RunHost.CPU, spec.argv)
+        item.reference = run("reference", text, RunHost.CPU, argv, item.sites)
     return item
 
 
@@ -639,7 +805,13 @@ def _finish(item: _Pending) -> ProgramReport:
     original, fixed = item.original.result(), item.fixed.result()
     reference = item.reference.result() if item.reference is not None else None
     comparison = compare_results(original, fixed, reference)
-    verdict, why = judge([d.code for d in proven], original, fixed, comparison)
+    cells = item.cells
+
+    def where(line: int) -> str:
+        cell = cell_holding(cells, line)
+        return f"line {line}" if cell is None else f"cell {cell.number}, line {line - cell.first_line + 1}"
+
+    verdict, why = judge(item.sites, original, fixed, comparison, where)
     unfixed = sum(1 for d in proven if d.fix is None)
     if unfixed and verdict is not Verdict.FIX_VERIFIED:
         why += f" ({unfixed} finding{'s have' if unfixed != 1 else ' has'} no fix)"
