@@ -27,6 +27,7 @@ from torchdevlint.verify.directive import (
     VerifySpec,
     read_directive,
     scenario_for,
+    scenarios_for,
     with_host,
 )
 from torchdevlint.verify.protocol import ErrorInfo, RunHost, RunStatus, last_result
@@ -490,6 +491,18 @@ def test_the_host_follows_from_the_findings(
     spec, left = scenario_for(VerifySpec(), codes)
     assert (spec.host, spec.gpus, left) == (host, gpus, unproven)
     assert spec.origin == ("findings" if codes else "default")
+
+
+def test_every_machine_the_findings_need_runs_the_most_proving_first() -> None:
+    machines = [(spec.host, spec.gpus, codes) for spec, codes in
+                scenarios_for(VerifySpec(), ["TDL003", "TDL001", "TDL007", "TDL002", "TDL004"])]
+    assert machines == [
+        (ProgramHost.GPU, 2, ("TDL001", "TDL002", "TDL004")),
+        (ProgramHost.CPU_LOADS_GPU_CHECKPOINT, 1, ("TDL003",)),
+        (ProgramHost.CPU, 1, ("TDL007",)),
+    ]
+    directive = read_directive("# verify: host=cpu\n")
+    assert scenarios_for(directive, ["TDL001", "TDL007"]) == [(directive, ("TDL001", "TDL007"))]
 
 
 def test_directive_and_command_line_override_the_findings() -> None:

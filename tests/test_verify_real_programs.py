@@ -181,9 +181,16 @@ def test_programs_that_cannot_run_here_get_one_line_saying_what_is_missing(tmp_p
         "missing_file.py": ("rows = open('data/train.csv').read()", "needs a file that is not there: "
                             "'data/train.csv'"),
         "relative_import.py": ("from . import config", "it is a module of a package"),
+        "broken_package.py": ("import vision_ops.nms", "importing `vision_ops` fails here: RuntimeError: "
+                              "operator vision_ops::nms does not exist"),
     }
     for name, (setup, _) in cases.items():
         (tmp_path / name).write_text(PROGRAM_WITH_A_FINDING.format(setup=setup))
+    # Installed, but built for another torch: it fails as it is imported.
+    (tmp_path / "vision_ops").mkdir()
+    (tmp_path / "vision_ops" / "__init__.py").write_text("")
+    (tmp_path / "vision_ops" / "nms.py").write_text(
+        "raise RuntimeError('operator vision_ops::nms does not exist')\n")
     result, reports = verify_json(str(tmp_path))
     assert result.returncode == 1
     by_name = {Path(report["path"]).name: report for report in reports}
@@ -191,7 +198,7 @@ def test_programs_that_cannot_run_here_get_one_line_saying_what_is_missing(tmp_p
         assert by_name[name]["verdict"] == "not runnable here", by_name[name]
         assert by_name[name]["note"].startswith(reason), by_name[name]["note"]
     text = run_cli("verify", "--device", "emulated", str(tmp_path), cwd=ROOT).stdout
-    assert "3 not runnable here (3 programs)" in text
+    assert "4 not runnable here, 2 no finding (6 programs)" in text
 
 
 # The finding (a discarded move of `x`) is real, but `x` is only ever used on the CPU; the
@@ -305,3 +312,37 @@ def test_writes_in_a_run_copy_the_file_first_and_never_reach_the_users_folder(tm
         "['append.txt', 'model.pt', 'top.txt']",
     ]
     assert snapshot(project) == before
+
+
+# A checkpoint loaded without map_location (a CPU-only host proves it) and a discarded move
+# (a GPU proves it): one program, two machines.
+TWO_MACHINES = '''\
+import torch
+import torch.nn as nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Linear(4, 2)
+torch.save(model.state_dict(), "weights.pt")
+model.load_state_dict(torch.load("weights.pt"))
+model.to(device)
+x = torch.randn(3, 4)
+x.to(device)
+print("RESULT", round(model(x).sum().item(), 4))
+'''
+
+
+@pytest.mark.slow
+def test_findings_that_need_different_machines_are_each_proven_on_their_own(tmp_path: Path) -> None:
+    program = tmp_path / "two_machines.py"
+    program.write_text(TWO_MACHINES)
+    result, [report] = verify_json(str(program))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert report["verdict"] == "fix verified"
+    assert (report["host"], report["original"]["error"]["line"]) == ("cpu-loads-gpu-checkpoint", 7)
+    [gpu] = report["more_hosts"]
+    assert (gpu["host"], gpu["gpus"], gpu["codes"], gpu["verdict"]) == ("gpu", 1, ["TDL001"], "fix verified")
+    assert gpu["original"]["error"]["line"] == 11
+    assert gpu["comparison"]["status"] == "match"
+    assert report["note"].endswith("; also on 1 GPU for TDL001: fix verified")
+    text = run_cli("verify", "--device", "emulated", str(program), cwd=ROOT).stdout
+    assert "  on 1 GPU, for TDL001: fix verified\n" in text

@@ -47,7 +47,27 @@ def _error_info(error: BaseException, path: str) -> ErrorInfo:
     if isinstance(error, KeyError) and len(error.args) == 1:
         message = repr(error.args[0])
     # The innermost frame of the program itself is where the error shows.
-    return ErrorInfo(type(error).__name__, message, trace[-1] if trace else None, trace)
+    return ErrorInfo(type(error).__name__, message, trace[-1] if trace else None, trace,
+                     _module_being_imported(error, path))
+
+
+def _module_being_imported(error: BaseException, path: str) -> str | None:
+    """The module whose import, started by the program's innermost line, raised `error`."""
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    last_own = max((index for index, frame in enumerate(frames) if frame.f_code.co_filename == path), default=None)
+    if last_own is None:
+        return None
+    # The import machinery drops its own frames from tracebacks: what follows the program's
+    # line directly is the top level of the module it imports.
+    following = frames[last_own + 1:last_own + 2]
+    if following and following[0].f_code.co_name == "<module>":
+        name = following[0].f_globals.get("__name__")
+        return name if isinstance(name, str) else None
+    return None
 
 
 def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str] | None = None,

@@ -168,3 +168,17 @@ def with_host(spec: VerifySpec, host: ProgramHost | None, gpus: int | None) -> V
     if not 1 <= count <= _MAX_GPUS:
         raise DirectiveError(f"--gpus {count} is not a number from 1 to {_MAX_GPUS}")
     return replace(spec, host=chosen, gpus=count, origin="command line")
+
+
+def scenarios_for(spec: VerifySpec, codes: Sequence[str]) -> list[tuple[VerifySpec, tuple[str, ...]]]:
+    """Every machine these findings need, each with the codes it proves, the one proving most first.
+
+    A spec from a directive or the command line is the one machine, for every code.
+    """
+    chosen, left = scenario_for(spec, codes)
+    scenarios = [(chosen, tuple(code for code in codes if code not in left))]
+    while left:
+        chosen, still = scenario_for(VerifySpec(), left)
+        scenarios.append((chosen, tuple(code for code in left if code not in still)))
+        left = still
+    return scenarios

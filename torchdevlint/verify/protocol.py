@@ -55,17 +55,21 @@ class ErrorInfo:
     # The innermost line of the program itself, and every program line the traceback passes.
     line: int | None = None
     trace: tuple[int, ...] = ()
+    # The module whose import the program's line started, where the error was raised importing it.
+    importing: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"type": self.type, "message": self.message, "line": self.line, "trace": list(self.trace)}
+        return {"type": self.type, "message": self.message, "line": self.line, "trace": list(self.trace),
+                "importing": self.importing}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> ErrorInfo:
         line = data.get("line")
         trace = data.get("trace")
         lines = tuple(item for item in trace if isinstance(item, int)) if isinstance(trace, list) else ()
+        importing = data.get("importing")
         return cls(str(data.get("type", "")), str(data.get("message", "")), line if isinstance(line, int) else None,
-                   lines)
+                   lines, importing if isinstance(importing, str) else None)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TextIO
@@ -12,6 +13,7 @@ from torchdevlint.verify.protocol import RunStatus
 from torchdevlint.verify.runner import (
     Accelerator,
     AcceleratorInfo,
+    Comparison,
     ComparisonStatus,
     ProgramReport,
     RunEvent,
@@ -21,6 +23,8 @@ from torchdevlint.verify.runner import (
 )
 
 _MESSAGE_WIDTH = 300
+# Bold and colour codes some messages carry (torch.load's weights_only advice).
+_TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def header(accelerator: AcceleratorInfo) -> str:
@@ -30,7 +34,7 @@ def header(accelerator: AcceleratorInfo) -> str:
 
 
 def _one_line(text: str) -> str:
-    flat = " ".join(text.split())
+    flat = " ".join(_TERMINAL_STYLE.sub("", text).split())
     return flat if len(flat) <= _MESSAGE_WIDTH else flat[: _MESSAGE_WIDTH - 1] + "…"
 
 
@@ -57,27 +61,36 @@ def _findings_line(program: ProgramReport) -> str:
     )
 
 
-def write_program(out: TextIO, program: ProgramReport) -> None:
-    out.write(f"{program.path}: {program.verdict.value}\n")
-    if not program.findings:
-        out.write(f"  {program.note}\n")
-        return
-    out.write(f"  findings:  {_findings_line(program)}\n")
-    if program.original is not None:
-        out.write(f"  original:  {_describe(program.original, program)}\n")
-    if program.fixed is not None:
-        out.write(f"  fixed:     {_describe(program.fixed, program)}\n")
-    comparison = program.comparison
+def _write_runs(out: TextIO, program: ProgramReport, original: RunOutcome | None, fixed: RunOutcome | None,
+                comparison: Comparison | None, indent: str) -> None:
+    if original is not None:
+        out.write(f"{indent}original:  {_describe(original, program)}\n")
+    if fixed is not None:
+        out.write(f"{indent}fixed:     {_describe(fixed, program)}\n")
     if comparison is not None:
         label = {
             ComparisonStatus.MATCH: "same",
             ComparisonStatus.DIFFER: "DIFFERENT",
             ComparisonStatus.SKIPPED: "not compared",
         }
-        line = f"  result:    {label[comparison.status]}: {comparison.reason}"
+        line = f"{indent}result:    {label[comparison.status]}: {comparison.reason}"
         if comparison.status is ComparisonStatus.DIFFER:
             line += f" (expected RESULT {comparison.expected}, got RESULT {comparison.actual})"
         out.write(line + "\n")
+
+
+def write_program(out: TextIO, program: ProgramReport) -> None:
+    out.write(f"{program.path}: {program.verdict.value}\n")
+    if not program.findings:
+        out.write(f"  {program.note}\n")
+        return
+    out.write(f"  findings:  {_findings_line(program)}\n")
+    _write_runs(out, program, program.original, program.fixed, program.comparison, "  ")
+    for scenario in program.more:
+        codes = ", ".join(sorted(set(scenario.codes)))
+        out.write(f"  on {scenario.machine}, for {codes}: {scenario.verdict.value}\n")
+        _write_runs(out, program, scenario.original, scenario.fixed, scenario.comparison, "    ")
+        out.write(f"    why:       {scenario.note}\n")
     out.write(f"  why:       {program.note}\n")
 
 

@@ -32,9 +32,10 @@ from torchdevlint.verify.directive import (
     ProgramHost,
     VerifySpec,
     read_directive,
-    scenario_for,
+    scenarios_for,
     with_host,
 )
+from torchdevlint.verify.expected_errors import predicted_by
 from torchdevlint.verify.proof import Budget
 from torchdevlint.verify.protocol import (
     CHILD_MODULE,
@@ -149,6 +150,9 @@ class ProgramReport:
     comparison: Comparison | None = None
     # For a notebook: where its cells lie in the program that was run (error lines map to cells).
     cells: tuple[CellLines, ...] = ()
+    # Where findings need different machines: the runs on the others (this report's own runs
+    # are the first machine's; its verdict is `fix verified` only if every machine's is).
+    more: tuple[ScenarioReport, ...] = ()
 
     def program_line(self, line: int) -> str:
         """A line of the program that ran, as the user finds it: `line 7` or `cell 3, line 2`."""
@@ -172,6 +176,36 @@ class ProgramReport:
             "fixed": self.fixed.to_json() if self.fixed else None,
             "reference": self.reference.to_json() if self.reference else None,
             "comparison": self.comparison.to_json() if self.comparison else None,
+            "verdict": self.verdict.value,
+            "note": self.note,
+            "more_hosts": [scenario.to_json() for scenario in self.more],
+        }
+
+
+@dataclass(frozen=True)
+class ScenarioReport:
+    """The runs on one more machine a program's findings need, and their verdict."""
+
+    spec: VerifySpec
+    codes: tuple[str, ...]
+    verdict: Verdict
+    note: str
+    original: RunOutcome
+    fixed: RunOutcome
+    comparison: Comparison
+
+    @property
+    def machine(self) -> str:
+        return describe_spec(self.spec)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "host": self.spec.host.value,
+            "gpus": self.spec.gpus,
+            "codes": list(self.codes),
+            "original": self.original.to_json(),
+            "fixed": self.fixed.to_json(),
+            "comparison": self.comparison.to_json(),
             "verdict": self.verdict.value,
             "note": self.note,
         }
@@ -507,12 +541,18 @@ def compare_results(original: RunOutcome, fixed: RunOutcome, reference: RunOutco
                       expected, fixed.result)
 
 
-def not_runnable(run: RunOutcome) -> str | None:
+def not_runnable(run: RunOutcome, sites: Sequence[FindingSite] = ()) -> str | None:
     """Why a run could not get going on this machine as given, in one line; None if it could."""
     error = run.error
     if run.status is not RunStatus.ERROR or error is None:
         return None
     message = error.message
+    first_line = message.strip().splitlines()[0] if message.strip() else ""
+    if (error.importing is not None and error.type != "ModuleNotFoundError"
+            and not predicted_by([site.code for site in sites], error)):
+        # An installed package that does not import here (built for another torch, say).
+        package = error.importing.split(".")[0]
+        return f"importing `{package}` fails here: {error.type}: {first_line}"
     if error.type == "ModuleNotFoundError":
         missing = re.search(r"No module named '([^']+)'", message)
         package = missing.group(1).split(".")[0] if missing else message
@@ -527,7 +567,7 @@ def not_runnable(run: RunOutcome) -> str | None:
         complaint = [line for line in run.stderr_tail.strip().splitlines() if line.strip()]
         return f"needs command-line arguments (give them after --): {complaint[-1] if complaint else 'usage'}"
     if error.type in ("URLError", "ConnectionError", "gaierror", "HTTPError", "SSLError", "ReadTimeout"):
-        return f"needs the network: {error.type}: {message.splitlines()[0] if message else ''}"
+        return f"needs the network: {error.type}: {first_line}"
     return None
 
 
@@ -556,7 +596,7 @@ def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome,
         return Verdict.BUG_NOT_REPRODUCED, "the original runs without error on this host"
     if original.status is RunStatus.TIMEOUT:
         return Verdict.BUG_NOT_REPRODUCED, "the original timed out before the bug could show"
-    reason = not_runnable(original)
+    reason = not_runnable(original, sites)
     if reason is not None:
         return Verdict.NOT_RUNNABLE, reason
     assert error is not None
@@ -669,21 +709,31 @@ class _Progress:
 
 
 @dataclass
+class _Scenario:
+    """One machine a program runs on, the findings it proves, and its two runs."""
+
+    spec: VerifySpec
+    codes: tuple[str, ...]
+    # Where those findings are, in the original program.
+    sites: tuple[FindingSite, ...]
+    original: Future[RunOutcome]
+    fixed: Future[RunOutcome]
+
+
+@dataclass
 class _Pending:
     path: str
     spec: VerifySpec
     findings: tuple[Diagnostic, ...]
     accelerator: Accelerator
     note: str = ""
-    original: Future[RunOutcome] | None = None
-    fixed: Future[RunOutcome] | None = None
+    # The first is the machine that proves the most findings.
+    scenarios: list[_Scenario] = field(default_factory=list)
     reference: Future[RunOutcome] | None = None
     cells: tuple[CellLines, ...] = ()
-    # Where the findings this run can prove are, in the original program.
-    sites: tuple[FindingSite, ...] = ()
 
 
-def _describe_spec(spec: VerifySpec) -> str:
+def describe_spec(spec: VerifySpec) -> str:
     if spec.host is ProgramHost.GPU:
         return f"{spec.gpus} GPU{'s' if spec.gpus != 1 else ''}"
     return {
@@ -723,7 +773,8 @@ def verify_programs(paths: Iterable[str], settings: VerifySettings) -> Iterator[
     finally:
         for item in pending:
             if isinstance(item, _Pending):
-                for future in (item.original, item.fixed, item.reference):
+                futures = [future for scenario in item.scenarios for future in (scenario.original, scenario.fixed)]
+                for future in (*futures, item.reference):
                     if future is not None:
                         future.cancel()
         # Closing the launcher kills runs still under way (after an interrupt) and ends the server.
@@ -757,63 +808,89 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
     except Exception as error:  # noqa: BLE001 - a syntax error or a linter bug: report, go on
         message = str(getattr(error, "message", None) or error).strip()
         return FileError(path, f"cannot lint: {type(error).__name__}: {message.splitlines()[0] if message else ''}")
-    spec, unproven = scenario_for(with_host(spec, settings.host, settings.gpus),
-                                  [finding.code for finding in proven_findings(findings)])
+    scenarios = scenarios_for(with_host(spec, settings.host, settings.gpus),
+                              [finding.code for finding in proven_findings(findings)])
+    spec = scenarios[0][0]
     host, accelerator, note = _target_host(spec, settings.accelerator)
     if spec.origin == "command line":
-        note += f"host from the command line: {_describe_spec(spec)}; "
+        note += f"host from the command line: {describe_spec(spec)}; "
     elif spec.origin == "findings" and (spec.host is not ProgramHost.GPU or spec.gpus > 1):
-        note += f"host chosen from the findings: {_describe_spec(spec)}; "
-    if unproven:
-        codes = ", ".join(sorted(set(unproven)))
-        note += f"{codes} need{'s' if len(set(unproven)) == 1 else ''} another host: not proven in this run; "
+        note += f"host chosen from the findings: {describe_spec(spec)}; "
     item = _Pending(path, spec, findings, accelerator, note, cells=program.view(text).cells)
     if not proven_findings(findings):
         return item
-    in_scenario = [finding for finding in proven_findings(findings) if finding.code not in unproven]
-    item.sites = finding_sites(text, in_scenario, item.cells)
-    fixed_sites = tuple(site.moved(line_map(text, fixed_text)) for site in item.sites)
+    to_fixed = line_map(text, fixed_text)
 
     def budget(sites: Sequence[FindingSite]) -> Budget:
         watches = () if settings.run_to_end else tuple(site.watch() for site in sites)
         return Budget(watches, settings.seconds, settings.steps)
 
-    def run(role: str, source: str, where: RunHost, argv: tuple[str, ...],
+    def run(role: str, source: str, where: RunHost, gpus: int, argv: tuple[str, ...],
             sites: Sequence[FindingSite]) -> Future[RunOutcome]:
         def start() -> RunOutcome:
-            return launcher.run(source, path, where, spec.gpus, settings.timeout, argv, settings.place, budget(sites))
+            return launcher.run(source, path, where, gpus, settings.timeout, argv, settings.place, budget(sites))
 
         return pool.submit(progress.run, path, role, where, start)
 
     argv = spec.argv if settings.argv is None else settings.argv
     fixed_argv = argv if settings.argv is not None or spec.fixed_argv is None else spec.fixed_argv
-    item.original = run("original", text, host, argv, item.sites)
-    item.fixed = run("fixed", fixed_text, host, fixed_argv, fixed_sites)
-    if host is not RunHost.CPU:  # on a CPU host the original's own run is the reference
-        item.reference = run("reference", text, RunHost.CPU, argv, item.sites)
+    for number, (scenario_spec, codes) in enumerate(scenarios):
+        where, _, _ = _target_host(scenario_spec, settings.accelerator)
+        sites = finding_sites(text, [finding for finding in proven_findings(findings) if finding.code in codes],
+                              item.cells)
+        suffix = "" if number == 0 else f" ({describe_spec(scenario_spec)})"
+        item.scenarios.append(_Scenario(
+            scenario_spec, codes, sites,
+            run("original" + suffix, text, where, scenario_spec.gpus, argv, sites),
+            run("fixed" + suffix, fixed_text, where, scenario_spec.gpus, fixed_argv,
+                tuple(site.moved(to_fixed) for site in sites)),
+        ))
+    on_cpu = [scenario for scenario in item.scenarios
+               if _target_host(scenario.spec, settings.accelerator)[0] is RunHost.CPU]
+    # A CPU host's own run of the original is the reference.
+    item.reference = on_cpu[0].original if on_cpu else run(
+        "reference", text, RunHost.CPU, 1, argv, item.scenarios[0].sites)
     return item
+
+
+def _judged(scenario: _Scenario, reference: RunOutcome | None, where: Callable[[int], str],
+            unfixed: int) -> tuple[RunOutcome, RunOutcome, Comparison, Verdict, str]:
+    original, fixed = scenario.original.result(), scenario.fixed.result()
+    comparison = compare_results(original, fixed, reference)
+    verdict, why = judge(scenario.sites, original, fixed, comparison, where)
+    if unfixed and verdict is not Verdict.FIX_VERIFIED:
+        why += f" ({unfixed} finding{'s have' if unfixed != 1 else ' has'} no fix)"
+    return original, fixed, comparison, verdict, why
 
 
 def _finish(item: _Pending) -> ProgramReport:
     proven = proven_findings(item.findings)
-    if not proven or item.original is None or item.fixed is None:
+    if not proven or not item.scenarios:
         why = "nothing to verify: not run"
         if item.findings:
             why = f"no correctness ({CORRECTNESS_PREFIX}xx) finding, nothing fails at run time: not run"
         return ProgramReport(item.path, item.accelerator, item.spec, item.findings, Verdict.NO_FINDING, why,
                              cells=item.cells)
-    original, fixed = item.original.result(), item.fixed.result()
     reference = item.reference.result() if item.reference is not None else None
-    comparison = compare_results(original, fixed, reference)
     cells = item.cells
 
     def where(line: int) -> str:
         cell = cell_holding(cells, line)
         return f"line {line}" if cell is None else f"cell {cell.number}, line {line - cell.first_line + 1}"
 
-    verdict, why = judge(item.sites, original, fixed, comparison, where)
-    unfixed = sum(1 for d in proven if d.fix is None)
-    if unfixed and verdict is not Verdict.FIX_VERIFIED:
-        why += f" ({unfixed} finding{'s have' if unfixed != 1 else ' has'} no fix)"
+    first, *others = item.scenarios
+    unfixed = sum(1 for d in proven if d.fix is None and d.code in first.codes)
+    original, fixed, comparison, verdict, why = _judged(first, reference, where, unfixed)
+    more: list[ScenarioReport] = []
+    for scenario in others:
+        unfixed = sum(1 for d in proven if d.fix is None and d.code in scenario.codes)
+        runs = _judged(scenario, reference, where, unfixed)
+        more.append(ScenarioReport(scenario.spec, scenario.codes, runs[3], runs[4], *runs[:3]))
+    if more:
+        for extra in more:
+            why += f"; also on {extra.machine} for {', '.join(sorted(set(extra.codes)))}: {extra.verdict.value}"
+        failing = [extra.verdict for extra in more if extra.verdict is not Verdict.FIX_VERIFIED]
+        if verdict is Verdict.FIX_VERIFIED and failing:
+            verdict = failing[0]
     return ProgramReport(item.path, item.accelerator, item.spec, item.findings, verdict, item.note + why,
-                         original, fixed, reference, comparison, item.cells)
+                         original, fixed, reference, comparison, item.cells, tuple(more))
