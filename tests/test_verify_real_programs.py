@@ -346,3 +346,16 @@ def test_findings_that_need_different_machines_are_each_proven_on_their_own(tmp_
     assert report["note"].endswith("; also on 1 GPU for TDL001: fix verified")
     text = run_cli("verify", "--device", "emulated", str(program), cwd=ROOT).stdout
     assert "  on 1 GPU, for TDL001: fix verified\n" in text
+
+
+def test_a_folder_of_more_files_than_the_budget_is_linked_whole(tmp_path: Path) -> None:
+    from torchdevlint.verify.workspace import mirror
+
+    project = tmp_path / "project"
+    (project / "images").mkdir(parents=True)
+    for index in range(30):
+        (project / "images" / f"{index}.png").write_bytes(b"")
+    (project / "train.py").write_text("")
+    work = mirror(project, tmp_path / "work", entries=10)
+    assert (work / "images").is_symlink() and (work / "train.py").is_symlink()
+    assert len(list((work / "images").iterdir())) == 30

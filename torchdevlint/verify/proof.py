@@ -81,7 +81,7 @@ class Budget:
         )
 
 
-class _Progress:
+class _Exercise:
     """Which findings have been exercised, from the program's line events."""
 
     def __init__(self, watches: Sequence[Watch]) -> None:
@@ -113,7 +113,7 @@ class ProofBudget:
     def __init__(self, path: str, budget: Budget) -> None:
         self.path = path
         self.budget = budget
-        self.progress = _Progress(budget.watches)
+        self.progress = _Exercise(budget.watches)
         self.started = time.monotonic()
         self.pid = os.getpid()
         self.tracing = bool(self.progress.pending)

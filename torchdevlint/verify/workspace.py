@@ -47,6 +47,11 @@ def mirror(original: Path, into: Path, entries: int = MIRROR_ENTRIES) -> Path:
             children = sorted(os.scandir(source), key=lambda entry: entry.name)
         except OSError:
             continue  # an unreadable folder stays empty in the mirror, as the program would find it
+        if len(children) > budget and target != into:
+            # A folder of more files than are left to mirror (a dataset): linked whole instead.
+            target.rmdir()
+            _link(source, target)
+            continue
         for child in children:
             budget -= 1
             destination = target / child.name
