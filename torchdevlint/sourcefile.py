@@ -123,6 +123,12 @@ def cell_holding(cells: Sequence[CellLines], line: int) -> CellLines | None:
     return cell if line < cell.first_line + cell.line_count else None
 
 
+def line_name(cells: Sequence[CellLines], line: int) -> str:
+    """A program line as the user finds it: `line 7`, or in a notebook `cell 3, line 2`."""
+    cell = cell_holding(cells, line)
+    return f"line {line}" if cell is None else f"cell {cell.number}, line {line - cell.first_line + 1}"
+
+
 @dataclass(frozen=True)
 class ProgramView:
     """The text a file's findings were made on, as reporters need it to show them.

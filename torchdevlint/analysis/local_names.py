@@ -137,10 +137,15 @@ def _collect_bound(node: cst.CSTNode, local: set[str]) -> None:
 
 
 def _add_target(target: cst.BaseExpression, local: set[str]) -> None:
+    local.update(name.value for name in target_names(target))
+
+
+def target_names(target: cst.BaseExpression) -> list[cst.Name]:
+    """The plain names an assignment target binds: `h` in `h`, `out, h`, `[a, *rest]`."""
     if isinstance(target, cst.Name):
-        local.add(target.value)
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            _add_target(element.value, local)
-    elif isinstance(target, cst.StarredElement):
-        _add_target(target.value, local)
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in target_names(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    return []

@@ -23,6 +23,8 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from torchdevlint.analysis.local_names import target_names
+
 # How far a value is followed: into what is computed from it, and out through a `return`.
 _DEPTH = 2
 
@@ -70,16 +72,7 @@ def _bound_names(statement: cst.CSTNode) -> list[cst.Name]:
         targets = [statement.target]
     elif isinstance(statement, cst.With):
         targets = [item.asname.name for item in statement.items if item.asname is not None]
-    names: list[cst.Name] = []
-    while targets:
-        target = targets.pop()
-        if isinstance(target, cst.Name):
-            names.append(target)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            targets.extend(element.value for element in target.elements)
-        elif isinstance(target, cst.StarredElement):
-            targets.append(target.value)
-    return names
+    return [name for target in targets for name in target_names(target)]
 
 
 def _bound_attributes(statement: cst.CSTNode) -> list[cst.Attribute]:

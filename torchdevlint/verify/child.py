@@ -83,7 +83,6 @@ def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str
     sys.argv = [path, *(argv or [])]
     sys.path[0] = os.path.dirname(path)
     sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the program
-    proof: ProofBudget | None = None
     try:
         code = compile(source, path, "exec", dont_inherit=True)
         from torchdevlint.verify.host import host

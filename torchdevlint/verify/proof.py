@@ -23,6 +23,8 @@ from typing import Any
 
 # Seconds a run goes on after its findings are exercised: a small program ends by itself.
 GRACE_SECONDS = 3.0
+# Why a run stopped once its findings were exercised (the other reasons name an option).
+EXERCISED = "every finding's line and the use of its value had run"
 
 
 class BudgetSpent(BaseException):
@@ -131,7 +133,7 @@ class ProofBudget:
         if os.getpid() != self.pid:
             return
         if self.exercised_at is not None:
-            self._stop("every finding's line and the use of its value had run")
+            self._stop(EXERCISED)
         self._stop(f"stopped after {self.budget.seconds:g} s, as --seconds asks")
 
     def _exercised(self) -> None:
@@ -139,7 +141,7 @@ class ProofBudget:
         sys.settrace(None)
         self.exercised_at = time.monotonic()
         if not hasattr(signal, "setitimer"):
-            self._stop("every finding's line and the use of its value had run")  # no timer for a grace here
+            self._stop(EXERCISED)  # no timer for a grace here
         left = self.budget.grace
         if self.budget.seconds is not None:
             left = min(left, self.budget.seconds - (self.exercised_at - self.started))

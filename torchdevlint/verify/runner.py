@@ -26,7 +26,7 @@ from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.diagnostics import Diagnostic, FileError
 from torchdevlint.programs import read_program
 from torchdevlint.rule import Rule
-from torchdevlint.sourcefile import CellLines, SourceError, cell_holding
+from torchdevlint.sourcefile import CellLines, SourceError, line_name
 from torchdevlint.verify.directive import (
     DirectiveError,
     ProgramHost,
@@ -36,7 +36,7 @@ from torchdevlint.verify.directive import (
     with_host,
 )
 from torchdevlint.verify.expected_errors import predicted_by
-from torchdevlint.verify.proof import Budget
+from torchdevlint.verify.proof import EXERCISED, Budget
 from torchdevlint.verify.protocol import (
     CHILD_MODULE,
     ChildReport,
@@ -156,8 +156,7 @@ class ProgramReport:
 
     def program_line(self, line: int) -> str:
         """A line of the program that ran, as the user finds it: `line 7` or `cell 3, line 2`."""
-        cell = cell_holding(self.cells, line)
-        return f"line {line}" if cell is None else f"cell {cell.number}, line {line - cell.first_line + 1}"
+        return line_name(self.cells, line)
 
     @property
     def failed(self) -> bool:
@@ -590,7 +589,7 @@ def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome,
             return Verdict.FIX_FAILED, "the original runs, the fixed program does not"
         if comparison.status is ComparisonStatus.DIFFER:
             return Verdict.RESULTS_DIFFER, "both run, but the fix changes the result"
-        if original.stopped is not None and original.stopped.startswith("every finding"):
+        if original.stopped == EXERCISED:
             return Verdict.BUG_NOT_REPRODUCED, (
                 "the original ran every flagged line and a use of its value without error on this host")
         return Verdict.BUG_NOT_REPRODUCED, "the original runs without error on this host"
@@ -713,6 +712,7 @@ class _Scenario:
     """One machine a program runs on, the findings it proves, and its two runs."""
 
     spec: VerifySpec
+    host: RunHost
     codes: tuple[str, ...]
     # Where those findings are, in the original program.
     sites: tuple[FindingSite, ...]
@@ -834,33 +834,33 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
 
     argv = spec.argv if settings.argv is None else settings.argv
     fixed_argv = argv if settings.argv is not None or spec.fixed_argv is None else spec.fixed_argv
+    all_sites = finding_sites(text, proven_findings(findings), item.cells)
     for number, (scenario_spec, codes) in enumerate(scenarios):
         where, _, _ = _target_host(scenario_spec, settings.accelerator)
-        sites = finding_sites(text, [finding for finding in proven_findings(findings) if finding.code in codes],
-                              item.cells)
+        sites = tuple(site for site in all_sites if site.code in codes)
         suffix = "" if number == 0 else f" ({describe_spec(scenario_spec)})"
         item.scenarios.append(_Scenario(
-            scenario_spec, codes, sites,
+            scenario_spec, where, codes, sites,
             run("original" + suffix, text, where, scenario_spec.gpus, argv, sites),
             run("fixed" + suffix, fixed_text, where, scenario_spec.gpus, fixed_argv,
                 tuple(site.moved(to_fixed) for site in sites)),
         ))
-    on_cpu = [scenario for scenario in item.scenarios
-               if _target_host(scenario.spec, settings.accelerator)[0] is RunHost.CPU]
+    on_cpu = [scenario for scenario in item.scenarios if scenario.host is RunHost.CPU]
     # A CPU host's own run of the original is the reference.
     item.reference = on_cpu[0].original if on_cpu else run(
         "reference", text, RunHost.CPU, 1, argv, item.scenarios[0].sites)
     return item
 
 
-def _judged(scenario: _Scenario, reference: RunOutcome | None, where: Callable[[int], str],
-            unfixed: int) -> tuple[RunOutcome, RunOutcome, Comparison, Verdict, str]:
+def _judged(scenario: _Scenario, reference: RunOutcome | None, cells: Sequence[CellLines],
+            proven: Sequence[Diagnostic]) -> ScenarioReport:
     original, fixed = scenario.original.result(), scenario.fixed.result()
     comparison = compare_results(original, fixed, reference)
-    verdict, why = judge(scenario.sites, original, fixed, comparison, where)
+    verdict, why = judge(scenario.sites, original, fixed, comparison, lambda line: line_name(cells, line))
+    unfixed = sum(1 for d in proven if d.fix is None and d.code in scenario.codes)
     if unfixed and verdict is not Verdict.FIX_VERIFIED:
         why += f" ({unfixed} finding{'s have' if unfixed != 1 else ' has'} no fix)"
-    return original, fixed, comparison, verdict, why
+    return ScenarioReport(scenario.spec, scenario.codes, verdict, why, original, fixed, comparison)
 
 
 def _finish(item: _Pending) -> ProgramReport:
@@ -872,25 +872,12 @@ def _finish(item: _Pending) -> ProgramReport:
         return ProgramReport(item.path, item.accelerator, item.spec, item.findings, Verdict.NO_FINDING, why,
                              cells=item.cells)
     reference = item.reference.result() if item.reference is not None else None
-    cells = item.cells
-
-    def where(line: int) -> str:
-        cell = cell_holding(cells, line)
-        return f"line {line}" if cell is None else f"cell {cell.number}, line {line - cell.first_line + 1}"
-
-    first, *others = item.scenarios
-    unfixed = sum(1 for d in proven if d.fix is None and d.code in first.codes)
-    original, fixed, comparison, verdict, why = _judged(first, reference, where, unfixed)
-    more: list[ScenarioReport] = []
-    for scenario in others:
-        unfixed = sum(1 for d in proven if d.fix is None and d.code in scenario.codes)
-        runs = _judged(scenario, reference, where, unfixed)
-        more.append(ScenarioReport(scenario.spec, scenario.codes, runs[3], runs[4], *runs[:3]))
-    if more:
-        for extra in more:
-            why += f"; also on {extra.machine} for {', '.join(sorted(set(extra.codes)))}: {extra.verdict.value}"
-        failing = [extra.verdict for extra in more if extra.verdict is not Verdict.FIX_VERIFIED]
-        if verdict is Verdict.FIX_VERIFIED and failing:
-            verdict = failing[0]
+    first, *more = (_judged(scenario, reference, item.cells, proven) for scenario in item.scenarios)
+    verdict, why = first.verdict, first.note
+    for extra in more:
+        why += f"; also on {extra.machine} for {', '.join(sorted(set(extra.codes)))}: {extra.verdict.value}"
+    failing = [extra.verdict for extra in more if extra.verdict is not Verdict.FIX_VERIFIED]
+    if verdict is Verdict.FIX_VERIFIED and failing:
+        verdict = failing[0]
     return ProgramReport(item.path, item.accelerator, item.spec, item.findings, verdict, item.note + why,
-                         original, fixed, reference, comparison, item.cells, tuple(more))
+                         first.original, first.fixed, reference, first.comparison, item.cells, tuple(more))
