@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -706,9 +707,52 @@ CUDA_REJECTS: dict[str, Callable[[Any], Any]] = {
         torch.randn(2, 1, 3, device=gpu), (torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))),
     "GRU with CPU inputs": lambda gpu: torch.nn.GRU(3, 4).to(gpu)(torch.randn(2, 1, 3)),
     "CPU tensor updated in place by a GPU one": lambda gpu: torch.ones(3).add_(torch.ones(3, device=gpu)),
+    "a parameter set from a CPU tensor through .data": lambda gpu: _set_weight_data(
+        torch.nn.Linear(2, 2).to(gpu), torch.zeros(2, 2))(torch.randn(1, 2, device=gpu)),
 }
+# Random draws whose generator is of another device type than the tensor drawn.
+GENERATOR_REJECTS: dict[str, Callable[[Any], Any]] = {
+    "a CPU generator drawing on the GPU": lambda gpu: torch.randn(3, device=gpu, generator=torch.Generator()),
+    "a GPU generator drawing on the CPU": lambda gpu: torch.randperm(4, generator=torch.Generator(device=gpu)),
+    "a GPU generator filling a CPU tensor": lambda gpu: torch.empty(3).normal_(generator=torch.Generator(device=gpu)),
+    "a shuffling DataLoader under a GPU default device": lambda gpu: _with_default_device(gpu, lambda: list(
+        torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4, 2)), batch_size=2, shuffle=True))),
+}
+
+
+def _set_weight_data(model: Any, value: Any) -> Any:
+    model.weight.data = value
+    return model
+
+
+def _with_default_device(device: Any, body: Callable[[], Any]) -> Any:
+    torch.set_default_device(device)
+    try:
+        return body()
+    finally:
+        torch.set_default_device(None)
+
+
+def _with_cuda_default_tensor_type(body: Callable[[], Any]) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # deprecated, and still in old code
+        torch.set_default_tensor_type(torch.cuda.FloatTensor)
+        try:
+            return body()
+        finally:
+            torch.set_default_tensor_type(torch.FloatTensor)
 # Mixed devices that CUDA accepts: the emulation must accept them too.
 CUDA_ACCEPTS: dict[str, Callable[[Any], Any]] = {
+    "a GPU generator drawing on the GPU": lambda gpu: torch.randn(
+        3, device=gpu, generator=torch.Generator(device=gpu).manual_seed(0)),
+    "a GPU generator filling a GPU tensor": lambda gpu: torch.empty(3, device=gpu).uniform_(
+        generator=torch.Generator(device=gpu)),
+    "a parameter moved to the GPU through .data": lambda gpu: _set_weight_data(
+        torch.nn.Linear(2, 2, bias=False), torch.zeros(2, 2).to(gpu))(torch.randn(1, 2, device=gpu)),
+    "new tensors after set_default_tensor_type(torch.cuda.FloatTensor)": lambda gpu: _with_cuda_default_tensor_type(
+        lambda: torch.randn(2) + torch.ones(2, device=gpu)),
+    "a model built under set_default_device('cuda')": lambda gpu: _with_default_device(
+        gpu, lambda: torch.nn.Linear(2, 2)(torch.randn(3, 2))),
     "GPU tensor indexed by CPU indices": lambda gpu: torch.randn(5, 3, device=gpu)[torch.tensor([0, 2])],
     "GPU tensor indexed by a CPU mask": lambda gpu: torch.randn(5, device=gpu)[
         torch.tensor([True, False, True, False, True])],
@@ -738,6 +782,15 @@ def test_mixed_devices_cuda_rejects_fail_on_the_emulated_gpu(name: str) -> None:
     with emulated_gpu(), pytest.raises(RuntimeError, match="cuda:0|same device as the indexed tensor") as raised:
         CUDA_REJECTS[name]("cuda")
     assert "meta" not in str(raised.value)
+
+
+@pytest.mark.parametrize("name", sorted(GENERATOR_REJECTS))
+def test_generators_of_another_device_type_fail_on_the_emulated_gpu(name: str) -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu(), pytest.raises(RuntimeError, match=r"Expected a '(cuda|cpu)' device type for generator"):
+        GENERATOR_REJECTS[name]("cuda")
+    assert torch.get_default_device().type == "cpu"
 
 
 @pytest.mark.parametrize("name", sorted(CUDA_ACCEPTS))
@@ -795,6 +848,80 @@ def test_emulated_gpus_are_told_apart() -> None:
             torch.nn.DataParallel(model)(torch.randn(4, 3))
         output = torch.nn.DataParallel(model, device_ids=[1, 2])(torch.randn(4, 3))
         assert gpu_of(output) == 1
+
+
+class _NormalisedLinear(torch.nn.Module):
+    """`shift` a plain tensor attribute (which DataParallel does not copy), or a buffer."""
+
+    def __init__(self, shift_as_buffer: bool) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+        if shift_as_buffer:
+            self.register_buffer("shift", torch.full((3,), 0.5))
+        else:
+            self.shift = torch.full((3,), 0.5)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        super()._apply(fn, recurse)
+        if not isinstance(self.shift, torch.nn.Parameter) and "shift" not in self._buffers:
+            self.shift = fn(self.shift)  # moved by hand with the model, as such code does
+        return self
+
+    def forward(self, x: Any) -> Any:
+        return self.fc(x - self.shift)
+
+
+def test_data_parallel_runs_a_replica_on_each_emulated_gpu() -> None:
+    from torchdevlint.verify.emulation import emulated_gpu, gpu_of
+
+    def train(model: Any, wrap: bool, device: str) -> list[float]:
+        net = torch.nn.DataParallel(model) if wrap else model
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        torch.manual_seed(1)
+        inputs, targets = torch.randn(8, 3), torch.randn(8, 2)
+        losses = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(net(inputs.to(device)), targets.to(device))
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    torch.manual_seed(0)
+    on_cpu = train(_NormalisedLinear(True), False, "cpu")
+    with emulated_gpu(device_count=2):
+        torch.manual_seed(0)
+        # Each GPU computes its half of the batch; gradients come back to the module's own parameters.
+        assert train(_NormalisedLinear(True).cuda(), True, "cuda") == pytest.approx(on_cpu, rel=1e-5)
+        # A plain tensor attribute stays on cuda:0, where the replica on cuda:1 cannot use it.
+        with pytest.raises(RuntimeError, match="cuda:1 and cuda:0"):
+            torch.nn.DataParallel(_NormalisedLinear(False).cuda())(torch.randn(4, 3))
+        # Inside a replica the current GPU is the replica's: `.cuda()` lands there, "cuda:0" does not.
+        follows = torch.nn.DataParallel(_Adds(lambda x: torch.ones(x.shape[0], 3).cuda()).cuda())
+        assert gpu_of(follows(torch.randn(4, 3))) == 0
+        pinned = torch.nn.DataParallel(_Adds(lambda x: torch.ones(x.shape[0], 3, device="cuda:0")).cuda())
+        with pytest.raises(RuntimeError, match="cuda:1 and cuda:0"):
+            pinned(torch.randn(4, 3))
+        # A batch of one runs on one GPU; 0-dim outputs are gathered into a vector.
+        assert pinned(torch.randn(1, 3)).shape == (1, 3)
+        with pytest.warns(UserWarning, match="all input tensors were scalars"):
+            assert torch.nn.DataParallel(_Adds(lambda x: 0, reduce=True).cuda())(torch.randn(4, 3)).shape == (2,)
+        # A gradient crosses back to the GPU its tensor came from.
+        leaf = torch.ones(3, device="cuda:0", requires_grad=True)
+        (leaf.to("cuda:1") * 2).cpu().sum().backward()
+        assert gpu_of(leaf.grad) == 0
+
+
+class _Adds(torch.nn.Module):
+    def __init__(self, make: Callable[[Any], Any], reduce: bool = False) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(3))
+        self.make, self.reduce = make, reduce
+
+    def forward(self, x: Any) -> Any:
+        out = x * self.scale + self.make(x)
+        return out.sum() if self.reduce else out
 
 
 def test_the_emulated_gpu_computes_real_values() -> None:

@@ -359,3 +359,26 @@ def test_a_folder_of_more_files_than_the_budget_is_linked_whole(tmp_path: Path) 
     work = mirror(project, tmp_path / "work", entries=10)
     assert (work / "images").is_symlink() and (work / "train.py").is_symlink()
     assert len(list((work / "images").iterdir())) == 30
+
+
+# A module of helpers run as a script: its flagged function is defined, never called.
+NEVER_CALLED = '''\
+import torch
+
+
+def restore(path):
+    return torch.load(path)
+
+
+print("helpers loaded")
+'''
+
+
+def test_a_finding_in_code_the_program_never_runs_is_said_to_be_unreached(tmp_path: Path) -> None:
+    program = tmp_path / "helpers.py"
+    program.write_text(NEVER_CALLED)
+    _, [report] = verify_json(str(program))
+    assert [finding["code"] for finding in report["findings"]] == ["TDL003"]
+    assert report["verdict"] == "bug not reproduced"
+    assert report["original"]["unreached"] == [5]
+    assert "never runs the flagged line 5: nothing it runs calls the code it is in" in report["note"]

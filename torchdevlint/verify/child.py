@@ -83,6 +83,11 @@ def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str
     sys.argv = [path, *(argv or [])]
     sys.path[0] = os.path.dirname(path)
     sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the program
+    proof: ProofBudget | None = None
+
+    def unreached() -> tuple[int, ...]:
+        return proof.unreached() if proof is not None else ()
+
     try:
         code = compile(source, path, "exec", dont_inherit=True)
         from torchdevlint.verify.host import host
@@ -99,15 +104,15 @@ def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str
             finally:
                 proof.end()
     except BudgetSpent as spent:
-        return ChildReport(RunStatus.OK, None, spent.reason)
+        return ChildReport(RunStatus.OK, None, spent.reason, unreached())
     except SystemExit as exit_:
         if exit_.code in (None, 0):
-            return ChildReport(RunStatus.OK, None)
-        return ChildReport(RunStatus.ERROR, ErrorInfo("SystemExit", str(exit_.code)))
+            return ChildReport(RunStatus.OK, None, unreached=unreached())
+        return ChildReport(RunStatus.ERROR, ErrorInfo("SystemExit", str(exit_.code)), unreached=unreached())
     except BaseException as error:  # noqa: BLE001 - the program's failure is the finding
         traceback.print_exc()
-        return ChildReport(RunStatus.ERROR, _error_info(error, path))
-    return ChildReport(RunStatus.OK, None)
+        return ChildReport(RunStatus.ERROR, _error_info(error, path), unreached=unreached())
+    return ChildReport(RunStatus.OK, None, unreached=unreached())
 
 
 def _run_forked(request: dict[str, object]) -> None:

@@ -16,11 +16,9 @@ with its Python arguments: a CUDA device named there (`"cuda:1"`, `torch.device(
 `.cuda()`, `.to(0)`, `Module.to`) becomes an emulated tensor, before PyTorch's CPU-only build
 could refuse it. `_Allocations` (a `TorchDispatchMode`) sees what PyTorch allocates inside its
 own C++ code "like" an emulated tensor (a `meta` allocation) and makes it emulated too.
-`torch.cuda` answers as a machine with N GPUs: `CUDA_VISIBLE_DEVICES` is read when CUDA is
-initialised, as CUDA reads it; streams, events, RNG state, memory queries and the legacy
-`torch.cuda.FloatTensor` constructors work. Checkpoints saved from the emulated GPU record a
-CUDA location, as a GPU box writes them, and load back onto the emulated GPU or, with
-`map_location`, onto the CPU.
+`torch.cuda` answers as a machine with N GPUs (`verify.cuda_api`). Checkpoints saved from the
+emulated GPU record a CUDA location, as a GPU box writes them, and load back onto the emulated
+GPU or, with `map_location`, onto the CPU. DataParallel runs a replica per emulated GPU.
 
 Where PyTorch's own C++ checks reject mixed devices (an RNN's input and hidden state), their
 message names `meta`; it is rewritten to the CUDA device the emulated tensor stands for.
@@ -28,8 +26,6 @@ message names `meta`; it is rewritten to the CUDA device the emulated tensor sta
 
 from __future__ import annotations
 
-import functools
-import os
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -39,94 +35,32 @@ from typing import Any
 
 import torch
 import torch._dynamo  # imported before torch.cuda is patched: it indexes torch's functions
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+from torch.utils._device import DeviceContext
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from torchdevlint.verify.cuda_api import (
+    CUDA_STRING,
+    LEGACY_TYPES,
+    EmulatedEvent,
+    EmulatedMachine,
+    EmulatedStream,
+    Placement,
+    check_generator,
+    current_machine,
+    machine_in_use,
+    patch_cuda_api,
+)
 from torchdevlint.verify.race import Patches, function_name, host_copy_race_check, tensors_in
 
-EMULATED_GPU_NAME = "torchdevlint emulated GPU"
 # What PyTorch's C++ core sees: a device without storage, which autograd runs like the CPU.
 _WRAPPER_DEVICE = torch.device("meta")
 _CPU = torch.device("cpu")
-_CUDA_STRING = re.compile(r"cuda(?::(\d+))?")
 _EMULATION_NOTE = "raised by torchdevlint's emulated GPU, as CUDA raises it"
 _SERIALIZATION_PRIORITY = 0  # ahead of every built-in location tag (cpu is 10, cuda 20)
-_EMULATED_MEMORY = 80 * 1024**3
-_NO_GPUS = "No CUDA GPUs are available"
 
 Tensor = torch.Tensor
 aten = torch.ops.aten
-
-
-# -- the machine ------------------------------------------------------------------------------
-
-
-class EmulatedMachine:
-    """The GPUs the program sees: how many, which one is current, whether CUDA is initialised."""
-
-    def __init__(self, physical_gpus: int) -> None:
-        self.physical_gpus = physical_gpus
-        self.current_index = 0
-        self._visible: int | None = None  # fixed when CUDA initialises, as CUDA fixes it
-        # The GPU a move under way targets (`.to("cuda:1")`), for the allocation it causes.
-        self.target_index: int | None = None
-
-    def _visible_now(self) -> int:
-        """How many GPUs `CUDA_VISIBLE_DEVICES` lets through, read as CUDA reads it."""
-        setting = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if setting is None:
-            return self.physical_gpus
-        seen: list[int] = []
-        for item in setting.split(","):
-            item = item.strip()
-            # CUDA stops at the first entry that is not a GPU it has.
-            if not item.isdigit() or int(item) >= self.physical_gpus or int(item) in seen:
-                break
-            seen.append(int(item))
-        return len(seen)
-
-    @property
-    def initialized(self) -> bool:
-        return self._visible is not None
-
-    def initialize(self) -> None:
-        if self._visible is None:
-            self._visible = self._visible_now()
-        if self._visible == 0:
-            raise RuntimeError(_NO_GPUS)
-
-    def device_count(self) -> int:
-        return self._visible if self._visible is not None else self._visible_now()
-
-    def check_ordinal(self, index: int) -> None:
-        self.initialize()
-        if not 0 <= index < self.device_count():
-            raise RuntimeError("CUDA error: invalid device ordinal")
-
-    def cuda_index(self, value: Any, *, int_is_device: bool = False) -> int | None:
-        """The CUDA device `value` names (plain "cuda": the current one), or None."""
-        index: int | None = None
-        if isinstance(value, torch.device):
-            if value.type == "cuda":
-                index = self.current_index if value.index is None else value.index
-        elif isinstance(value, str):
-            match = _CUDA_STRING.fullmatch(value.strip())
-            if match:
-                index = self.current_index if match.group(1) is None else int(match.group(1))
-        elif int_is_device and isinstance(value, int) and not isinstance(value, bool):
-            index = value
-        if index is not None:
-            self.check_ordinal(index)
-        return index
-
-
-_machine: EmulatedMachine | None = None
-
-
-def _current_machine() -> EmulatedMachine:
-    if _machine is None:
-        raise RuntimeError("an emulated CUDA tensor was used outside the emulated GPU")
-    return _machine
 
 
 # -- the tensors ------------------------------------------------------------------------------
@@ -382,7 +316,7 @@ def _dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
                 # An allocation on the emulated GPU: PyTorch's own, or a move (`_to_copy`) there.
                 allocates_here = True
                 kwargs["device"] = _CPU
-                machine = _current_machine()
+                machine = current_machine()
                 gpu = machine.target_index if machine.target_index is not None else (
                     gpu if gpu != -1 else machine.current_index)
             elif device.type == "cpu":
@@ -419,7 +353,7 @@ def _reshape_wrapper(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
 def _cuda_allocation(func: Any, *args: Any, **kwargs: Any) -> Any:
     """A CUDA allocation no mode saw (made inside a torch function): made on the emulated GPU."""
     device = kwargs.get("device")
-    machine = _current_machine()
+    machine = current_machine()
     index = machine.current_index if not isinstance(device, torch.device) or device.index is None else device.index
     machine.check_ordinal(index)
     result = func(*args, **{**kwargs, "device": _CPU})
@@ -535,11 +469,41 @@ def _as_cuda_message(error: BaseException, gpu: int) -> None:
 
 
 _DATA = torch._C.TensorBase.__dict__["data"]
-_LEGACY_TYPES = {
-    "FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
-    "BFloat16Tensor": torch.bfloat16, "LongTensor": torch.int64, "IntTensor": torch.int32,
-    "ShortTensor": torch.int16, "CharTensor": torch.int8, "ByteTensor": torch.uint8, "BoolTensor": torch.bool,
-}
+
+
+class _BetweenGpus(torch.autograd.Function):
+    """A move from one emulated GPU to another, whose gradient moves back.
+
+    To autograd both sides are `meta`, so its own backward of `.to` would keep the gradient
+    where it is, on the wrong GPU.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, tensor: EmulatedTensor, index: int, options: dict[str, Any], mover: Any) -> Any:
+        ctx.source, ctx.dtype, ctx.mover = tensor._gpu, tensor.dtype, mover
+        return mover.copy_to(tensor, index, options)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Any:
+        return ctx.mover.copy_to(grad, ctx.source, {"dtype": ctx.dtype}), None, None, None
+
+
+def _default_device_type() -> str:
+    """The device type of `torch.set_default_device`, read without allocating on it.
+
+    (`torch.get_default_device` allocates a tensor to learn the index, which a CUDA default
+    cannot do from inside the emulation's own mode.)
+    """
+    for mode in reversed(_get_current_function_mode_stack()):  # type: ignore[no-untyped-call]  # unannotated
+        if isinstance(mode, DeviceContext):
+            return torch.device(mode.device).type
+    context = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+    return "cpu" if context is None else torch.device(context.device).type
+
+
+def _forget_cuda_default_device() -> None:
+    if _default_device_type() == "cuda":
+        torch.set_default_device(None)
 
 
 class _DeviceArguments(TorchFunctionMode):
@@ -552,6 +516,7 @@ class _DeviceArguments(TorchFunctionMode):
             torch.device: lambda func, args, kwargs: func(*args, **kwargs),
             Tensor.to: self._to,
             Tensor.cuda: self._cuda,
+            Tensor.cpu: self._cpu,
             torch._C._nn._parse_to: self._parse_to,
             Tensor.type: self._type,
             torch.ctc_loss: self._ctc_loss,
@@ -567,12 +532,38 @@ class _DeviceArguments(TorchFunctionMode):
         if type(tensor) is EmulatedTensor and tensor._gpu == index and not options.get("copy"):
             dtype = options.get("dtype")
             return tensor if dtype is None or dtype == tensor.dtype else tensor.to(dtype=dtype)
+        if type(tensor) is EmulatedTensor and tensor.requires_grad and torch.is_grad_enabled():
+            moved: Tensor = _BetweenGpus.apply(tensor, index, options, self)  # type: ignore[no-untyped-call]
+            return moved
+        return self.copy_to(tensor, index, options)
+
+    def copy_to(self, tensor: Tensor, index: int, options: dict[str, Any]) -> Tensor:
         self.machine.target_index = index
         try:
             moved: Tensor = Tensor.to(tensor, _WRAPPER_DEVICE, **{**options, "copy": True})
         finally:
             self.machine.target_index = None
         return moved
+
+    def gradient_returns(self, moved: Any, source: Tensor) -> None:
+        """The gradient of a move from an emulated GPU to the CPU goes back to that GPU.
+
+        Autograd sees `meta` as the source of such a move, so the copy its backward makes would
+        otherwise land on the current GPU: the node is told its source while it runs.
+        """
+        node = getattr(moved, "grad_fn", None)
+        if node is None or type(source) is not EmulatedTensor:
+            return
+        machine, gpu = self.machine, source._gpu
+
+        def before(grad_outputs: Any) -> None:
+            machine.target_index = gpu
+
+        def after(grad_inputs: Any, grad_outputs: Any) -> None:
+            machine.target_index = None
+
+        node.register_prehook(before)
+        node.register_hook(after)
 
     def _to(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         tensor, rest = args[0], list(args[1:])
@@ -584,7 +575,9 @@ class _DeviceArguments(TorchFunctionMode):
             index = other._gpu if type(other) is EmulatedTensor else None
             kwargs = {"dtype": other.dtype, **kwargs}
             if index is None:
-                return func(tensor, other.device, *rest, **kwargs)
+                moved = func(tensor, other.device, *rest, **kwargs)
+                self.gradient_returns(moved, tensor)
+                return moved
         elif rest:
             index = self.machine.cuda_index(rest[0], int_is_device=True)
             if index is not None:
@@ -597,7 +590,9 @@ class _DeviceArguments(TorchFunctionMode):
                 index = named
                 kwargs = {k: v for k, v in kwargs.items() if k != "device"}
         if index is None:
-            return func(tensor, *rest, **kwargs)
+            moved = func(tensor, *rest, **kwargs)
+            self.gradient_returns(moved, tensor)
+            return moved
         options = dict(zip(positional, rest, strict=False)) | kwargs
         options.pop("memory_format", None)
         return self.move(tensor, index, **{k: v for k, v in options.items() if v is not None})
@@ -610,6 +605,11 @@ class _DeviceArguments(TorchFunctionMode):
             raise RuntimeError(f"Invalid device, must be cuda device (got {device!r})")
         self.machine.check_ordinal(index)
         return self.move(tensor, index, non_blocking=bool(kwargs.get("non_blocking", False)))
+
+    def _cpu(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        moved = func(*args, **kwargs)
+        self.gradient_returns(moved, args[0])
+        return moved
 
     def _parse_to(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """`Module.to`'s parser: a CUDA device stays (each tensor's `.to` makes it emulated)."""
@@ -631,14 +631,30 @@ class _DeviceArguments(TorchFunctionMode):
             return func(*args, **kwargs)
         name = wanted if isinstance(wanted, str) else getattr(wanted, "__module__", "") + "." + wanted.__name__
         if name.startswith("torch.cuda."):
-            dtype = _LEGACY_TYPES.get(name.rsplit(".", 1)[-1])
+            dtype = LEGACY_TYPES.get(name.rsplit(".", 1)[-1])
             if dtype is not None:
                 return self.move(tensor, self.machine.current_index, dtype=dtype)
         return func(*args, **kwargs)
 
     def _set_data(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """`param.data = tensor`: the wrapper takes the new shape, and its values the new values."""
+        """`param.data = tensor`: the tensor takes the new values, and with them their device.
+
+        CUDA lets `.data =` move a tensor between the CPU and a GPU (a parameter set from a CPU
+        array stays on the CPU, and the model's next call fails). An emulated tensor and a CPU
+        one are different kinds to PyTorch's C++ core, so there the two are swapped instead,
+        as `Module.to` swaps them; the program's references, an optimizer's included, follow.
+        """
         target, value = args[0], args[1]
+        if isinstance(value, Tensor) and (type(target) is EmulatedTensor) != (type(value) is EmulatedTensor):
+            requires_grad = target.requires_grad
+            replacement = value.detach()
+            if isinstance(target, torch.nn.Parameter):
+                replacement = torch.nn.Parameter(replacement, requires_grad)
+            elif requires_grad:
+                replacement.requires_grad_(True)
+            replacement.__dict__ = {**target.__dict__, **replacement.__dict__}
+            torch.utils.swap_tensors(target, replacement)  # type: ignore[no-untyped-call]  # unannotated
+            return None
         func(*args, **kwargs)
         if type(target) is EmulatedTensor and type(value) is EmulatedTensor:
             target._data, target._gpu = value._data, value._gpu
@@ -659,6 +675,16 @@ class _DeviceArguments(TorchFunctionMode):
         return func(*args, **kwargs)
 
     # -- everything else --------------------------------------------------------------------
+
+    def _drawn_on(self, args: tuple[Any, ...], kwargs: dict[str, Any], index: int | None) -> str:
+        """The device type a random call draws on: its tensor's, its `device=`, or the default."""
+        if args and isinstance(args[0], Tensor):
+            return "cuda" if type(args[0]) is EmulatedTensor else args[0].device.type
+        if index is not None:
+            return "cuda"
+        if "device" in kwargs:
+            return torch.device(kwargs["device"]).type
+        return _default_device_type()
 
     def _made_on(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> Any:
         """A call with `device=` a CUDA device: made on the CPU, then placed on the emulated GPU."""
@@ -682,258 +708,102 @@ class _DeviceArguments(TorchFunctionMode):
         try:
             if handler is not None:
                 return handler(func, arguments, kwargs)
-            if "device" in kwargs:
-                index = self.machine.cuda_index(kwargs["device"], int_is_device=True)
-                if index is not None:
-                    return self._made_on(func, arguments, kwargs, index)
+            index = self.machine.cuda_index(kwargs["device"], int_is_device=True) if "device" in kwargs else None
+            if kwargs.get("generator") is not None:
+                check_generator(kwargs["generator"], self._drawn_on(arguments, kwargs, index))
+            if index is not None:
+                return self._made_on(func, arguments, kwargs, index)
             return func(*arguments, **kwargs)
         except RuntimeError as error:
             _as_cuda_message(error, self.machine.current_index)
             raise
 
 
-# -- torch.cuda on a machine with N GPUs ------------------------------------------------------
+def _patch_data_parallel(patches: Patches, machine: EmulatedMachine, arguments: _DeviceArguments) -> None:
+    """DataParallel over emulated GPUs, as CUDA runs it: a replica per GPU, each on its slice.
 
-
-class _EmulatedStream:
-    """A CUDA stream of the emulated GPU: work is done when it is queued, so always idle."""
-
-    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
-        self.device = torch.device("cuda", 0 if _machine is None else _machine.current_index)
-        self.priority = priority
-        self.cuda_stream = 0
-
-    def is_capturing(self) -> bool:
-        return False
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        return None
-
-    def wait_stream(self, stream: object) -> None:
-        return None
-
-    def wait_event(self, event: object) -> None:
-        return None
-
-    def record_event(self, event: Any = None) -> Any:
-        return event if event is not None else _EmulatedEvent()
-
-    def __enter__(self) -> _EmulatedStream:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None
-
-
-class _EmulatedEvent:
-    """`torch.cuda.Event`: timing on the emulated GPU measures nothing and says so by 0.0."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def record(self, stream: object = None) -> None:
-        return None
-
-    def synchronize(self) -> None:
-        return None
-
-    def wait(self, stream: object = None) -> None:
-        return None
-
-    def query(self) -> bool:
-        return True
-
-    def elapsed_time(self, end_event: object) -> float:
-        return 0.0
-
-
-class _EmulatedProperties:
-    """What `torch.cuda.get_device_properties` describes, for an emulated GPU."""
-
-    name = EMULATED_GPU_NAME
-    major, minor = 8, 0
-    total_memory = _EMULATED_MEMORY
-    multi_processor_count = 108
-    is_integrated = False
-    is_multi_gpu_board = False
-    warp_size = 32
-
-
-class _LegacyType(type):
-    """`torch.cuda.FloatTensor` and its kin: constructors of emulated tensors, and type checks."""
-
-    dtype: torch.dtype
-    machine: EmulatedMachine
-    arguments: _DeviceArguments
-
-    def __instancecheck__(cls, value: object) -> bool:
-        return type(value) is EmulatedTensor and value.dtype == cls.dtype
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        host = getattr(torch, cls.__name__)(*args, **kwargs)
-        return cls.arguments.move(host, cls.machine.current_index)
-
-
-def _patch_cuda_api(patches: Patches, machine: EmulatedMachine, arguments: _DeviceArguments) -> None:
-    def no_op(*_args: object, **_kwargs: object) -> None:
-        return None
-
-    def initialized(function: Callable[..., Any]) -> Callable[..., Any]:
-        """A query that initialises CUDA first, as its CUDA counterpart does."""
-
-        @functools.wraps(function)
-        def after_init(*args: Any, **kwargs: Any) -> Any:
-            machine.initialize()
-            return function(*args, **kwargs)
-
-        return after_init
-
-    def set_device(device: object) -> None:
-        index = machine.cuda_index(device, int_is_device=True)
-        if index is not None:
-            machine.current_index = index
-
-    @contextmanager
-    def on_device(device: object) -> Iterator[None]:
-        previous = machine.current_index
-        set_device(device)
-        try:
-            yield
-        finally:
-            machine.current_index = previous
-
-    def rng_state(device: object = "cuda") -> Tensor:
-        return torch.get_rng_state()
-
-    cuda = torch.cuda
-    for name, value in {
-        "is_available": lambda: machine.device_count() > 0,
-        "device_count": machine.device_count,
-        "is_initialized": lambda: machine.initialized,
-        "init": initialized(no_op),
-        "_lazy_init": initialized(no_op),
-        "current_device": initialized(lambda: machine.current_index),
-        "set_device": set_device,
-        "device": on_device,
-        "get_device_name": initialized(lambda device=None: EMULATED_GPU_NAME),
-        "get_device_capability": initialized(lambda device=None: (8, 0)),
-        "get_device_properties": initialized(lambda device=None: _EmulatedProperties()),
-        "get_arch_list": lambda: ["sm_80"],
-        "is_bf16_supported": lambda including_emulation=True: True,
-        "synchronize": initialized(no_op),
-        "empty_cache": no_op,
-        "ipc_collect": no_op,
-        "reset_peak_memory_stats": no_op,
-        "reset_max_memory_allocated": no_op,
-        "reset_max_memory_cached": no_op,
-        "memory_allocated": lambda device=None: 0,
-        "max_memory_allocated": lambda device=None: 0,
-        "memory_reserved": lambda device=None: 0,
-        "max_memory_reserved": lambda device=None: 0,
-        "memory_cached": lambda device=None: 0,
-        "memory_stats": lambda device=None: {},
-        "memory_summary": lambda device=None, abbreviated=False: "",
-        "mem_get_info": initialized(lambda device=None: (_EMULATED_MEMORY, _EMULATED_MEMORY)),
-        "utilization": lambda device=None: 0,
-        "manual_seed": no_op,
-        "manual_seed_all": no_op,
-        "seed": no_op,
-        "seed_all": no_op,
-        "initial_seed": torch.initial_seed,
-        "get_rng_state": rng_state,
-        "set_rng_state": lambda new_state, device="cuda": None,
-        "get_rng_state_all": lambda: [rng_state() for _ in range(machine.device_count())],
-        "set_rng_state_all": lambda new_states: None,
-        "Stream": _EmulatedStream,
-        "Event": _EmulatedEvent,
-        "current_stream": initialized(lambda device=None: _EmulatedStream()),
-        "default_stream": initialized(lambda device=None: _EmulatedStream()),
-        "stream": lambda stream=None: stream if stream is not None else _EmulatedStream(),
-        "is_current_stream_capturing": lambda: False,
-    }.items():
-        patches.set(cuda, name, value)
-    for name, dtype in _LEGACY_TYPES.items():
-        namespace = {"dtype": dtype, "machine": machine, "arguments": arguments, "__module__": "torch.cuda"}
-        patches.set(cuda, name, _LegacyType(name, (), namespace))
-    for name in ("range_push", "range_pop", "mark", "range_start", "range_end"):
-        if hasattr(cuda.nvtx, name):
-            patches.set(cuda.nvtx, name, lambda *args, **kwargs: 0)
-    patches.set(torch.version, "cuda", "12.8")
-    # On CUDA, `Module.to` moves parameters in place (an optimizer made before still holds them);
-    # a CPU tensor cannot become an emulated one in place, so the two are swapped instead.
-    patches.set(torch.__future__, "_swap_module_params_on_conversion", True)
-    # cuDNN's RNN path is chosen by `.is_cuda`; the values are on the CPU, where it does not exist.
-    patches.set(torch.backends.cudnn, "is_acceptable", lambda tensor: False)
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None:
-        for name, value in {
-            "is_available": lambda: machine.device_count() > 0,
-            "current_accelerator": lambda check_available=False: torch.device("cuda"),
-            "device_count": machine.device_count,
-            "current_device_index": initialized(lambda: machine.current_index),
-            "set_device_index": set_device,
-            "current_stream": lambda device=None: _EmulatedStream(),
-            "synchronize": no_op,
-        }.items():
-            if hasattr(accelerator, name):
-                patches.set(accelerator, name, value)
-    # torch.compile changes how a program runs, never what it computes: run it as written.
-    patches.set(torch, "compile", _compile_as_written)
-
-    # Pinned host memory needs a real accelerator; pinning changes no value, so it is skipped.
-    # Patched on the class: DataLoader pins in a thread the modes do not see.
-    def pin_memory(self: Tensor, device: object = None) -> Tensor:
-        if type(self) is EmulatedTensor:
-            raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
-        return self
-
-    patches.set(Tensor, "pin_memory", pin_memory)
-    patches.set(Tensor, "is_pinned", lambda self, device=None: False)
-    # Its stream argument is parsed before any mode sees the call; the emulated GPU has one stream.
-    patches.set(Tensor, "record_stream", lambda self, stream: None)
-
-
-def _compile_as_written(model: Any = None, **options: Any) -> Any:
-    if model is None:
-        return lambda function: function
-    return model
-
-
-def _patch_data_parallel(patches: Patches, arguments: _DeviceArguments) -> None:
-    """DataParallel over emulated GPUs: its own device check stays; one replica does the work.
-
-    On CUDA, `scatter` copies the inputs (even CPU ones) to the GPUs; here they go to the first.
-    The wrapper keeps its `module.` prefix, so state_dict bugs surface exactly as on CUDA.
+    `scatter` splits each input tensor along the batch dimension and copies the slices (CPU
+    ones too) to the GPUs; each replica runs with its GPU current, so `.cuda()` and
+    `device="cuda"` inside `forward` land there; `gather` concatenates the outputs on the output
+    device (0-dim ones become a vector). A replica computes with copies of the module's
+    parameters and buffers on its GPU, made by `.to`, so gradients reach the module's own; a
+    plain tensor attribute is not copied, as CUDA's `replicate` does not copy it, and stays on
+    the first GPU. The wrapper keeps its `module.` prefix, so state_dict bugs surface as on CUDA.
     """
     cls = torch.nn.DataParallel
+    move = arguments.move
 
-    def to_gpu(value: Any, index: int) -> Any:
+    def scatter_map(value: Any, devices: list[int], dim: int) -> list[Any]:
+        """`value` as each GPU gets it: tensors split along `dim`, containers item by item."""
         if isinstance(value, Tensor):
-            return arguments.move(value, index)
-        if isinstance(value, tuple) and hasattr(value, "_fields"):
-            return type(value)(*(to_gpu(item, index) for item in value))
-        if isinstance(value, (list, tuple)):
-            return type(value)(to_gpu(item, index) for item in value)
+            return [move(chunk, device) for chunk, device in zip(value.chunk(len(devices), dim), devices, strict=False)]
+        if not isinstance(value, (tuple, list, dict)) or not value:
+            return [value for _ in devices]
+        parts = value.items() if isinstance(value, dict) else value
+        # As many GPUs as the shortest split reaches, as CUDA's scatter does.
+        per_gpu = list(zip(*(scatter_map(part, devices, dim) for part in parts), strict=False))
         if isinstance(value, dict):
-            return type(value)((key, to_gpu(item, index)) for key, item in value.items())
-        return value
+            return [type(value)(items) for items in per_gpu]
+        if hasattr(value, "_fields"):
+            return [type(value)(*items) for items in per_gpu]
+        if isinstance(value, list):
+            return [list(items) for items in per_gpu]
+        return per_gpu
 
     def scatter(self: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any] | None, device_ids: Any) -> Any:
-        return (to_gpu(tuple(inputs), device_ids[0]),), (to_gpu(dict(kwargs or {}), device_ids[0]),)
+        devices = [int(index) for index in device_ids]
+        positional = scatter_map(tuple(inputs), devices, self.dim) if inputs else []
+        keywords = scatter_map(dict(kwargs), devices, self.dim) if kwargs else []
+        positional += [() for _ in range(len(keywords) - len(positional))]
+        keywords += [{} for _ in range(len(positional) - len(keywords))]
+        return tuple(positional), tuple(keywords)
 
-    def gather(self: Any, outputs: list[Any], output_device: int) -> Any:
-        if output_device == -1:
-            return outputs[0]
-        return to_gpu(outputs[0], output_device)
+    def replicate(self: Any, module: torch.nn.Module, device_ids: Any) -> list[Any]:
+        def replica_on(device: int) -> Callable[..., Any]:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+                copies = {name: move(tensor, device) for name, tensor in named}
+                return torch.func.functional_call(module, copies, args, kwargs)
+
+            return run
+
+        return [module if index == 0 else replica_on(int(device)) for index, device in enumerate(device_ids)]
 
     def parallel_apply(self: Any, replicas: list[Any], inputs: Any, kwargs: Any) -> list[Any]:
-        return [replicas[0](*inputs[0], **kwargs[0])]
+        outputs = []
+        previous = machine.current_index
+        try:
+            for replica, device, args, keywords in zip(replicas, self.device_ids, inputs, kwargs, strict=False):
+                machine.current_index = int(device)
+                outputs.append(replica(*args, **keywords))
+        finally:
+            machine.current_index = previous
+        return outputs
+
+    def gather_map(outputs: list[Any], target: int, dim: int) -> Any:
+        first = outputs[0]
+        if isinstance(first, Tensor):
+            if all(output.dim() == 0 for output in outputs):
+                warnings.warn(
+                    "Was asked to gather along dimension 0, but all input tensors were scalars; "
+                    "will instead unsqueeze and return a vector.", stacklevel=2)
+                outputs, dim = [output.view(1) for output in outputs], 0
+            placed = [output.cpu() if target == -1 else move(output, target) for output in outputs]
+            return torch.cat(placed, dim)
+        if first is None:
+            return None
+        if isinstance(first, dict):
+            return type(first)((key, gather_map([output[key] for output in outputs], target, dim)) for key in first)
+        if isinstance(first, tuple) and hasattr(first, "_fields"):
+            named: Any = type(first)
+            return named._make(gather_map(list(items), target, dim) for items in zip(*outputs, strict=False))
+        return type(first)(gather_map(list(items), target, dim) for items in zip(*outputs, strict=False))
+
+    def gather(self: Any, outputs: list[Any], output_device: int) -> Any:
+        return gather_map(outputs, output_device, self.dim)
 
     patches.set(cls, "scatter", scatter)
-    patches.set(cls, "replicate", lambda self, module, device_ids: [module])
+    patches.set(cls, "replicate", replicate)
     patches.set(cls, "parallel_apply", parallel_apply)
     patches.set(cls, "gather", gather)
 
@@ -952,7 +822,7 @@ def _serialization(patches: Patches, machine: EmulatedMachine) -> Iterator[None]
         return None if gpu is None else f"cuda:{gpu}"
 
     def restore(storage: Any, location: str) -> Any:
-        match = _CUDA_STRING.fullmatch(location)
+        match = CUDA_STRING.fullmatch(location)
         if match is None:
             return None
         index = machine.current_index if match.group(1) is None else int(match.group(1))
@@ -992,16 +862,17 @@ def _serialization(patches: Patches, machine: EmulatedMachine) -> Iterator[None]
 @contextmanager
 def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedMachine]:
     """Run the body as if on a machine with `device_count` CUDA GPUs."""
-    global _machine
     machine = EmulatedMachine(device_count)
     arguments = _DeviceArguments(machine)
     patches = Patches()
-    previous, _machine = _machine, machine
     with ExitStack() as stack:
         stack.callback(patches.undo)
-        stack.callback(lambda: globals().__setitem__("_machine", previous))
-        _patch_cuda_api(patches, machine, arguments)
-        _patch_data_parallel(patches, arguments)
+        # A program's `set_default_device("cuda")` or CUDA default tensor type ends with the machine.
+        stack.callback(torch.set_default_dtype, torch.get_default_dtype())
+        stack.callback(_forget_cuda_default_device)
+        stack.enter_context(machine_in_use(machine))
+        patch_cuda_api(patches, machine, Placement(gpu_of, arguments.move))
+        _patch_data_parallel(patches, machine, arguments)
         stack.enter_context(_serialization(patches, machine))
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", message=".*compiled without cuDNN")
@@ -1012,7 +883,7 @@ def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedMachine]:
         stack.enter_context(_Allocations())  # type: ignore[no-untyped-call]
         stack.enter_context(arguments)
         # Entered last, so it sees each call before the emulation turns CUDA devices emulated.
-        stack.enter_context(host_copy_race_check("emulated GPU", (_EmulatedStream, _EmulatedEvent)))
+        stack.enter_context(host_copy_race_check("emulated GPU", (EmulatedStream, EmulatedEvent)))
         yield machine
 
 

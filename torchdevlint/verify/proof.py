@@ -108,6 +108,11 @@ class _Exercise:
         self.pending, self.ran = still, ran
         return not self.pending
 
+    def unreached(self) -> tuple[int, ...]:
+        """The first line of each finding whose statement has not run to completion."""
+        return tuple(sorted(min(watch.statement) for watch, ran in zip(self.pending, self.ran, strict=True)
+                            if not ran))
+
 
 class ProofBudget:
     """Installs the line tracer, the timer and the optimizer-step hook for one run."""
@@ -205,6 +210,9 @@ class ProofBudget:
             self._install_step_hook(self.budget.steps)
         if self.tracing:
             sys.settrace(self._call)
+
+    def unreached(self) -> tuple[int, ...]:
+        return self.progress.unreached()
 
     def end(self) -> None:
         self.tracing = False

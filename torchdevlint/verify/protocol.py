@@ -80,17 +80,21 @@ class ChildReport:
     error: ErrorInfo | None = None
     # Why an OK run ended before the program did (the proof budget, --seconds, --steps).
     stopped: str | None = None
+    # The first line of each finding whose statement never ran to completion (under a proof budget).
+    unreached: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {"status": self.status.value, "error": self.error.to_json() if self.error else None,
-                "stopped": self.stopped}
+                "stopped": self.stopped, "unreached": list(self.unreached)}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> ChildReport:
         error = data.get("error")
         stopped = data.get("stopped")
+        unreached = data.get("unreached")
         return cls(RunStatus(str(data.get("status"))), ErrorInfo.from_json(error) if isinstance(error, dict) else None,
-                   stopped if isinstance(stopped, str) else None)
+                   stopped if isinstance(stopped, str) else None,
+                   tuple(line for line in unreached if isinstance(line, int)) if isinstance(unreached, list) else ())
 
 
 def last_result(stdout: str) -> str | None:

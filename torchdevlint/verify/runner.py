@@ -112,6 +112,8 @@ class RunOutcome:
     stderr_tail: str
     # Why a run that went well ended before the program did (its findings exercised, --seconds, --steps).
     stopped: str | None = None
+    # The first line of each finding whose statement never ran to completion.
+    unreached: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -121,6 +123,7 @@ class RunOutcome:
             "result": self.result,
             "seconds": round(self.seconds, 2),
             "stopped": self.stopped,
+            "unreached": list(self.unreached),
         }
 
 
@@ -472,7 +475,7 @@ class Launcher:
             report = self._report(Path(files["outcome.json"]), finished, stderr, timeout)
         text = stdout.decode("utf-8", errors="replace")
         return RunOutcome(host, report.status, report.error, last_result(text), seconds, text[-_OUTPUT_TAIL:],
-                          _tail(stderr), report.stopped)
+                          _tail(stderr), report.stopped, report.unreached)
 
     @staticmethod
     def _report(path: Path, finished: _Finished, stderr: bytes, timeout: float) -> ChildReport:
@@ -570,6 +573,14 @@ def not_runnable(run: RunOutcome, sites: Sequence[FindingSite] = ()) -> str | No
     return None
 
 
+def _lines_named(lines: Sequence[int], where: Callable[[int], str]) -> str:
+    """`line 16`, or `lines 16, 20` (notebook cells named as `where` names them)."""
+    names = [where(line) for line in sorted(set(lines))]
+    if len(names) > 1 and all(name.startswith("line ") for name in names):
+        return "lines " + ", ".join(name[len("line "):] for name in names)
+    return ", ".join(names)
+
+
 def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome, comparison: Comparison,
           where: Callable[[int], str] = lambda line: f"line {line}") -> tuple[Verdict, str]:
     """The verdict, and why: the original's error counts only where it is its findings' bug."""
@@ -592,6 +603,15 @@ def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome,
         if original.stopped == EXERCISED:
             return Verdict.BUG_NOT_REPRODUCED, (
                 "the original ran every flagged line and a use of its value without error on this host")
+        never = [site.line for site in sites if site.statement and min(site.statement) in original.unreached]
+        if never and len(never) == len(sites):
+            return Verdict.BUG_NOT_REPRODUCED, (
+                f"the original runs without error on this host, but never runs the flagged "
+                f"{_lines_named(never, where)}: nothing it runs calls the code "
+                f"{'they are' if len(set(never)) > 1 else 'it is'} in")
+        if never:
+            return Verdict.BUG_NOT_REPRODUCED, (
+                f"the original runs without error on this host; it never runs {_lines_named(never, where)}")
         return Verdict.BUG_NOT_REPRODUCED, "the original runs without error on this host"
     if original.status is RunStatus.TIMEOUT:
         return Verdict.BUG_NOT_REPRODUCED, "the original timed out before the bug could show"
