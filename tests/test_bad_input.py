@@ -115,29 +115,48 @@ def test_thousands_of_files(tmp_path: Path) -> None:
     assert result.returncode == 1
 
 
-def test_newer_syntax_than_python_is_named(tmp_path: Path) -> None:
-    # PEP 695 generics parse in LibCST but are newer than Python 3.11.
-    (tmp_path / "new.py").write_bytes(b"import torch\ntype Shape = tuple[int, ...]\ndef f[T](x: T) -> T:\n    return x\n")
+def test_code_of_a_newer_python_is_linted_whatever_python_runs_the_linter(tmp_path: Path) -> None:
+    # PEP 695 generics: LibCST reads them, Python 3.11 does not; ruff lints them anywhere.
+    (tmp_path / "new.py").write_bytes(
+        b"import torch\ntype Shape = tuple[int, ...]\ndef f[T](x: T) -> T:\n    return x\nx = torch.ones(2)\nx.cuda()\n")
     result = check(tmp_path, "new.py")
-    if sys.version_info >= (3, 12):
-        assert not error_lines(result, "new.py")
-    else:
-        lines = error_lines(result, "new.py")
-        assert len(lines) == 1 and "newer" in lines[0], result.stdout
+    assert not error_lines(result, "new.py"), result.stdout
+    assert "new.py:6:1: TDL001" in result.stdout and result.returncode == 1
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 reads these")
 @pytest.mark.parametrize(
     "line",
     ["type Shape = tuple[int, ...]", "def first[T](x: T) -> T: return x", 'print(f"{x["a"]}")', "print(f'{'-'.join(x)}')", 'print(f"{x:{"w"}}")', 'print(f"{x # note\n}")',
      'print(f"{(x,\n y)}")'],
 )
-def test_syntax_only_a_newer_python_reads_is_named_even_without_findings(tmp_path: Path, line: str) -> None:
-    # LibCST reads PEP 695 and PEP 701 syntax; the running Python is the judge, findings or not.
+def test_syntax_only_a_newer_python_reads_is_no_error_findings_or_not(tmp_path: Path, line: str) -> None:
     (tmp_path / "new.py").write_text(f"import torch\nx = torch.zeros(2).to(\"cpu\")\n{line}\n")
-    result = check(tmp_path, "new.py")
-    lines = error_lines(result, "new.py")
-    assert len(lines) == 1 and "newer" in lines[0], result.stdout
+    (tmp_path / "bug.py").write_text(f"import torch\nx = torch.zeros(2)\n{line}\nx.cuda()\n")
+    result = check(tmp_path, "new.py", "bug.py")
+    assert not error_lines(result, "new.py") and not error_lines(result, "bug.py"), result.stdout
+    assert f"bug.py:{4 + line.count(chr(10))}:1: TDL001" in result.stdout
+
+
+def test_a_syntax_error_beside_newer_syntax_is_still_one(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("import torch\ntype Shape = tuple[int, ...]\nx = (\n")
+    lines = error_lines(check(tmp_path, "broken.py"), "broken.py")
+    assert len(lines) == 1 and "syntax error" in lines[0]
+
+
+def test_past_cpythons_parser_limits_is_a_syntax_error_not_newer_syntax(tmp_path: Path) -> None:
+    (tmp_path / "deep.py").write_text("import torch\nx = " + "(" * 500 + "1" + ")" * 500 + "\n")
+    lines = error_lines(check(tmp_path, "deep.py"), "deep.py")
+    assert len(lines) == 1 and "syntax error: too many nested parentheses" in lines[0], lines
+
+
+def test_lines_ended_by_carriage_returns_alone_are_linted_and_fixed(tmp_path: Path) -> None:
+    # Valid Python (old Mac line endings): three lines to the tokenizer.
+    (tmp_path / "mac.py").write_bytes(b"import torch\rx = torch.ones(2)\rx.cuda()  # noqa: TDL003\r")
+    result = check(tmp_path, "mac.py")
+    assert "mac.py:3:1: TDL001" in result.stdout and "internal error" not in result.stdout + result.stderr
+    fixed = run_cli("check", "--fix", "--unsafe-fixes", "mac.py", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert (tmp_path / "mac.py").read_bytes() == b"import torch\rx = torch.ones(2)\rx = x.cuda()  # noqa: TDL003\r"
 
 
 @pytest.mark.parametrize(
@@ -148,6 +167,8 @@ def test_syntax_only_a_newer_python_reads_is_named_even_without_findings(tmp_pat
         ('[tool.torchdevlint]\nselect = ["TDL998"]\n', "TDL998"),
         ('[tool.torchdevlint]\nfrobnicate = true\n', "frobnicate"),
         ('[tool.torchdevlint.load-without-map-location]\nmap_loc = "cpu"\n', "map_loc"),
+        # Written into fixes as a literal: only a device name, never code.
+        ('[tool.torchdevlint.load-without-map-location]\nmap-location = "cuda\\" if 1 else \\"cpu"\n', "map-location"),
     ],
 )
 def test_broken_configuration_names_the_key(tmp_path: Path, config: str, key: str) -> None:

@@ -184,13 +184,13 @@ def test_main_job_on_shipped_fixtures_finds_every_marked_bug() -> None:
     assert found == marked
 
 
-def test_off_by_default_rules_need_their_code_or_all(tmp_path: Path) -> None:
+def test_off_by_default_rules_run_once_a_code_prefix_or_all_selects_them(tmp_path: Path) -> None:
     from torchdevlint.registry import all_rules, select_rules
 
     off = {rule.code for rule in all_rules() if not rule.default_enabled}
     assert off, "expected some rules off by default"
     assert not off & {rule.code for rule in select_rules()}
-    assert not off & {rule.code for rule in select_rules(["TDL"])}
+    assert off <= {rule.code for rule in select_rules(["TDL"])}
     assert off <= {rule.code for rule in select_rules(["ALL"])}
     code = sorted(off)[0]
     assert code in {rule.code for rule in select_rules(extend_select=[code])}
@@ -245,3 +245,82 @@ def test_hard_coded_cuda_is_fixed_through_one_device_variable_for_the_configured
     # Fixed, the program has a CPU mode: what is left is TDL007's, a correctness finding.
     result = run_cli("check", "--select", "TDL007,TDL203", "bench.py", cwd=tmp_path)
     assert "bench.py:6:1: TDL007" in result.stdout and "TDL203" not in result.stdout
+
+
+def test_diff_exits_one_when_it_prints_a_diff_and_zero_when_nothing_would_change(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY)
+    write(tmp_path, "clean.py", CLEAN + "torch.load('a.pt')\n")  # a finding with no safe fix
+    with_diff = run_cli("check", "--no-cache", "--diff", "train.py", cwd=tmp_path)
+    assert with_diff.returncode == 1 and "+x = x.cuda()" in with_diff.stdout
+    assert "Would fix 1 error" in with_diff.stdout and "fixed" not in with_diff.stdout
+    nothing = run_cli("check", "--no-cache", "--diff", "clean.py", cwd=tmp_path)
+    assert nothing.returncode == 0 and "+++" not in nothing.stdout
+    both = run_cli("check", "--no-cache", "--fix", "--diff", "train.py", cwd=tmp_path)
+    assert both.returncode == 1 and "(1 fixed" not in both.stdout and "Would fix 1 error" in both.stdout
+    assert (tmp_path / "train.py").read_text() == BUGGY
+
+
+def test_diff_with_a_machine_format_is_a_usage_error(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY)
+    result = run_cli("check", "--no-cache", "--diff", "--format", "json", "train.py", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "--diff" in result.stderr and "text formats" in result.stderr
+
+
+def test_a_selection_that_runs_no_rule_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY)
+    for args in (("--select", ""), ("--select", "TDL001", "--ignore", "TDL001")):
+        result = run_cli("check", "--no-cache", *args, "train.py", cwd=tmp_path)
+        assert result.returncode == 2 and "All checks passed" not in result.stdout
+        assert "runs no rule" in result.stderr
+    write(tmp_path, "pyproject.toml", "[tool.torchdevlint]\nselect = []\n")
+    configured = run_cli("check", "--no-cache", "train.py", cwd=tmp_path)
+    assert configured.returncode == 2 and "runs no rule" in configured.stderr
+
+
+def test_a_prefix_selects_every_rule_it_matches_in_select_and_extend_select_alike(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", (FIXTURES / "tdl001_discarded_move_train_loop.py").read_text())
+
+    def codes(*args: str) -> set[str]:
+        result = run_cli("check", "--no-cache", "--format", "json", *args, "train.py", cwd=tmp_path)
+        return {item["code"] for item in json.loads(result.stdout)}
+
+    # TDL101 is off by default; the prefix TDL1 names it either way.
+    assert "TDL101" not in codes()
+    assert codes("--select", "TDL1") == {"TDL101"}
+    assert codes("--extend-select", "TDL1") == {"TDL101"} | codes()
+
+
+def test_fix_leaves_a_read_only_file_as_it_is_and_counts_nothing_fixed(tmp_path: Path) -> None:
+    path = write(tmp_path, "train.py", BUGGY)
+    path.chmod(0o444)
+    result = run_cli("check", "--no-cache", "--fix", "train.py", cwd=tmp_path)
+    assert path.read_text() == BUGGY
+    assert "train.py: error: not fixed: the file is read-only" in result.stdout
+    assert "train.py:3:1: TDL001" in result.stdout and "fixed" not in result.stdout.replace("not fixed", "")
+    assert result.returncode == 2
+
+
+def test_a_file_changed_since_it_was_read_is_not_overwritten(tmp_path: Path) -> None:
+    import pytest
+
+    from torchdevlint.sourcefile import NotRewritten, write_atomically
+
+    path = write(tmp_path, "train.py", BUGGY)
+    edited = BUGGY + "print('saved by the editor while the linter ran')\n"
+    path.write_text(edited)
+    with pytest.raises(NotRewritten, match="changed since it was read"):
+        write_atomically(path, CLEAN.encode(), replacing=BUGGY.encode())
+    assert path.read_text() == edited
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]  # no temporary file left behind
+    write_atomically(path, CLEAN.encode(), replacing=edited.encode())
+    assert path.read_text() == CLEAN
+
+
+def test_jobs_are_capped_at_the_files_and_twice_the_cores() -> None:
+    from torchdevlint.runner import default_jobs, worker_count
+
+    cores = default_jobs()
+    assert worker_count(1000, 5000) == 2 * cores
+    assert worker_count(1000, 3) == min(3, 2 * cores)
+    assert worker_count(1, 5000) == 1 and worker_count(4, 0) == 1

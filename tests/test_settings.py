@@ -35,11 +35,11 @@ def test_default_selection_is_every_rule_on_by_default() -> None:
     assert OFF_BY_DEFAULT, "some rules are off by default"
 
 
-def test_a_prefix_selects_its_rules_that_are_on_by_default_and_a_full_code_any_rule() -> None:
+def test_a_code_or_prefix_selects_every_rule_it_matches_on_by_default_or_not() -> None:
     correctness = codes(select_rules(["TDL0"]))
-    assert correctness == {code for code in ON_BY_DEFAULT if code.startswith("TDL0")}
+    assert correctness == {code for code in ON_BY_DEFAULT | OFF_BY_DEFAULT if code.startswith("TDL0")}
     off = sorted(OFF_BY_DEFAULT)[0]
-    assert off not in codes(select_rules([off[:4]]))
+    assert off in codes(select_rules([off[:4]])) and off in codes(select_rules(extend_select=[off[:4]]))
     assert codes(select_rules([off])) == {off}
     assert codes(select_rules(["ALL"])) == ON_BY_DEFAULT | OFF_BY_DEFAULT
 

@@ -146,6 +146,9 @@ def _run_check(args: argparse.Namespace) -> int:
     if args.statistics and not (output_format.is_text or output_format is OutputFormat.JSON):
         sys.stderr.write("torchdevlint: error: --statistics works with the text and json formats\n")
         return EXIT_ERROR
+    if args.diff and not output_format.is_text:
+        sys.stderr.write("torchdevlint: error: --diff prints a unified diff; it works with the text formats\n")
+        return EXIT_ERROR
     if args.show_fixes and not output_format.is_text:
         sys.stderr.write("torchdevlint: error: --show-fixes works with the text formats\n")
         return EXIT_ERROR
@@ -167,6 +170,7 @@ def _run_check(args: argparse.Namespace) -> int:
     )
     diagnostics: list[Diagnostic] = []
     fixed = 0
+    diffs = 0
     fixed_codes: dict[str, list[str]] = {}
     sources = SourceViews()
     report_to = sys.stdout
@@ -183,15 +187,19 @@ def _run_check(args: argparse.Namespace) -> int:
         sources.add(result.path, result.view)
         errors.extend(result.errors)
         if result.diff:
+            diffs += 1
             sys.stdout.write(result.diff)
     report = CheckReport(diagnostics, errors, fixed, fixed_codes, unsafe_fixes=args.unsafe_fixes,
-                         fixing=args.fix or args.diff, dry_run=args.diff and not args.fix)
+                         fixing=args.fix or args.diff, dry_run=args.diff)
     write_report(report_to, report, output_format, sources=sources, statistics=args.statistics,
                  show_fixes=args.show_fixes)
     if args.exit_zero:
         return EXIT_CLEAN
     if errors:
         return EXIT_ERROR
+    if args.diff:
+        # As ruff's --diff (with --fix or not, nothing is written): 1 when a diff was printed, else 0.
+        return EXIT_FINDINGS if diffs else EXIT_CLEAN
     if diagnostics:
         return EXIT_FINDINGS
     return EXIT_CLEAN

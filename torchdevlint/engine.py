@@ -8,7 +8,6 @@ seen the node, so rules always ask questions about a file read up to that point.
 from __future__ import annotations
 
 import ast
-import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from torchdevlint.diagnostics import Diagnostic, Location
 from torchdevlint.edits import to_text_fix
 from torchdevlint.positions import StatementPositions
 from torchdevlint.rule import Report, Rule
-from torchdevlint.sourcefile import LineIndex
+from torchdevlint.sourcefile import LineIndex, source_lines
 from torchdevlint.suppression import is_suppressed
 
 # Files that never mention this cannot hold a finding; they are not even parsed.
@@ -33,7 +32,52 @@ RELEVANCE_MARKER = "torch"
 _DEADLINE_CHECK_INTERVAL = 2048
 
 
-class _Analysis:
+class _NewerSyntaxNotes:
+    """Notes syntax that a newer Python than the running one may have added.
+
+    LibCST parses the grammar of every Python version, the running one only its own: where the
+    running Python refuses code that LibCST reads, these constructs say the code is newer, not
+    wrong (see `check_syntax`).
+    """
+
+    def note_newer_syntax(self) -> None:
+        raise NotImplementedError
+
+    def _newer_syntax(self, node: cst.CSTNode) -> None:
+        self.note_newer_syntax()
+
+    visit_TypeAlias = visit_TypeParameters = visit_TemplatedString = _newer_syntax
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler | cst.ExceptStarHandler) -> None:
+        # `except A, B:` without parentheses (PEP 758).
+        if type(node.type) is cst.Tuple and not node.type.lpar:
+            self.note_newer_syntax()
+
+    visit_ExceptStarHandler = visit_ExceptHandler
+
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        # PEP 701: quotes, backslashes, comments and line breaks inside a replacement field.
+        if _may_use_pep_701(node):
+            self.note_newer_syntax()
+
+
+class _NewerSyntax(_NewerSyntaxNotes, cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def note_newer_syntax(self) -> None:
+        self.found = True
+
+
+def uses_newer_syntax(module: cst.Module) -> bool:
+    """Whether `module` uses syntax that a newer Python than the running one may have added."""
+    visitor = _NewerSyntax()
+    module.visit(visitor)
+    return visitor.found
+
+
+class _Analysis(_NewerSyntaxNotes):
     """The engine's own visitor: the file's imports, in source order, and syntax that only a
     newer Python accepts."""
 
@@ -41,25 +85,8 @@ class _Analysis:
         self.context = context
         self.imports = context.imports
 
-    # LibCST parses the grammar of every Python version; the running one is the judge (see
-    # `lint_source`). These are the constructs where the two may disagree.
-
-    def _newer_syntax(self, node: cst.CSTNode) -> None:
+    def note_newer_syntax(self) -> None:
         self.context.may_be_newer_syntax = True
-
-    visit_TypeAlias = visit_TypeParameters = visit_TemplatedString = _newer_syntax
-
-    def visit_ExceptHandler(self, node: cst.ExceptHandler | cst.ExceptStarHandler) -> None:
-        # `except A, B:` without parentheses (PEP 758).
-        if type(node.type) is cst.Tuple and not node.type.lpar:
-            self.context.may_be_newer_syntax = True
-
-    visit_ExceptStarHandler = visit_ExceptHandler
-
-    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
-        # PEP 701: quotes, backslashes, comments and line breaks inside a replacement field.
-        if not self.context.may_be_newer_syntax and _may_use_pep_701(node):
-            self.context.may_be_newer_syntax = True
 
     def visit_Import(self, node: cst.Import) -> None:
         self.imports.record_import(node)
@@ -264,7 +291,7 @@ def lint_module(
     try:
         reports = analysed.reports
         if judge_syntax and python_ast is None and (reports or analysed.context.may_be_newer_syntax):
-            python_ast = check_syntax(source, path)
+            python_ast = check_syntax(source, path, newer_syntax=analysed.context.may_be_newer_syntax)
         if not reports:
             return []
         with room_for_nesting():
@@ -279,7 +306,7 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
     # Only files with findings pay for positions, and only for the statements they are in.
     positions = StatementPositions(module, source, parents, python_ast)
     offsets = LineIndex(source)
-    lines = source.splitlines()
+    lines = source_lines(source)
     diagnostics: list[Diagnostic] = []
     seen: set[tuple[str, int, int]] = set()
     for report in reports:
@@ -325,9 +352,10 @@ def lint_source(
         check_syntax(source, path)
         return []
     # Parse once: LibCST agrees with the running Python on what is valid, except for syntax
-    # newer than it, which the walk notes. The stdlib parser then judges, and it also runs
-    # where there are findings (their positions come from its tree) or LibCST fails (for
-    # Python's own message).
+    # newer than it, which the walk notes and LibCST alone then lints. The stdlib parser runs
+    # where there are findings (their positions come from its tree), where the walk noted newer
+    # syntax (a real syntax error beside it is still one) or where LibCST fails (for Python's
+    # own message).
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError:
@@ -347,11 +375,18 @@ class InvalidSource(Exception):
         self.column = column
 
 
-def check_syntax(source: str, path: str) -> ast.Module:
-    """The stdlib parser is the judge of what this Python accepts (at a tenth of LibCST's cost).
+# Limits of CPython's parser, not of a Python version: code past them runs nowhere.
+_PARSER_LIMITS = ("too many nested parentheses", "too many statically nested blocks",
+                  "too many levels of indentation")
 
-    LibCST parses syntax newer than the running Python (PEP 695 on 3.11, say); rather than
-    guess what such code means, say so.
+
+def check_syntax(source: str, path: str, *, newer_syntax: bool | None = None) -> ast.Module | None:
+    """The running Python's tree of `source`, or None where only a newer Python reads it.
+
+    The stdlib parser is the judge of what this Python accepts (at a tenth of LibCST's cost).
+    Code it refuses that LibCST reads, using syntax a newer Python added (`newer_syntax`, as the
+    walk noted it, or looked for here), is linted from LibCST's tree alone, as ruff lints code
+    of any version. Anything else it refuses is a syntax error (InvalidSource).
     """
     try:
         # SyntaxWarnings about the user's code ("is" with a literal...) are not ours to print.
@@ -360,17 +395,14 @@ def check_syntax(source: str, path: str) -> ast.Module:
             return ast.parse(source, path)
     except SyntaxError as error:
         message = error.msg
-        try:
-            cst.parse_module(source)
-        except cst.ParserSyntaxError:
-            raise InvalidSource(f"syntax error: {message}", error.lineno, error.offset) from None
-        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
-        raise InvalidSource(
-            f"syntax newer than the running Python {version} can parse ({message}); "
-            f"run torchdevlint with a newer Python",
-            error.lineno,
-            error.offset,
-        ) from None
+        if not any(limit in message for limit in _PARSER_LIMITS):
+            try:
+                module = cst.parse_module(source)
+            except cst.ParserSyntaxError:
+                module = None
+            if module is not None and (newer_syntax if newer_syntax is not None else uses_newer_syntax(module)):
+                return None
+        raise InvalidSource(f"syntax error: {message}", error.lineno, error.offset) from None
     except ValueError as error:  # null bytes and the like
         raise InvalidSource(f"cannot parse: {error}", None, None) from None
 

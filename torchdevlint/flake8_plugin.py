@@ -9,7 +9,8 @@ A thin adapter over the engine. Three conventions of flake8 decide its shape:
   keep findings on `# noqa` lines.
 - flake8 filters findings by its own `--select`/`--ignore`; which rules run at all comes from
   `[tool.torchdevlint]`, as for the CLI. A rule that is off by default runs only when the
-  config or flake8's `--select`/`--extend-select` names its full code.
+  config selects it (by code or prefix) or flake8's `--select`/`--extend-select` names its full
+  code (flake8's usual `--select TDL` is not meant to turn on every rule).
 
 The plugin never fixes and never imports torch.
 """

@@ -71,7 +71,9 @@ def select_rules(
 ) -> list[type[Rule]]:
     """Rules on by default (or those `select` names), plus `extend_select`, minus `ignore`.
 
-    As in ruff, the more specific selector wins: `--select TDL --ignore TDL0 --select TDL001`.
+    As in ruff, a code or prefix selects every rule it matches, whether on by default or not
+    (the same in `select` and `extend_select`), and the more specific selector wins:
+    `--select TDL --ignore TDL0 --select TDL001`.
     """
     select = [validate_selector(s) for s in select] if select is not None else None
     ignore = [validate_selector(s) for s in ignore]
@@ -83,10 +85,7 @@ def select_rules(
             select_strength = 0
         else:
             select_strength = _matches(rule.code, select)
-            # An explicit code, or ALL, turns on a rule that is off by default; a prefix does not.
-            selected = select_strength > 0 and (
-                rule.default_enabled or select_strength == len(rule.code) or "ALL" in select
-            )
+            selected = select_strength > 0
         extend_strength = _matches(rule.code, extend_select)
         if extend_strength:
             selected = True

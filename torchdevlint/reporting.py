@@ -21,7 +21,7 @@ from torchdevlint.diagnostics import Diagnostic, FileError, Fix
 from torchdevlint.registry import all_rules
 from torchdevlint.rule import Rule
 from torchdevlint.ruledocs import doc_sections, rule_page
-from torchdevlint.sourcefile import LineIndex, ProgramView
+from torchdevlint.sourcefile import LineIndex, ProgramView, source_lines
 
 # The text a file had when it was linted, or None where it is not available.
 SourceLookup = Callable[[str], "ProgramView | None"]
@@ -292,7 +292,7 @@ def _apply(text: str, replacements: Sequence[tuple[int, int, str]]) -> str:
 
 
 def _changed_lines(old: str, new: str) -> tuple[list[str], list[str]]:
-    old_lines, new_lines = old.splitlines(), new.splitlines()
+    old_lines, new_lines = source_lines(old), source_lines(new)
     prefix = 0
     while prefix < min(len(old_lines), len(new_lines)) and old_lines[prefix] == new_lines[prefix]:
         prefix += 1

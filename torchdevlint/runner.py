@@ -22,7 +22,7 @@ from torchdevlint.fixer import is_applicable
 from torchdevlint.programs import FixNotWritable, is_notebook, load_program
 from torchdevlint.registry import rule_by_code
 from torchdevlint.rule import Rule
-from torchdevlint.sourcefile import SourceError, read_bytes, write_atomically
+from torchdevlint.sourcefile import NotRewritten, SourceError, read_bytes, write_atomically
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,16 @@ def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bo
             elif not in_place:
                 result.output = new_data
             elif new_data != data:
-                write_atomically(Path(path), new_data)
+                try:
+                    write_atomically(Path(path), new_data, replacing=data)
+                except (OSError, NotRewritten) as error:
+                    # Nothing was fixed: the findings are the file's as it is.
+                    reason = str(error) if isinstance(error, NotRewritten) else f"cannot write: {error.strerror or error}"
+                    result.errors.append(program.error(f"not fixed: {reason}", None, None))
+                    result.fixed_count, result.fixed_codes = 0, []
+                    result.diagnostics = program.lint(rules, options, deadline=deadline)
+                    result.view = program.view(program.text) if result.diagnostics else None
+                    cache = None
             if cache is not None and not settings.diff and not program.errors and not any(
                 d.fix_withheld for d in outcome.remaining
             ):
@@ -177,6 +186,15 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# Worker processes per core, at most: linting is CPU-bound, and each worker holds a parse.
+_WORKERS_PER_CORE = 2
+
+
+def worker_count(jobs: int, files: int) -> int:
+    """The processes a run starts for `--jobs jobs`: never more than files, nor than twice the cores."""
+    return max(1, min(jobs, files, _WORKERS_PER_CORE * default_jobs()))
+
+
 def _start_worker() -> None:
     # The parent decides what an interrupt means; a worker finishes the file it is on, and
     # every write is atomic, so each file ends up untouched or completely fixed.
@@ -204,7 +222,8 @@ def run(paths: Iterable[str], settings: RunSettings, jobs: int) -> Iterator[File
     files being processed are finished, and the interrupt propagates.
     """
     paths = list(paths)
-    if jobs <= 1 or len(paths) < 2:
+    jobs = worker_count(jobs, len(paths))
+    if jobs <= 1:
         collect_garbage_rarely()
         for path in paths:
             yield process_file(path, settings)
@@ -213,7 +232,7 @@ def run(paths: Iterable[str], settings: RunSettings, jobs: int) -> Iterator[File
         ProcessPoolExecutor,  # only parallel runs pay for the import
     )
 
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(paths)), initializer=_start_worker)
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker)
     try:
         futures = [pool.submit(process_file, path, settings) for path in paths]
         for future in futures:

@@ -38,15 +38,20 @@ class Settings:
 
 
 def resolve_rules(config: Config, selection: CommandLineSelection = CommandLineSelection()) -> tuple[type[Rule], ...]:
-    """The rules to run; raises UnknownSelector for a selector that names no rule."""
+    """The rules to run; raises UnknownSelector for a selector that names no rule, and for a
+    selection that runs none (`--select ''`, `select = []`), which would pass every file."""
     if selection.select is not None:
-        return tuple(select_rules(selection.select, ignore=selection.ignore,
-                                  extend_select=selection.extend_select))
-    return tuple(select_rules(
-        config.select,
-        ignore=[*config.ignore, *selection.ignore],
-        extend_select=[*config.extend_select, *selection.extend_select],
-    ))
+        rules = tuple(select_rules(selection.select, ignore=selection.ignore, extend_select=selection.extend_select))
+    else:
+        rules = tuple(select_rules(
+            config.select,
+            ignore=[*config.ignore, *selection.ignore],
+            extend_select=[*config.extend_select, *selection.extend_select],
+        ))
+    if not rules:
+        raise UnknownSelector("the selection runs no rule (an empty select, or everything ignored); "
+                              "select a code or prefix, e.g. TDL0")
+    return rules
 
 
 def load_settings(cwd: Path, config_path: Path | None = None,

@@ -9,23 +9,31 @@ from __future__ import annotations
 import bisect
 import io
 import os
+import re
+import stat
 import tempfile
 import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# The line breaks Python's tokenizer knows (`str.splitlines` also splits at form feeds and more).
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def source_lines(text: str) -> list[str]:
+    """The physical lines of Python source, as the tokenizer counts them, without their breaks."""
+    lines = LINE_BREAK.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
 
 class LineIndex:
     """Offsets into a text <-> (1-based line, 0-based column), columns in code points."""
 
     def __init__(self, text: str) -> None:
-        starts = [0]
-        position = text.find("\n")
-        while position != -1:
-            starts.append(position + 1)
-            position = text.find("\n", position + 1)
-        self.starts = starts
+        self.starts = [0, *(match.end() for match in LINE_BREAK.finditer(text))]
 
     def offset(self, line: int, column: int) -> int:
         return self.starts[line - 1] + column
@@ -73,13 +81,22 @@ def read_source(path: Path) -> SourceText:
     return decode_source(read_bytes(path))
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+class NotRewritten(Exception):
+    """A fixed file left as it was, and why: it is read-only, or it changed since it was read."""
+
+
+def write_atomically(path: Path, data: bytes, *, replacing: bytes | None = None) -> None:
     """Write through a temporary file in the same folder, then rename: never a half file.
 
-    A symbolic link is written through: its target is replaced, the link stays a link.
+    A symbolic link is written through: its target is replaced, the link stays a link. A file
+    without its owner's write permission is not rewritten (rename would bypass it), nor one
+    whose bytes are no longer `replacing` (an edit saved, or another run's fixes, since it was
+    read): NotRewritten says which.
     """
     path = Path(os.path.realpath(path))
     mode = path.stat().st_mode
+    if not mode & stat.S_IWUSR:
+        raise NotRewritten("the file is read-only")
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tdl-tmp", dir=path.parent)
     try:
         with os.fdopen(descriptor, "wb") as handle:
@@ -87,6 +104,8 @@ def write_atomically(path: Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, mode & 0o7777)
+        if replacing is not None and path.read_bytes() != replacing:
+            raise NotRewritten("the file changed since it was read")
         os.replace(temporary, path)
     except BaseException:
         try:
@@ -147,7 +166,7 @@ class ProgramView:
 
     def lines(self, cell_number: int | None = None) -> list[str]:
         """The lines a finding's line numbers index: the file's, or its cell's."""
-        lines = self.text.splitlines()
+        lines = source_lines(self.text)
         cell = self.cell(cell_number)
         if cell is None:
             return lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -14,6 +15,8 @@ from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
+_DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]*(:[0-9]+)?")
+
 
 @dataclass(frozen=True)
 class LoadOptions:
@@ -23,8 +26,10 @@ class LoadOptions:
     include_tests: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.map_location, str) or not self.map_location:
-            raise ValueError("map-location must be a non-empty string such as \"cpu\"")
+        # It is written into the fix as a string literal: a device name, nothing to escape.
+        if not isinstance(self.map_location, str) or not _DEVICE_NAME.fullmatch(self.map_location):
+            raise ValueError(f"map-location must name a device, such as \"cpu\" or \"cuda:0\" "
+                             f"(got {self.map_location!r})")
         if not isinstance(self.include_tests, bool):
             raise ValueError("include-tests must be true or false")
 
@@ -267,7 +272,7 @@ class LoadWithoutMapLocation(Rule):
         self.report(node, fix=self._fix(node, keyword))
 
     def _fix(self, node: cst.Call, keyword: cst.Arg | None) -> PendingFix | None:
-        candidates = [*self._device_variables(node), repr(self.options.map_location).replace("'", '"')]
+        candidates = [*self._device_variables(node), f'"{self.options.map_location}"']
         into_load_state_dict = self._flows_into_load_state_dict(node)
         offered: str | None = None
         for location in candidates:
