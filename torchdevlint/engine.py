@@ -43,6 +43,9 @@ class _NewerSyntaxNotes:
     def note_newer_syntax(self) -> None:
         raise NotImplementedError
 
+    def newer_syntax_noted(self) -> bool:
+        raise NotImplementedError
+
     def _newer_syntax(self, node: cst.CSTNode) -> None:
         self.note_newer_syntax()
 
@@ -56,8 +59,9 @@ class _NewerSyntaxNotes:
     visit_ExceptStarHandler = visit_ExceptHandler
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
-        # PEP 701: quotes, backslashes, comments and line breaks inside a replacement field.
-        if _may_use_pep_701(node):
+        # PEP 701: quotes, backslashes, comments and line breaks inside a replacement field
+        # (looked for until found once: every f-string field of every file passes here).
+        if not self.newer_syntax_noted() and _may_use_pep_701(node):
             self.note_newer_syntax()
 
 
@@ -68,6 +72,9 @@ class _NewerSyntax(_NewerSyntaxNotes, cst.CSTVisitor):
 
     def note_newer_syntax(self) -> None:
         self.found = True
+
+    def newer_syntax_noted(self) -> bool:
+        return self.found
 
 
 def uses_newer_syntax(module: cst.Module) -> bool:
@@ -87,6 +94,9 @@ class _Analysis(_NewerSyntaxNotes):
 
     def note_newer_syntax(self) -> None:
         self.context.may_be_newer_syntax = True
+
+    def newer_syntax_noted(self) -> bool:
+        return self.context.may_be_newer_syntax
 
     def visit_Import(self, node: cst.Import) -> None:
         self.imports.record_import(node)
@@ -359,7 +369,7 @@ def lint_source(
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError:
-        check_syntax(source, path)
+        check_syntax(source, path, newer_syntax=False)  # LibCST cannot read it: not newer, wrong
         raise
     return lint_module(module, source, path, rule_classes, options, honor_noqa=honor_noqa,
                        judge_syntax=True, deadline=deadline)
@@ -384,9 +394,10 @@ def check_syntax(source: str, path: str, *, newer_syntax: bool | None = None) ->
     """The running Python's tree of `source`, or None where only a newer Python reads it.
 
     The stdlib parser is the judge of what this Python accepts (at a tenth of LibCST's cost).
-    Code it refuses that LibCST reads, using syntax a newer Python added (`newer_syntax`, as the
-    walk noted it, or looked for here), is linted from LibCST's tree alone, as ruff lints code
-    of any version. Anything else it refuses is a syntax error (InvalidSource).
+    Code it refuses that LibCST reads, using syntax a newer Python added, is linted from
+    LibCST's tree alone, as ruff lints code of any version. Anything else it refuses is a syntax
+    error (InvalidSource). A caller that parsed with LibCST says what it found (`newer_syntax`,
+    as the walk noted it); otherwise LibCST parses and looks here.
     """
     try:
         # SyntaxWarnings about the user's code ("is" with a literal...) are not ours to print.
@@ -396,11 +407,12 @@ def check_syntax(source: str, path: str, *, newer_syntax: bool | None = None) ->
     except SyntaxError as error:
         message = error.msg
         if not any(limit in message for limit in _PARSER_LIMITS):
-            try:
-                module = cst.parse_module(source)
-            except cst.ParserSyntaxError:
-                module = None
-            if module is not None and (newer_syntax if newer_syntax is not None else uses_newer_syntax(module)):
+            if newer_syntax is None:
+                try:
+                    newer_syntax = uses_newer_syntax(cst.parse_module(source))
+                except cst.ParserSyntaxError:
+                    newer_syntax = False
+            if newer_syntax:
                 return None
         raise InvalidSource(f"syntax error: {message}", error.lineno, error.offset) from None
     except ValueError as error:  # null bytes and the like

@@ -125,7 +125,6 @@ def machine_in_use(machine: EmulatedMachine) -> Iterator[None]:
         _machines.remove(machine)
 
 
-
 LEGACY_TYPES = {
     "FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
     "BFloat16Tensor": torch.bfloat16, "LongTensor": torch.int64, "IntTensor": torch.int32,

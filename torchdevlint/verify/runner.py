@@ -574,11 +574,8 @@ def not_runnable(run: RunOutcome, sites: Sequence[FindingSite] = ()) -> str | No
 
 
 def _lines_named(lines: Sequence[int], where: Callable[[int], str]) -> str:
-    """`line 16`, or `lines 16, 20` (notebook cells named as `where` names them)."""
-    names = [where(line) for line in sorted(set(lines))]
-    if len(names) > 1 and all(name.startswith("line ") for name in names):
-        return "lines " + ", ".join(name[len("line "):] for name in names)
-    return ", ".join(names)
+    """`line 16`, or `line 16, line 20` (a notebook's as `where` names them)."""
+    return ", ".join(where(line) for line in sorted(set(lines)))
 
 
 def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome, comparison: Comparison,
