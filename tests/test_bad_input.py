@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,98 @@ def test_python_syntax_warnings_about_user_code_are_not_printed(tmp_path: Path) 
     result = run_cli("check", "--no-cache", "--fix", "warns.py", cwd=tmp_path)
     assert "SyntaxWarning" not in result.stderr
     assert result.stderr == ""
+
+
+# Invalid escapes ("\d": a SyntaxWarning on Python 3.12+, a DeprecationWarning before) in strings
+# the analysis reads (a path, a ModuleDict key, an nvidia-smi query), and `is` with a literal.
+WARNING_PROGRAM = r"""import os
+import re
+
+import torch
+import torch.nn as nn
+
+CHECKPOINT = "C:\data\model.pt"
+PATTERN = re.compile("\d+")
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleDict({"head\d": nn.Linear(2, 2)})
+        self.blocks = [nn.Linear(2, 2)]
+
+
+def pick_gpu():
+    used = os.popen("nvidia-smi --query-gpu=memory.used --format=csv,noheader\d").read().split()
+    return min(range(len(used)), key=lambda i: int(used[i]))
+
+
+state = torch.load(CHECKPOINT)
+x = torch.zeros(2, device="cpu").to(torch.device("cuda:0"))
+if state is 1:
+    print(x.numpy())
+"""
+WARNING_PROGRAM_FINDINGS = ("train.py:15:9: TDL011", "train.py:19:12: TDL202", "train.py:23:9: TDL003")
+# With --diff the fixed findings show as the diff; the fixes compile the fixed code too.
+WARNING_PROGRAM_DIFF = ("+state = torch.load(CHECKPOINT, map_location=\"cpu\")", "train.py:19:12: TDL202")
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [((), WARNING_PROGRAM_FINDINGS), (("--diff", "--unsafe-fixes"), WARNING_PROGRAM_DIFF),
+     (("--jobs", "2"), WARNING_PROGRAM_FINDINGS)],
+    ids=["check", "diff", "jobs"],
+)
+def test_invalid_escape_sequences_in_user_code_print_no_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: tuple[str, ...], expected: tuple[str, ...]
+) -> None:
+    # `default` shows every warning once per place: without it Python 3.10/3.11 would hide the
+    # DeprecationWarning they raise for "\d", and the test would prove nothing there.
+    monkeypatch.setenv("PYTHONWARNINGS", "default")
+    (tmp_path / "train.py").write_text(WARNING_PROGRAM)
+    (tmp_path / "other.py").write_text(WARNING_PROGRAM)  # two files: --jobs 2 runs two workers
+    result = run_cli("check", "--no-cache", *extra, "train.py", "other.py", cwd=tmp_path)
+    assert "SyntaxWarning" not in result.stderr
+    assert "Warning" not in result.stderr
+    assert result.stderr == ""
+    assert result.returncode == 1, result.stdout
+    for line in expected:
+        assert line in result.stdout
+
+
+def test_warnings_as_errors_do_not_break_linting_user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Python turns a warning it is told to raise into a SyntaxError of the code it compiles; a
+    # literal LibCST evaluated for a rule then failed the whole file as an internal error.
+    monkeypatch.setenv("PYTHONWARNINGS", "error::SyntaxWarning,error:invalid escape sequence")
+    (tmp_path / "train.py").write_text(WARNING_PROGRAM)
+    result = run_cli("check", "--no-cache", "train.py", cwd=tmp_path)
+    assert "internal error" not in result.stdout + result.stderr
+    assert result.stderr == ""
+    assert result.returncode == 1, result.stdout
+    for finding in WARNING_PROGRAM_FINDINGS:
+        assert finding in result.stdout
+
+
+def test_every_rule_reads_and_fixes_user_code_without_raising_a_warning() -> None:
+    from torchdevlint.engine import lint_source
+    from torchdevlint.fixer import fix_source
+    from torchdevlint.registry import all_rules
+
+    rules = list(all_rules())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert lint_source(WARNING_PROGRAM, "train.py", rules)
+        fix_source(WARNING_PROGRAM, "train.py", rules, unsafe=True)
+    assert [str(warning.message) for warning in caught] == []
+
+
+def test_a_buffer_name_that_is_no_identifier_is_linted_not_an_internal_error(tmp_path: Path) -> None:
+    # torch registers any string as a buffer name; only identifiers are attributes.
+    (tmp_path / "model.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.register_buffer('scale-1', torch.ones(1))\n"
+        "        self.offset = torch.zeros(1)\n\n    def forward(self, x):\n        return x + self.offset\n"
+    )
+    result = run_cli("check", "--no-cache", "--format", "concise", "model.py", cwd=tmp_path)
+    assert "internal error" not in result.stdout + result.stderr
+    assert "TDL010" in result.stdout

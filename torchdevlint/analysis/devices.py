@@ -8,6 +8,7 @@ does not spell out is unknown.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -82,6 +83,13 @@ _VERBATIM_PREFIXES = frozenset({"", "r", "R", "u", "U"})
 
 
 def string_value(node: cst.BaseExpression) -> str | None:
+    """The text of a plain string literal; None for bytes, f-strings and anything else.
+
+    Rules read literals through here, never through LibCST's `evaluated_value` directly: that
+    compiles the literal with the stdlib, which warns about the user's code (`"\\d"` is an
+    invalid escape: a SyntaxWarning on Python 3.12+, a DeprecationWarning before) on our
+    stderr, and raises where the user runs with warnings as errors.
+    """
     # An exact type test: isinstance on LibCST's ABCs is slow, and every string asks this.
     if type(node) is cst.SimpleString:
         raw = node.value
@@ -93,7 +101,9 @@ def string_value(node: cst.BaseExpression) -> str | None:
             width = 3 if raw[quote:quote + 3] in ('"""', "'''") else 1
             return raw[quote + width:len(raw) - width]
         try:
-            value = node.evaluated_value
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                value = node.evaluated_value
         except Exception:  # noqa: BLE001 - odd literals are simply not device strings
             return None
         return value if isinstance(value, str) else None

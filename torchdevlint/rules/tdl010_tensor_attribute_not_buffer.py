@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
@@ -345,10 +346,9 @@ class TensorAttributeNotBuffer(Rule):
             return
         if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "register_buffer"):
             return
-        if node.args and isinstance(node.args[0].value, cst.SimpleString):
-            value = node.args[0].value.evaluated_value
-            if isinstance(value, str):
-                self._current_class().registered.add(value)
+        value = string_value(node.args[0].value) if node.args else None
+        if value is not None:
+            self._current_class().registered.add(value)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         where = self._method()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis.devices import string_value
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -36,10 +37,8 @@ def _module_dict_keys_are_valid(value: cst.BaseExpression) -> bool:
         return False  # a comprehension's keys are unknown
     for element in value.elements:
         key = element.key if isinstance(element, cst.DictElement) else None
-        if not isinstance(key, cst.SimpleString):
-            return False
-        text = key.evaluated_value
-        if not isinstance(text, str) or not text or "." in text or text in _MODULE_ATTRIBUTES:
+        text = string_value(key) if key is not None else None
+        if text is None or not text or "." in text or text in _MODULE_ATTRIBUTES:
             return False
     return True
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.tree import child_nodes, keyword_argument
 from torchdevlint.rule import Invalid, Rule, Valid
 
@@ -24,8 +25,7 @@ _RANKING_NAMES = frozenset({"min", "max", "sorted", "sort"})
 
 def _string_text(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
+        return string_value(node)
     if isinstance(node, cst.ConcatenatedString):
         left, right = _string_text(node.left), _string_text(node.right)
         return None if left is None and right is None else (left or "") + (right or "")

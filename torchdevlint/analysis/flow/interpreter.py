@@ -1234,7 +1234,8 @@ class Interpreter:
                 return receiver
             if method in ("register_buffer", "register_parameter") and node.args and self._is_self(node.func):
                 name = string_value(node.args[0].value)
-                if name is not None:
+                # torch accepts any string ("b-1"); only an identifier is an attribute to bind.
+                if name is not None and name.isidentifier():
                     registered = tensor([MODULE_DEVICE_PLACE])
                     self._bind(cst.Attribute(cst.Name(self.self_name or "self"), cst.Name(name)), registered, env)
                 return SCALAR
