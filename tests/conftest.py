@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -10,8 +12,19 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
 
-def run_cli(*args: str, cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real command line in a subprocess, as a user or CI would."""
+# Colour settings of the shell running the tests (CI often sets FORCE_COLOR) must not reach the
+# command under test: tests that compare its text expect none, and tests of colour set them.
+COLOR_VARIABLES = ("NO_COLOR", "FORCE_COLOR")
+
+
+def cli_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    environment = {name: value for name, value in os.environ.items() if name not in COLOR_VARIABLES}
+    return {**environment, **(extra or {})}
+
+
+def run_cli(*args: str, cwd: Path | None = None, stdin: str | None = None,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real command line in a subprocess, as a user or CI would (`env`: variables to add)."""
     return subprocess.run(
         [sys.executable, "-m", "torchdevlint", *args],
         cwd=cwd,
@@ -19,6 +32,7 @@ def run_cli(*args: str, cwd: Path | None = None, stdin: str | None = None) -> su
         text=True,
         input=stdin,
         timeout=300,
+        env=cli_environment(env),
     )
 
 

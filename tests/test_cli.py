@@ -324,3 +324,51 @@ def test_jobs_are_capped_at_the_files_and_twice_the_cores() -> None:
     assert worker_count(1000, 5000) == 2 * cores
     assert worker_count(1000, 3) == min(3, 2 * cores)
     assert worker_count(1, 5000) == 1 and worker_count(4, 0) == 1
+
+
+def test_output_file_gets_the_report_standard_output_would_have_had(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY)
+    reports = tmp_path / "reports"  # made, as ruff makes it
+    for output_format in ("concise", "full", "json", "sarif"):
+        printed = run_cli("check", "--no-cache", "--format", output_format, "train.py", cwd=tmp_path)
+        report = reports / f"torchdevlint.{output_format}"
+        # FORCE_COLOR speaks for terminals: a report file is coloured only with --color always.
+        written = run_cli("check", "--no-cache", "--format", output_format, "--output-file", str(report),
+                          "train.py", cwd=tmp_path, env={"FORCE_COLOR": "1"})
+        assert written.returncode == printed.returncode == 1
+        assert written.stdout == "" and written.stderr == ""
+        assert report.read_text(encoding="utf-8") == printed.stdout
+    # An existing report is replaced whole, and no temporary file is left beside it.
+    write(tmp_path, "train.py", CLEAN)
+    again = run_cli("check", "--no-cache", "-o", "reports/torchdevlint.concise", "train.py", cwd=tmp_path)
+    assert again.returncode == 0
+    assert (reports / "torchdevlint.concise").read_text() == "All checks passed!\n"
+    assert sorted(path.name for path in reports.iterdir()) == [
+        "torchdevlint.concise", "torchdevlint.full", "torchdevlint.json", "torchdevlint.sarif"]
+
+
+def test_output_file_leaves_the_diff_and_fixed_standard_input_on_standard_output(tmp_path: Path) -> None:
+    path = write(tmp_path, "train.py", BUGGY)
+    diffed = run_cli("check", "--no-cache", "--diff", "--output-file", "report.txt", "train.py", cwd=tmp_path)
+    assert diffed.returncode == 1
+    assert "-x.cuda()" in diffed.stdout and "+x = x.cuda()" in diffed.stdout
+    assert "Would fix 1 error" in (tmp_path / "report.txt").read_text()
+    assert path.read_text() == BUGGY
+
+    fixed = run_cli("check", "--no-cache", "--fix", "--output-file", "report.txt", "-", cwd=tmp_path, stdin=BUGGY)
+    assert fixed.returncode == 0
+    assert fixed.stdout == CLEAN
+    assert fixed.stderr == ""
+    assert "1 fixed, 0 remaining" in (tmp_path / "report.txt").read_text()
+
+
+def test_an_output_file_that_cannot_be_written_is_an_error_before_the_run(tmp_path: Path) -> None:
+    path = write(tmp_path, "train.py", BUGGY)
+    # A folder on the way that is a file; a folder. (Permissions would not stop a root user.)
+    for target in ("train.py/report.txt", "."):
+        result = run_cli("check", "--no-cache", "--fix", "--output-file", target, "train.py", cwd=tmp_path)
+        assert result.returncode == 2
+        assert result.stdout == ""
+        assert result.stderr.startswith(f"torchdevlint: error: cannot write the report to {target}: ")
+        assert "Traceback" not in result.stderr
+        assert path.read_text() == BUGGY  # nothing was fixed: the run never started

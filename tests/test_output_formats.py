@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT, run_cli
+from conftest import FIXTURES, ROOT, cli_environment, run_cli
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 SARIF_SCHEMA = ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json"
 BUGGY = (
     "import torch\n"
@@ -58,15 +61,14 @@ def test_full_shows_the_line_and_marks_the_span(tmp_path: Path) -> None:
     assert out.rstrip().endswith("(1 hidden fix can be enabled with the `--unsafe-fixes` option).")
 
 
-@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal (POSIX)")
-def test_default_text_on_a_terminal_is_full(tmp_path: Path) -> None:
+def on_a_terminal(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """What `torchdevlint check ARGS` prints to a (pseudo-)terminal."""
     import pty
 
-    write(tmp_path)
     leader, follower = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "torchdevlint", "check", "--no-cache", "train.py"],
-        cwd=tmp_path, stdout=follower, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "torchdevlint", "check", *args],
+        cwd=tmp_path, stdout=follower, stderr=subprocess.PIPE, env=cli_environment(env),
     )
     os.close(follower)
     chunks = []
@@ -80,8 +82,105 @@ def test_default_text_on_a_terminal_is_full(tmp_path: Path) -> None:
         chunks.append(chunk)
     process.wait(timeout=60)
     os.close(leader)
-    out = b"".join(chunks).decode().replace("\r\n", "\n")
-    assert "4 | \tx.cuda()\n  | \t^^^^^^^^ TDL001\n" in out
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal (POSIX)")
+def test_default_text_on_a_terminal_is_full_and_coloured(tmp_path: Path) -> None:
+    write(tmp_path)
+    out = on_a_terminal(tmp_path, "--no-cache", "train.py")
+    assert ANSI_ESCAPE.search(out)
+    assert "4 | \tx.cuda()\n  | \t^^^^^^^^ TDL001\n" in ANSI_ESCAPE.sub("", out)
+    # https://no-color.org: the user's NO_COLOR turns colour off, even on a terminal.
+    plain = on_a_terminal(tmp_path, "--no-cache", "train.py", env={"NO_COLOR": "1"})
+    assert "\x1b" not in plain
+    assert "4 | \tx.cuda()\n  | \t^^^^^^^^ TDL001\n" in plain
+
+
+def display_width(text: str) -> int:
+    """Columns a terminal gives `text`: wide and full-width characters two, combining marks none."""
+    return sum(
+        0 if unicodedata.combining(char) else 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+        for char in text
+    )
+
+
+def source_and_marker(out: str, number: int) -> tuple[str, str]:
+    """The shown source line `number` of a full report, and the marker line under it."""
+    lines = out.splitlines()
+    index = next(i for i, line in enumerate(lines) if line.startswith(f"{number} | "))
+    return lines[index], lines[index + 1]
+
+
+def test_full_shows_a_window_of_a_very_long_line_with_the_carets_under_the_finding(tmp_path: Path) -> None:
+    # One 200,000-character line (minified data pasted into a script), the finding near its end.
+    long_line = "table = '" + "a" * 199_500 + "'; x.cuda(); rest = '" + "b" * 400 + "'"
+    write(tmp_path, f"import torch\nx = torch.zeros(3)\n{long_line}\n")
+    result = run_cli("check", "--no-cache", "--format", "full", "train.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"train.py:3:{long_line.index('x.cuda()') + 1}: TDL001" in result.stdout
+    assert len(result.stdout) < 2_000
+    source, marker = source_and_marker(result.stdout, 3)
+    shown = source.removeprefix("3 | ")
+    assert shown.startswith("…aaa") and shown.endswith("bbb…")
+    assert display_width(shown) <= 160
+    call = source.index("x.cuda()")
+    assert marker[call:] == "^^^^^^^^ TDL001"
+    assert marker[:call].strip() == "|"
+
+
+def test_carets_stay_under_the_finding_after_wide_characters(tmp_path: Path) -> None:
+    # Chinese text (two columns a character on a terminal) and a combining accent before the call.
+    line = "msg = '把张量移到显卡上，cafe\u0301'; x.cuda()  # 注释：移到显卡"
+    write(tmp_path, f"import torch\nx = torch.zeros(3)\n{line}\n")
+    out = run_cli("check", "--no-cache", "--format", "full", "train.py", cwd=tmp_path).stdout
+    assert f"train.py:3:{line.index('x.cuda()') + 1}: TDL001" in out
+    source, marker = source_and_marker(out, 3)
+    assert source == f"3 | {line}"
+    call_column = display_width(source[: source.index("x.cuda()")])
+    assert display_width(marker[: marker.index("^")]) == call_column
+    assert marker[marker.index("^"):] == "^^^^^^^^ TDL001"
+
+
+def test_color_always_styles_the_text_formats_and_changes_nothing_else(tmp_path: Path) -> None:
+    write(tmp_path)
+    for text_format in ("full", "concise"):
+        plain = run_cli("check", "--no-cache", "--format", text_format, "train.py", cwd=tmp_path).stdout
+        coloured = run_cli("check", "--no-cache", "--format", text_format, "--color", "always", "train.py",
+                           cwd=tmp_path).stdout
+        assert "\x1b" not in plain
+        assert "\x1b[1;31mTDL001\x1b[0m" in coloured
+        assert ANSI_ESCAPE.sub("", coloured) == plain
+    statistics = run_cli("check", "--no-cache", "--statistics", "--color", "always", "train.py", cwd=tmp_path).stdout
+    assert "\x1b[36m[*]\x1b[0m" in statistics
+
+
+def test_machine_formats_are_never_coloured(tmp_path: Path) -> None:
+    write(tmp_path)
+    for machine_format in ("json", "github", "sarif"):
+        result = run_cli("check", "--no-cache", "--format", machine_format, "--color", "always", "train.py",
+                         cwd=tmp_path, env={"FORCE_COLOR": "1"})
+        assert result.returncode == 1
+        assert "\x1b" not in result.stdout
+    statistics = run_cli("check", "--no-cache", "--format", "json", "--statistics", "--color", "always",
+                         "train.py", cwd=tmp_path).stdout
+    assert json.loads(statistics)
+
+
+def test_color_auto_follows_no_color_and_force_color(tmp_path: Path) -> None:
+    write(tmp_path)
+
+    def check(*args: str, **env: str) -> str:
+        return run_cli("check", "--no-cache", *args, "train.py", cwd=tmp_path, env=env).stdout
+
+    assert "\x1b" not in check()  # piped: no colour
+    assert "\x1b" not in check("--color", "auto", NO_COLOR="1")
+    assert "\x1b" not in check("--color", "auto", NO_COLOR="1", FORCE_COLOR="1")
+    assert "\x1b[" in check(FORCE_COLOR="1")
+    # An empty variable is as good as unset.
+    assert "\x1b" not in check(NO_COLOR="", FORCE_COLOR="")
+    assert "\x1b" not in check("--color", "never", FORCE_COLOR="1")
+    assert "\x1b[" in check("--color", "always", NO_COLOR="1")
 
 
 def test_github_workflow_commands(tmp_path: Path) -> None:

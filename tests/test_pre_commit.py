@@ -1,7 +1,8 @@
 """The pre-commit hooks, run by the real `pre-commit` in a throw-away repository.
 
-The user's `.pre-commit-config.yaml` is the README's snippet, pointed at a snapshot of this
-working tree (committed into its own repository, since pre-commit installs hooks from a
+The user's `.pre-commit-config.yaml` is each of the README's two snippets: the local hook, which
+runs the `torchdevlint` installed beside these tests, and the remote one, pointed at a snapshot
+of this working tree (committed into its own repository, since pre-commit installs hooks from a
 git revision, and this checkout's changes may not be committed yet).
 """
 
@@ -67,12 +68,53 @@ def buggy_notebook() -> str:
     return nbformat.writes(book) + "\n"
 
 
-def readme_snippet() -> str:
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```yaml\n(.*?)```", readme, flags=re.DOTALL)
-    snippets = [block for block in blocks if "repos:" in block and "id: torchdevlint" in block]
-    assert len(snippets) == 1, "README must show one .pre-commit-config.yaml snippet"
+def readme_yaml_blocks() -> list[str]:
+    return re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL)
+
+
+def readme_snippet(*, local: bool) -> str:
+    """The README's `.pre-commit-config.yaml` for the local hook, or for the remote one."""
+    snippets = [
+        block for block in readme_yaml_blocks()
+        if "repos:" in block and "id: torchdevlint" in block and ("repo: local" in block) == local
+    ]
+    assert len(snippets) == 1, f"README must show one {'local' if local else 'remote'} .pre-commit-config.yaml snippet"
     return snippets[0]
+
+
+def readme_local_fix_hook() -> str:
+    """The README's fixing variant of the local hook: a hook list item, not a whole config."""
+    items = [block for block in readme_yaml_blocks() if "id: torchdevlint-fix" in block and "repos:" not in block]
+    assert len(items) == 1, "README must show the local torchdevlint-fix hook"
+    return items[0]
+
+
+def local_configs() -> tuple[str, str]:
+    """The local snippet as the README shows it, and with its hook swapped for the fixing one."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML (a pre-commit dependency) is not installed")
+    config = readme_snippet(local=True)
+    fixing = yaml.safe_load(config)
+    fixing["repos"][0]["hooks"] = yaml.safe_load(readme_local_fix_hook())
+    return config, yaml.safe_dump(fixing, sort_keys=False)
+
+
+def test_readme_local_hooks_run_what_the_published_hooks_run() -> None:
+    yaml = pytest.importorskip("yaml", reason="PyYAML (a pre-commit dependency) is not installed")
+    published = {hook["id"]: hook for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    for config in local_configs():
+        (repo,) = yaml.safe_load(config)["repos"]
+        (hook,) = repo["hooks"]
+        assert repo["repo"] == "local" and hook["language"] == "system"
+        assert hook["entry"] == published[hook["id"]]["entry"]
+        assert hook["types_or"] == published[hook["id"]]["types_or"]
+
+
+def test_readme_remote_snippet_marks_its_placeholders() -> None:
+    # The remote form names no real repository or tag: a copied snippet must not look ready to use.
+    snippet = readme_snippet(local=False)
+    for key in ("repo", "rev"):
+        (line,) = re.findall(rf"^\s*(?:- )?{key}: .*$", snippet, flags=re.MULTILINE)
+        assert "placeholder" in line, f"the remote snippet's {key}: is not marked as a placeholder: {line}"
 
 
 def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -103,25 +145,37 @@ def snapshot_of_this_checkout(destination: Path) -> str:
     importlib.util.find_spec("pre_commit") is None,
     reason="pre-commit is not installed (pip install -e '.[test]')",
 )
-def test_readme_snippet_blocks_a_buggy_commit_and_the_fix_hook_fixes_it(tmp_path: Path) -> None:
-    hooks_repo = tmp_path / "torchdevlint"
-    hooks_repo.mkdir()
-    revision = snapshot_of_this_checkout(hooks_repo)
+@pytest.mark.parametrize("form", ["local", "remote"])
+def test_readme_snippet_blocks_a_buggy_commit_and_the_fix_hook_fixes_it(tmp_path: Path, form: str) -> None:
+    env = {**os.environ, **GIT_IDENTITY, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "NO_COLOR": "1"}
+    env.pop("PRE_COMMIT_ALLOW_NO_CONFIG", None)
+    if form == "local":
+        # `language: system` runs whatever `torchdevlint` is on PATH: the one installed beside
+        # these tests, as a project's activated dev environment would provide it.
+        scripts = Path(sys.executable).parent
+        if shutil.which("torchdevlint", path=str(scripts)) is None:
+            pytest.skip(f"the torchdevlint command is not installed in {scripts} (pip install -e .)")
+        env["PATH"] = os.pathsep.join([str(scripts), env.get("PATH", "")])
+        config, fix_config = local_configs()
+    else:
+        hooks_repo = tmp_path / "torchdevlint"
+        hooks_repo.mkdir()
+        revision = snapshot_of_this_checkout(hooks_repo)
+        config = readme_snippet(local=False)
+        config = re.sub(r"repo: \S+", f"repo: {hooks_repo.as_posix()}", config, count=1)
+        config = re.sub(r"rev: \S+", f"rev: {revision}", config, count=1)
+        fix_config = config.replace("id: torchdevlint ", "id: torchdevlint-fix ").replace(
+            "id: torchdevlint\n", "id: torchdevlint-fix\n")
+        assert "id: torchdevlint-fix" in fix_config
 
     project = tmp_path / "project"
     project.mkdir()
     git("init", "-q", cwd=project)
-    config = readme_snippet()
-    config = re.sub(r"repo: \S+", f"repo: {hooks_repo.as_posix()}", config, count=1)
-    config = re.sub(r"rev: \S+", f"rev: {revision}", config, count=1)
     (project / ".pre-commit-config.yaml").write_text(config)
     (project / "train.py").write_text(BUGGY)
     notebook = buggy_notebook()
     (project / "explore.ipynb").write_text(notebook)
     git("add", "-A", cwd=project)
-
-    env = {**os.environ, **GIT_IDENTITY, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "NO_COLOR": "1"}
-    env.pop("PRE_COMMIT_ALLOW_NO_CONFIG", None)
 
     def pre_commit(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -149,9 +203,10 @@ def test_readme_snippet_blocks_a_buggy_commit_and_the_fix_hook_fixes_it(tmp_path
     assert (project / "explore.ipynb").read_text() == notebook
 
     # The README's alternative: the fix hook rewrites the file (and so stops this run) ...
-    (project / ".pre-commit-config.yaml").write_text(config.replace("id: torchdevlint\n", "id: torchdevlint-fix\n"))
+    (project / ".pre-commit-config.yaml").write_text(fix_config)
     fixing = pre_commit("run", "--files", "train.py", "explore.ipynb")
     assert fixing.returncode != 0, fixing.stdout + fixing.stderr
+    assert "torchdevlint (fix)" in fixing.stdout
     assert "files were modified by this hook" in fixing.stdout
     assert (project / "train.py").read_text() == FIXED
     assert (project / "explore.ipynb").read_text() == notebook.replace('"x.cuda()\\n"', '"x = x.cuda()\\n"')

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchdevlint.config import Config, ConfigError, find_pyproject, load_config
+from torchdevlint.config import DEFAULT_EXCLUDES, Config, ConfigError, find_config_file, load_config
 from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, select_rules, validate_selector
 from torchdevlint.rules.tdl003_load_without_map_location import LoadOptions
 from torchdevlint.settings import CommandLineSelection, load_settings, resolve_rules
@@ -49,7 +49,7 @@ def test_the_more_specific_selector_wins() -> None:
     assert "TDL001" in chosen and "TDL002" not in chosen
 
 
-@pytest.mark.parametrize("selector", ["TDL9", "E501", "TDL0001", "noqa", ""])
+@pytest.mark.parametrize("selector", ["TDL8", "E501", "TDL0001", "noqa", ""])
 def test_a_selector_that_names_no_rule_is_refused(selector: str) -> None:
     with pytest.raises(UnknownSelector):
         validate_selector(selector)
@@ -72,7 +72,7 @@ def test_no_pyproject_means_defaults() -> None:
 def test_the_nearest_pyproject_is_found_from_a_subfolder(tmp_path: Path) -> None:
     path = write_config(tmp_path, 'ignore = ["TDL004"]')
     (tmp_path / "src" / "pkg").mkdir(parents=True)
-    assert find_pyproject(tmp_path / "src" / "pkg") == path.resolve()
+    assert find_config_file(tmp_path / "src" / "pkg") == path
 
 
 def test_lists_and_rule_options_are_read(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_lists_and_rule_options_are_read(tmp_path: Path) -> None:
         '[tool.torchdevlint.load-without-map-location]\nmap-location = "cuda"\n'
     )))
     assert config.select == ("TDL0",) and config.extend_select == ("TDL103",) and config.ignore == ("TDL004",)
-    assert config.exclude == ("legacy/", "*_pb2.py")
+    assert config.exclude == ("legacy/",) and config.extend_exclude == ("*_pb2.py",)
     assert config.rule_options["TDL003"] == LoadOptions(map_location="cuda")
 
 
@@ -91,7 +91,7 @@ def test_lists_and_rule_options_are_read(tmp_path: Path) -> None:
     [
         ('selct = ["TDL0"]', "'selct'"),
         ('select = "TDL0"', "select must be a list of strings"),
-        ('select = ["TDL9"]', "'TDL9'"),
+        ('select = ["TDL8"]', "'TDL8'"),
         ('[tool.torchdevlint.TDL001]\nbogus = 1', "'bogus'"),
         ('[tool.torchdevlint.load-without-map-location]\nmap-locaton = "cpu"', "known: "),
     ],
@@ -103,12 +103,34 @@ def test_a_broken_setting_is_an_error_naming_the_key(tmp_path: Path, table: str,
 
 
 def test_exclude_matches_names_and_paths_below_the_root(tmp_path: Path) -> None:
-    config = Config(exclude=("legacy/", "*_pb2.py"))
+    config = Config(extend_exclude=("legacy/", "*_pb2.py"))
     assert config.is_excluded(tmp_path / "legacy", tmp_path)
     assert config.is_excluded(tmp_path / "src" / "model_pb2.py", tmp_path)
     assert config.is_excluded(tmp_path / ".venv", tmp_path)
     assert not config.is_excluded(tmp_path / "src" / "train.py", tmp_path)
     assert config.excludes_file(tmp_path / "legacy" / "old" / "train.py", tmp_path)
+
+
+def test_exclude_replaces_the_default_excludes_and_extend_exclude_adds_to_them(tmp_path: Path) -> None:
+    assert load_config(write_config(tmp_path, "exclude = []")).excluded_patterns == ()
+    extended = load_config(write_config(tmp_path, 'extend-exclude = ["legacy/"]'))
+    assert extended.excluded_patterns == (*DEFAULT_EXCLUDES, "legacy/")
+    assert "env" not in DEFAULT_EXCLUDES  # reinforcement-learning packages are named so
+
+
+def test_a_config_file_of_its_own_holds_the_keys_at_its_top_level(tmp_path: Path) -> None:
+    path = tmp_path / "torchdevlint.toml"
+    path.write_text('ignore = ["TDL004"]\n[per-file-ignores]\n"tests/*" = ["TDL0"]\n'
+                    '[load-without-map-location]\nmap-location = "cuda"\n')
+    config = load_config(path)
+    assert config.ignore == ("TDL004",) and config.per_file_ignores == (("tests/*", ("TDL0",)),)
+    assert config.rule_options["TDL003"] == LoadOptions(map_location="cuda")
+    assert config.ignored_codes(tmp_path / "tests" / "test_a.py", tmp_path) == ("TDL0",)
+    assert config.ignored_codes(tmp_path / "src" / "a.py", tmp_path) == ()
+    path.write_text("respect-gitignore = 1\n")
+    with pytest.raises(ConfigError, match="respect-gitignore must be true or false") as error:
+        load_config(path)
+    assert "[tool.torchdevlint]" not in str(error.value) and str(path) in str(error.value)
 
 
 # ---- the one path from configuration and command line to rules --------------------------
@@ -134,8 +156,8 @@ def test_load_settings_finds_the_config_and_its_root(tmp_path: Path) -> None:
 
 
 def test_load_settings_turns_a_bad_command_line_selector_into_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="TDL9"):
-        load_settings(tmp_path, selection=CommandLineSelection(select=("TDL9",)))
+    with pytest.raises(ConfigError, match="TDL8"):
+        load_settings(tmp_path, selection=CommandLineSelection(select=("TDL8",)))
 
 
 # ---- suppression ------------------------------------------------------------------------

@@ -8,11 +8,13 @@ the command line or configuration is wrong.
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import signal
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from torchdevlint import __version__
 from torchdevlint.budget import DEFAULT_FILE_SECONDS
@@ -24,11 +26,25 @@ from torchdevlint.engine import InvalidSource, check_syntax
 from torchdevlint.files import iter_python_files
 from torchdevlint.programs import SourceViews, is_notebook, read_program
 from torchdevlint.registry import all_rules, rule_by_code
-from torchdevlint.reporting import CheckReport, OutputFormat, format_error_line, write_report
+from torchdevlint.reporting import (
+    CheckReport,
+    OutputFormat,
+    check_report_path,
+    format_error_line,
+    write_report,
+    write_report_file,
+)
 from torchdevlint.ruledocs import rule_page
 from torchdevlint.runner import RunSettings, default_jobs, process_bytes, run
-from torchdevlint.settings import CommandLineSelection, Settings, load_settings
+from torchdevlint.settings import (
+    CommandLineSelection,
+    Settings,
+    SettingsFinder,
+    describe_settings,
+    file_rule_codes,
+)
 from torchdevlint.sourcefile import SourceError
+from torchdevlint.terminal import ColorChoice, wants_color
 from torchdevlint.verify.command import add_verify_parser, run_verify, split_program_args
 
 EXIT_CLEAN = 0
@@ -61,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("paths", nargs="*", default=[], help="files or folders (default: .); - reads standard input")
     check.add_argument("--fix", action="store_true", help="apply safe fixes in place")
     check.add_argument("--unsafe-fixes", action="store_true", help="also apply (or offer) unsafe fixes")
-    check.add_argument("--diff", action="store_true", help="print the diff of the fixes instead of writing")
+    check.add_argument("--diff", action="store_true",
+                       help="print the diff of the fixes instead of writing (to standard output, "
+                            "also with --output-file)")
     check.add_argument("--select", type=_csv, action="extend", default=None, help="codes or prefixes to run")
     check.add_argument("--extend-select", type=_csv, action="extend", default=[], help="add codes or prefixes")
     check.add_argument("--ignore", type=_csv, action="extend", default=[], help="codes or prefixes to skip")
@@ -69,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=[f.value for f in OutputFormat], default=OutputFormat.TEXT.value,
         help="text (default: full on a terminal, concise when piped), full, concise, json, "
              "github (workflow annotations) or sarif (code scanning)",
+    )
+    check.add_argument(
+        "--color", choices=[choice.value for choice in ColorChoice], default=ColorChoice.AUTO.value,
+        help="colour the text formats: auto (the default) on a terminal unless NO_COLOR is set, "
+             "or where FORCE_COLOR is; always; never",
+    )
+    check.add_argument(
+        "--output-file", "-o", type=Path, default=None, metavar="PATH",
+        help="write the report to PATH (created or replaced whole) instead of standard output; "
+             "the diff of --diff and the fixed code of `--fix -` still go to standard output",
     )
     check.add_argument("--statistics", action="store_true", help="print the number of findings per rule")
     check.add_argument("--show-fixes", action="store_true",
@@ -80,11 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--file-timeout", type=float, default=None, metavar="SECONDS",
                        help=f"report a file as not analysed after this long (default: {DEFAULT_FILE_SECONDS:g})")
     check.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
-    check.add_argument("--config", type=Path, default=None, help="pyproject.toml to read (default: nearest)")
+    check.add_argument("--config", type=Path, default=None,
+                       help="configuration file for every path (pyproject.toml, torchdevlint.toml; "
+                            "default: the closest one above each file)")
     check.add_argument("--stdin-filename", default=None, metavar="PATH",
                        help="the name of the file standard input holds (`-`): its configuration and excludes "
                             "apply, and a name ending in .ipynb means a notebook; with --fix the fixed code "
                             "goes to standard output and the findings to standard error")
+    check.add_argument("--add-noqa", action="store_true",
+                       help="suppress every finding with a `# noqa: CODE` on its line (merged into an "
+                            "existing one), instead of reporting it")
+    check.add_argument("--no-respect-gitignore", action="store_true",
+                       help="walk into what .gitignore, .ignore and .git/info/exclude ignore too")
+    check.add_argument("--exit-non-zero-on-fix", action="store_true",
+                       help="exit 1 when --fix fixed something, even if no finding remains")
+    check.add_argument("--show-files", action="store_true", help="list the files a run would lint, and stop")
+    check.add_argument("--show-settings", action="store_true",
+                       help="print the settings the first file would be linted with, and stop")
     check.add_argument("--no-cache", action="store_true", help="neither read nor write the findings cache")
     check.add_argument("--cache-dir", type=Path, default=None,
                        help=f"findings cache folder (default: {CACHE_DIR_NAME} beside pyproject.toml)")
@@ -134,20 +174,26 @@ def _run_check(args: argparse.Namespace) -> int:
         reads_stdin = True
     stdin_name = args.stdin_filename or "-"
     try:
+        finder = SettingsFinder(Path.cwd(), args.config, selection)
         # Standard input is configured as the file it stands for would be.
-        settings = load_settings(Path(stdin_name) if args.stdin_filename else Path.cwd(), args.config, selection)
+        settings = finder.for_file(Path(stdin_name)) if args.stdin_filename else finder.fallback
     except ConfigError as error:
         sys.stderr.write(f"torchdevlint: error: {error}\n")
         return EXIT_ERROR
     if args.jobs is not None and args.jobs < 1:
         sys.stderr.write("torchdevlint: error: --jobs must be at least 1\n")
         return EXIT_ERROR
-    output_format = OutputFormat(args.format).resolve(sys.stdout.isatty())
+    # The fixed code (or the diff) of standard input owns standard output; the report goes to standard error.
+    report_stream = sys.stderr if reads_stdin and (args.fix or args.diff) else sys.stdout
+    output_format = OutputFormat(args.format).resolve(args.output_file is None and report_stream.isatty())
     if args.statistics and not (output_format.is_text or output_format is OutputFormat.JSON):
         sys.stderr.write("torchdevlint: error: --statistics works with the text and json formats\n")
         return EXIT_ERROR
     if args.diff and not output_format.is_text:
         sys.stderr.write("torchdevlint: error: --diff prints a unified diff; it works with the text formats\n")
+        return EXIT_ERROR
+    if args.add_noqa and (args.fix or args.diff):
+        sys.stderr.write("torchdevlint: error: --add-noqa cannot be combined with --fix or --diff\n")
         return EXIT_ERROR
     if args.show_fixes and not output_format.is_text:
         sys.stderr.write("torchdevlint: error: --show-fixes works with the text formats\n")
@@ -155,31 +201,37 @@ def _run_check(args: argparse.Namespace) -> int:
     if args.file_timeout is not None and not args.file_timeout > 0:
         sys.stderr.write("torchdevlint: error: --file-timeout must be a positive number of seconds\n")
         return EXIT_ERROR
-    root = settings.root
+    if args.output_file is not None:
+        # Said before the run, not after all of it.
+        try:
+            check_report_path(args.output_file)
+        except OSError as error:
+            return _cannot_write_report(args.output_file, error)
     errors: list[FileError] = []
-    files = [] if reads_stdin else list(iter_python_files(args.paths or ["."], settings.config, root, errors,
-                                                          force_exclude=args.force_exclude))
-    run_settings = RunSettings(
-        rule_codes=tuple(rule.code for rule in settings.rules),
-        rule_options=tuple(sorted(settings.rule_options.items(), key=lambda item: item[0])),
-        fix=args.fix,
-        unsafe_fixes=args.unsafe_fixes,
-        diff=args.diff,
-        cache_dir=None if args.no_cache else str(args.cache_dir or root / CACHE_DIR_NAME),
-        file_seconds=args.file_timeout or DEFAULT_FILE_SECONDS,
-    )
+    run_settings_of = _RunSettingsOf(args)
+    try:
+        files = [] if reads_stdin else list(iter_python_files(
+            args.paths or ["."], finder, errors, force_exclude=args.force_exclude,
+            respect_gitignore=False if args.no_respect_gitignore else None))
+        if args.show_files or args.show_settings:
+            return _show(args, files, settings if reads_stdin or not files else files[0][1],
+                         stdin_name if reads_stdin else None, errors)
+        planned = [(path, run_settings_of(path, file_settings)) for path, file_settings in files]
+    except ConfigError as error:
+        sys.stderr.write(f"torchdevlint: error: {error}\n")
+        return EXIT_ERROR
     diagnostics: list[Diagnostic] = []
     fixed = 0
     diffs = 0
     fixed_codes: dict[str, list[str]] = {}
     sources = SourceViews()
-    report_to = sys.stdout
     if reads_stdin:
-        results: Iterable[FileResult] = [_check_stdin(stdin_name, settings, run_settings)]
-        # The fixed code (or the diff) owns standard output; the findings go to standard error.
-        report_to = sys.stderr if args.fix or args.diff else sys.stdout
+        results: Iterable[FileResult] = [
+            _check_stdin(stdin_name, settings, run_settings_of(Path(stdin_name), settings))]
     else:
-        results = run(files, run_settings, args.jobs or default_jobs())
+        results = run(planned, args.jobs or default_jobs())
+    if args.add_noqa:
+        return _report_added_noqa(results)
     for result in results:
         diagnostics.extend(result.diagnostics)
         fixed += result.fixed_count
@@ -191,12 +243,14 @@ def _run_check(args: argparse.Namespace) -> int:
             sys.stdout.write(result.diff)
     report = CheckReport(diagnostics, errors, fixed, fixed_codes, unsafe_fixes=args.unsafe_fixes,
                          fixing=args.fix or args.diff, dry_run=args.diff)
-    write_report(report_to, report, output_format, sources=sources, statistics=args.statistics,
-                 show_fixes=args.show_fixes)
+    if not _deliver_report(args, report, output_format, sources, report_stream):
+        return EXIT_ERROR
     if args.exit_zero:
         return EXIT_CLEAN
     if errors:
         return EXIT_ERROR
+    if args.exit_non_zero_on_fix and fixed and not args.diff:
+        return EXIT_FINDINGS
     if args.diff:
         # As ruff's --diff (with --fix or not, nothing is written): 1 when a diff was printed, else 0.
         return EXIT_FINDINGS if diffs else EXIT_CLEAN
@@ -205,15 +259,92 @@ def _run_check(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _report_added_noqa(results: Iterable[FileResult]) -> int:
+    """`--add-noqa`: the files are rewritten; what was added, and where it could not be, is said."""
+    added = 0
+    failed = False
+    for result in results:
+        added += result.noqa_added
+        for error in result.errors:
+            failed = True
+            sys.stderr.write(f"torchdevlint: {format_error_line(error)}\n")
+    sys.stderr.write(f"Added {added} `# noqa` directive{'' if added == 1 else 's'}.\n")
+    return EXIT_ERROR if failed else EXIT_CLEAN
+
+
+class _RunSettingsOf:
+    """What a worker needs for each file: its settings' rules less those `per-file-ignores`
+    turns off there, and the command line's choices (one value per combination, reused)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+        self._made: dict[tuple[int, tuple[str, ...]], RunSettings] = {}
+
+    def __call__(self, path: Path | str, settings: Settings) -> RunSettings:
+        codes = file_rule_codes(settings, Path(path))
+        key = (id(settings), codes)
+        made = self._made.get(key)
+        if made is None:
+            args = self._args
+            made = self._made[key] = RunSettings(
+                rule_codes=codes,
+                rule_options=tuple(sorted(settings.rule_options.items(), key=lambda item: item[0])),
+                fix=args.fix,
+                unsafe_fixes=args.unsafe_fixes,
+                diff=args.diff,
+                add_noqa=args.add_noqa,
+                cache_dir=None if args.no_cache else str(args.cache_dir or settings.root / CACHE_DIR_NAME),
+                file_seconds=args.file_timeout or DEFAULT_FILE_SECONDS,
+            )
+        return made
+
+
+def _show(args: argparse.Namespace, files: list[tuple[str, Settings]], first: Settings,
+          stdin_name: str | None, errors: list[FileError]) -> int:
+    """--show-files: the files a run would lint; --show-settings: how the first is configured."""
+    if args.show_files:
+        sys.stdout.write("".join(f"{path}\n" for path, _ in files))
+    if args.show_settings:
+        named = stdin_name if stdin_name is not None else (files[0][0] if files else None)
+        sys.stdout.write(describe_settings(first, Path(named) if named is not None else None))
+    for error in errors:
+        sys.stderr.write(f"torchdevlint: {format_error_line(error)}\n")
+    return EXIT_ERROR if errors else EXIT_CLEAN
+
+
+def _deliver_report(args: argparse.Namespace, report: CheckReport, output_format: OutputFormat,
+                    sources: SourceViews, stream: TextIO) -> bool:
+    """Write the report to --output-file, else to `stream`; False, said why, where the file fails."""
+    choice = ColorChoice(args.color)
+    to_terminal = args.output_file is None and stream.isatty()
+    # A report file is coloured only on request: FORCE_COLOR speaks for terminals, not files.
+    color = wants_color(choice, to_terminal, os.environ) and (args.output_file is None or choice is ColorChoice.ALWAYS)
+    out = stream if args.output_file is None else io.StringIO()
+    write_report(out, report, output_format, sources=sources, statistics=args.statistics,
+                 show_fixes=args.show_fixes, color=color)
+    if isinstance(out, io.StringIO):
+        try:
+            write_report_file(args.output_file, out.getvalue())
+        except OSError as error:
+            _cannot_write_report(args.output_file, error)
+            return False
+    return True
+
+
+def _cannot_write_report(path: Path, error: OSError) -> int:
+    sys.stderr.write(f"torchdevlint: error: cannot write the report to {path}: {error.strerror or error}\n")
+    return EXIT_ERROR
+
+
 def _check_stdin(name: str, settings: Settings, run_settings: RunSettings) -> FileResult:
-    """Lint (and with --fix, write to standard output) what standard input holds, as file `name`."""
+    """Lint (and with --fix or --add-noqa, write to standard output) what standard input holds, as file `name`."""
     data = sys.stdin.buffer.read()
     if name != "-" and settings.config.excludes_file(Path(name), settings.root):
         result = FileResult(name)
-        result.output = data if run_settings.fix else None
+        result.output = data if run_settings.fix or run_settings.add_noqa else None
     else:
         result = process_bytes(name, data, run_settings, in_place=False)
-    if run_settings.fix and not run_settings.diff:
+    if (run_settings.fix or run_settings.add_noqa) and not run_settings.diff:
         # Unfixable input (a syntax error) comes back as it went in: an editor keeps its buffer.
         sys.stdout.buffer.write(result.output if result.output is not None else data)
         sys.stdout.flush()

@@ -1,14 +1,21 @@
-"""`[tool.torchdevlint]` from the nearest pyproject.toml.
+"""Configuration: `[tool.torchdevlint]` in a pyproject.toml, or the same keys at the top level
+of a `torchdevlint.toml` or `.torchdevlint.toml`.
 
     [tool.torchdevlint]
     select = ["TDL0"]          # codes or prefixes; default: every rule on by default
     extend-select = ["TDL103"] # add rules, including ones off by default
     ignore = ["TDL004"]
-    exclude = ["legacy/", "*_pb2.py"]
+    extend-exclude = ["legacy/", "*_pb2.py"]  # added to the default excludes (`exclude` replaces them)
     extend-include = ["*.pyw"]  # files walked besides *.py and *.ipynb (`include` replaces those)
+    respect-gitignore = true    # skip what .gitignore, .ignore and .git/info/exclude ignore
+
+    [tool.torchdevlint.per-file-ignores]            # glob -> codes or prefixes not run there
+    "tests/*" = ["TDL001"]
 
     [tool.torchdevlint.load-without-map-location]   # per-rule options, by slug or code
     map-location = "cpu"
+
+Which file configures a path is found as ruff finds it (settings.py): the closest one above it.
 """
 
 from __future__ import annotations
@@ -38,14 +45,25 @@ class ConfigError(ValueError):
 
 _LIST_KEYS = ("select", "extend-select", "ignore", "exclude", "extend-exclude", "include", "extend-include")
 _PATTERN_KEYS = ("exclude", "extend-exclude", "include", "extend-include")
+_PER_FILE_KEYS = ("per-file-ignores", "extend-per-file-ignores")
+_BOOLEAN_KEYS = ("respect-gitignore",)
+
+# Where configuration is looked for in each folder, first found first: a file of its own wins
+# over pyproject.toml, and a pyproject.toml counts only with a [tool.torchdevlint] table.
+CONFIG_FILE_NAMES = (".torchdevlint.toml", "torchdevlint.toml", "pyproject.toml")
 
 # The files a folder walk lints, as ruff's default: Python files and Jupyter notebooks.
 DEFAULT_INCLUDE: tuple[str, ...] = ("*.py", "*.ipynb")
 
+# Folders a walk skips unless `exclude` replaces this list (`extend-exclude` adds to it):
+# version control, virtual environments, caches, build output. Matched by name at any depth,
+# like ruff's defaults; `env` is not among them, since reinforcement-learning code keeps its
+# environments in packages of that name.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
-    ".git", ".hg", ".svn", ".venv", "venv", "env", ".env", "__pycache__", "build", "dist",
-    ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".torchdevlint_cache",
-    "node_modules", "site-packages", ".eggs", "*.egg-info",
+    ".bzr", ".direnv", ".eggs", ".env", ".git", ".git-rewrite", ".hg", ".mypy_cache", ".nox",
+    ".pants.d", ".pyenv", ".pytest_cache", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv",
+    ".vscode", ".torchdevlint_cache", "__pycache__", "__pypackages__", "_build", "buck-out",
+    "build", "dist", "node_modules", "site-packages", "venv", "*.egg-info",
     # Jupyter's autosaved copies of the notebooks beside them.
     ".ipynb_checkpoints",
 )
@@ -56,18 +74,25 @@ class Config:
     select: tuple[str, ...] | None = None
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDES
+    extend_exclude: tuple[str, ...] = ()
     include: tuple[str, ...] = DEFAULT_INCLUDE
+    respect_gitignore: bool = True
+    # (glob, codes or prefixes) pairs: rules that do not run on the files the glob matches.
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Rule code -> that rule's Options instance.
     rule_options: dict[str, object] = field(default_factory=dict)
     source: Path | None = None
 
+    @property
+    def excluded_patterns(self) -> tuple[str, ...]:
+        return (*self.exclude, *self.extend_exclude)
+
     def is_excluded(self, path: Path, root: Path) -> bool:
         """Whether a path met while walking a folder is excluded (explicit paths never are)."""
-        patterns = (*DEFAULT_EXCLUDES, *self.exclude)
         name = path.name
         relative = _relative(path, root)
-        for pattern in patterns:
+        for pattern in self.excluded_patterns:
             bare = pattern.rstrip("/")
             if fnmatch.fnmatch(name, bare) or fnmatch.fnmatch(relative, bare):
                 return True
@@ -96,6 +121,25 @@ class Config:
                 return True
         return False
 
+    def ignored_codes(self, path: Path, root: Path) -> tuple[str, ...]:
+        """The codes and prefixes `per-file-ignores` turns off for this file.
+
+        A glob without a slash matches the file's name, one with a slash its path below the
+        configuration's folder (`tests/**` and `tests/` alike cover the folder), as in ruff.
+        """
+        if not self.per_file_ignores:
+            return ()
+        name = path.name
+        relative = _relative(path, root)
+        ignored: list[str] = []
+        for pattern, codes in self.per_file_ignores:
+            bare = pattern.rstrip("/")
+            if (fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(relative, pattern)
+                    or relative.startswith(bare + "/")):
+                ignored.extend(codes)
+        return tuple(ignored)
+
+
 def _relative(path: Path, root: Path) -> str:
     """The path relative to the root, lexically: symlinks (even looping ones) are not followed."""
     try:
@@ -104,76 +148,125 @@ def _relative(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
-def find_pyproject(start: Path) -> Path | None:
-    start = start.resolve()
-    for folder in (start, *start.parents) if start.is_dir() else (start.parent, *start.parent.parents):
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
+def read_table(path: Path) -> dict[str, object] | None:
+    """The torchdevlint settings a configuration file holds: a pyproject.toml's
+    [tool.torchdevlint] table (None when it has none), any other file's top level."""
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from None
+    if not _is_pyproject(path):
+        return data
+    tool = data.get("tool", {})
+    table = tool.get("torchdevlint") if isinstance(tool, dict) else None
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.torchdevlint] must be a table")
+    return table
+
+
+def config_file_in(folder: Path) -> Path | None:
+    """The file configuring `folder` when it has one of its own (CONFIG_FILE_NAMES)."""
+    for name in CONFIG_FILE_NAMES:
+        candidate = folder / name
+        if candidate.is_file() and (not _is_pyproject(candidate) or read_table(candidate) is not None):
             return candidate
     return None
 
 
+def find_config_file(start: Path) -> Path | None:
+    """The closest configuration file above `start` (a file or folder), or None."""
+    start = Path(os.path.abspath(start))
+    for folder in (start, *start.parents) if start.is_dir() else (start.parent, *start.parent.parents):
+        found = config_file_in(folder)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_pyproject(path: Path) -> bool:
+    return path.name == "pyproject.toml"
+
+
+def _section(path: Path, key: str | None = None) -> str:
+    """How an error names a key: `[tool.torchdevlint] select`, or plain `select` in a file of our own."""
+    if _is_pyproject(path):
+        return f"[tool.torchdevlint.{key}]" if key is not None else "[tool.torchdevlint]"
+    return f"[{key}]" if key is not None else "top level:"
+
+
 def _selectors(path: Path, key: str, value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(f"{path}: [tool.torchdevlint] {key} must be a list of strings")
+        raise ConfigError(f"{path}: {_section(path)} {key} must be a list of strings")
     if key in _PATTERN_KEYS:
         return tuple(value)
     try:
         return tuple(validate_selector(item) for item in value)
     except UnknownSelector as error:
-        raise ConfigError(f"{path}: [tool.torchdevlint] {key}: {error}") from None
+        raise ConfigError(f"{path}: {_section(path)} {key}: {error}") from None
+
+
+def _per_file_ignores(path: Path, key: str, table: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: {_section(path, key)} must be a table of glob = [codes]")
+    return tuple((pattern, _selectors(path, f"{key} {pattern!r}", codes)) for pattern, codes in table.items())
 
 
 def _rule_options(path: Path, key: str, table: object) -> tuple[str, object]:
     rule = rule_by_code(key)
     if rule is None:
-        raise ConfigError(f"{path}: [tool.torchdevlint] unknown key {key!r} (not a setting, rule code or slug)")
+        raise ConfigError(f"{path}: {_section(path)} unknown key {key!r} (not a setting, rule code or slug)")
     if not isinstance(table, dict):
-        raise ConfigError(f"{path}: [tool.torchdevlint.{key}] must be a table")
+        raise ConfigError(f"{path}: {_section(path, key)} must be a table")
     known = {f.name.replace("_", "-"): f.name for f in dataclasses.fields(rule.Options)}
     values: dict[str, object] = {}
     for option, value in table.items():
         if option not in known:
             raise ConfigError(
-                f"{path}: [tool.torchdevlint.{key}] unknown option {option!r}"
+                f"{path}: {_section(path, key)} unknown option {option!r}"
                 + (f" (known: {', '.join(sorted(known))})" if known else f" ({rule.code} takes no options)")
             )
         values[known[option]] = value
     try:
         return rule.code, rule.Options(**values)
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"{path}: [tool.torchdevlint.{key}] {error}") from None
+        raise ConfigError(f"{path}: {_section(path, key)} {error}") from None
 
 
-def load_config(pyproject: Path | None) -> Config:
-    if pyproject is None:
+def load_config(path: Path | None) -> Config:
+    """The configuration a file holds (defaults for None, or a pyproject.toml without our table)."""
+    if path is None:
         return Config()
-    try:
-        with pyproject.open("rb") as handle:
-            data = tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{pyproject}: cannot read: {error}") from None
-    table = data.get("tool", {}).get("torchdevlint")
+    table = read_table(path)
     if table is None:
-        return Config(source=pyproject)
-    if not isinstance(table, dict):
-        raise ConfigError(f"{pyproject}: [tool.torchdevlint] must be a table")
+        return Config(source=path)
     lists: dict[str, tuple[str, ...]] = {}
+    per_file: list[tuple[str, tuple[str, ...]]] = []
+    flags: dict[str, bool] = {}
     rule_options: dict[str, object] = {}
     for key, value in table.items():
         if key in _LIST_KEYS:
-            lists[key] = _selectors(pyproject, key, value)
+            lists[key] = _selectors(path, key, value)
+        elif key in _PER_FILE_KEYS:
+            per_file.extend(_per_file_ignores(path, key, value))
+        elif key in _BOOLEAN_KEYS:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{path}: {_section(path)} {key} must be true or false")
+            flags[key] = value
         else:
-            code, options = _rule_options(pyproject, key, value)
+            code, options = _rule_options(path, key, value)
             rule_options[code] = options
     return Config(
         select=lists.get("select"),
         extend_select=lists.get("extend-select", ()),
         ignore=lists.get("ignore", ()),
-        exclude=(*lists.get("exclude", ()), *lists.get("extend-exclude", ())),
+        exclude=lists.get("exclude", DEFAULT_EXCLUDES),
+        extend_exclude=lists.get("extend-exclude", ()),
         include=(*lists.get("include", DEFAULT_INCLUDE), *lists.get("extend-include", ())),
+        respect_gitignore=flags.get("respect-gitignore", True),
+        per_file_ignores=tuple(per_file),
         rule_options=rule_options,
-        source=pyproject,
+        source=path,
     )
-
-

@@ -111,3 +111,5 @@ class FileResult:
     view: ProgramView | None = None
     # The fixed file's bytes, when fixing input that is not written back (standard input).
     output: bytes | None = None
+    # Suppression directives added or extended (`--add-noqa`).
+    noqa_added: int = 0

@@ -18,12 +18,19 @@ from torchdevlint.analysis.flow.interpreter import names_bound_by
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.context import FileContext
-from torchdevlint.diagnostics import Diagnostic, Location
+from torchdevlint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from torchdevlint.edits import to_text_fix
 from torchdevlint.positions import StatementPositions
 from torchdevlint.rule import Report, Rule
 from torchdevlint.sourcefile import LineIndex, source_lines
-from torchdevlint.suppression import is_suppressed
+from torchdevlint.suppression import (
+    NO_EXEMPTION,
+    FileExemption,
+    SuppressionReview,
+    file_exemption,
+    is_suppressed,
+    noqa_directives,
+)
 
 # Files that never mention this cannot hold a finding; they are not even parsed.
 RELEVANCE_MARKER = "torch"
@@ -289,30 +296,45 @@ def lint_module(
     python_ast: ast.Module | None = None,
     judge_syntax: bool = False,
     deadline: Deadline | None = None,
+    reviewers: Sequence[type[Rule]] = (),
+    selected_codes: frozenset[str] = frozenset(),
 ) -> list[Diagnostic]:
     """Run the rules over a parsed module; `source` must be the text it was parsed from.
 
     `honor_noqa=False` keeps findings on `# noqa` lines, for front ends (flake8) that apply
-    suppression comments themselves. With `judge_syntax`, the running Python parses the
-    source too where it matters (see `lint_source`) and InvalidSource is raised if it cannot.
+    suppression comments themselves; a file-level `# torchdevlint: noqa` applies always.
+    `reviewers` (rules about `# noqa` comments) then judge the directives, knowing the
+    `selected_codes`. With `judge_syntax`, the running Python parses the source too where it
+    matters (see `lint_source`) and InvalidSource is raised if it cannot.
     Raises AnalysisTimeout past the deadline.
     """
     analysed = analyse_module(module, path, rule_classes, options, deadline=deadline, source=source)
     try:
         reports = analysed.reports
-        if judge_syntax and python_ast is None and (reports or analysed.context.may_be_newer_syntax):
+        reviewing = bool(reviewers) and honor_noqa and "noqa" in source.lower()
+        if judge_syntax and python_ast is None and (reports or reviewing or analysed.context.may_be_newer_syntax):
             python_ast = check_syntax(source, path, newer_syntax=analysed.context.may_be_newer_syntax)
-        if not reports:
+        if not reports and not reviewing:
             return []
-        with room_for_nesting():
-            return _diagnostics(reports, module, source, path, analysed.context.parents, python_ast, honor_noqa)
+        exemption = file_exemption(source)
+        suppressed: set[tuple[int, str]] = set()
+        diagnostics: list[Diagnostic] = []
+        if reports:
+            with room_for_nesting():
+                diagnostics = _diagnostics(reports, module, source, path, analysed.context.parents, python_ast,
+                                           honor_noqa, exemption, suppressed)
+        if reviewing:
+            diagnostics.extend(_reviewed(reviewers, source, path, exemption, suppressed, selected_codes))
+            diagnostics.sort(key=lambda d: (d.start.line, d.start.column, d.code))
+        return diagnostics
     finally:
         analysed.context.release()
 
 
 def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, path: str,
                  parents: dict[int, cst.CSTNode], python_ast: ast.Module | None,
-                 honor_noqa: bool) -> list[Diagnostic]:
+                 honor_noqa: bool, exemption: FileExemption, suppressed: set[tuple[int, str]]) -> list[Diagnostic]:
+    """The reports placed in the source, less those a `# noqa` turns off (noted in `suppressed`)."""
     # Only files with findings pay for positions, and only for the statements they are in.
     positions = StatementPositions(module, source, parents, python_ast)
     offsets = LineIndex(source)
@@ -320,6 +342,8 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
     diagnostics: list[Diagnostic] = []
     seen: set[tuple[str, int, int]] = set()
     for report in reports:
+        if exemption is not NO_EXEMPTION and exemption.covers(report.rule.code):
+            continue
         code_range = positions[report.node]
         start = Location(code_range.start.line, code_range.start.column + 1)
         end = Location(code_range.end.line, code_range.end.column + 1)
@@ -329,6 +353,7 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
         seen.add(key)
         line_text = lines[start.line - 1] if start.line - 1 < len(lines) else ""
         if honor_noqa and is_suppressed(line_text, report.rule.code):
+            suppressed.add((start.line, report.rule.code))
             continue
         fix = None
         if report.fix is not None:
@@ -338,6 +363,40 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
         )
     diagnostics.sort(key=lambda d: (d.start.line, d.start.column, d.code))
     return diagnostics
+
+
+def _reviewed(reviewers: Sequence[type[Rule]], source: str, path: str, exemption: FileExemption,
+              suppressed: set[tuple[int, str]], selected_codes: frozenset[str]) -> list[Diagnostic]:
+    """What the rules about `# noqa` comments find in the file's directives."""
+    from torchdevlint.registry import all_rules  # the registry imports every rule: only when asked
+
+    review = SuppressionReview(
+        directives=tuple(noqa_directives(source)),
+        suppressed=frozenset(suppressed),
+        selected_codes=selected_codes,
+        known_codes=frozenset(rule.code for rule in all_rules()),
+        exemption=exemption,
+        lines=tuple(source_lines(source)),
+    )
+    if not review.directives:
+        return []
+    offsets = LineIndex(source)
+    found: list[Diagnostic] = []
+    for reviewer in reviewers:
+        if exemption.covers(reviewer.code):
+            continue
+        for finding in reviewer.review_suppressions(review):
+            if is_suppressed(review.lines[finding.line - 1], reviewer.code):
+                continue
+            fix = None
+            if finding.fix is not None:
+                start, end, content = finding.fix
+                fix = Fix(reviewer.fix_title or "", Applicability.SAFE if finding.fix_is_safe else Applicability.UNSAFE,
+                          (Edit(offsets.offset(finding.line, start), offsets.offset(finding.line, end), content),))
+            found.append(Diagnostic(reviewer.code, reviewer.slug, finding.message, path,
+                                    Location(finding.line, finding.start + 1), Location(finding.line, finding.end + 1),
+                                    fix))
+    return found
 
 
 def mentions_torch(source: str) -> bool:
@@ -357,8 +416,10 @@ def lint_source(
     AnalysisTimeout past the deadline."""
     if not mentions_torch(source):
         return []
-    rule_classes = rules_that_can_fire(source, rule_classes)
-    if not rule_classes:
+    selected_codes = frozenset(rule.code for rule in rule_classes)
+    reviewers = [rule for rule in rule_classes if rule.reviews_suppressions]
+    rule_classes = [rule for rule in rules_that_can_fire(source, rule_classes) if not rule.reviews_suppressions]
+    if not rule_classes and not (reviewers and "noqa" in source.lower()):
         check_syntax(source, path)
         return []
     # Parse once: LibCST agrees with the running Python on what is valid, except for syntax
@@ -372,7 +433,7 @@ def lint_source(
         check_syntax(source, path, newer_syntax=False)  # LibCST cannot read it: not newer, wrong
         raise
     return lint_module(module, source, path, rule_classes, options, honor_noqa=honor_noqa,
-                       judge_syntax=True, deadline=deadline)
+                       judge_syntax=True, deadline=deadline, reviewers=reviewers, selected_codes=selected_codes)
 
 
 class InvalidSource(Exception):

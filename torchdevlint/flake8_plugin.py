@@ -10,7 +10,8 @@ A thin adapter over the engine. Three conventions of flake8 decide its shape:
 - flake8 filters findings by its own `--select`/`--ignore`; which rules run at all comes from
   `[tool.torchdevlint]`, as for the CLI. A rule that is off by default runs only when the
   config selects it (by code or prefix) or flake8's `--select`/`--extend-select` names its full
-  code (flake8's usual `--select TDL` is not meant to turn on every rule).
+  code (flake8's usual `--select TDL` is not meant to turn on every rule). Each file is
+  configured by the closest configuration above it, as by the CLI, `per-file-ignores` included.
 
 The plugin never fixes and never imports torch.
 """
@@ -31,7 +32,7 @@ from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.config import ConfigError
 from torchdevlint.engine import InvalidSource, lint_source
 from torchdevlint.registry import all_rules
-from torchdevlint.settings import CommandLineSelection, Settings, load_settings
+from torchdevlint.settings import CommandLineSelection, Settings, SettingsFinder, file_rule_codes
 
 LOG = logging.getLogger("torchdevlint")
 
@@ -47,15 +48,20 @@ def _codes(values: Iterable[str] | str | None) -> list[str]:
     return [value.strip().upper() for value in values if value.strip()]
 
 
-def plugin_settings(cwd: Path, flake8_selected: Iterable[str] = ()) -> Settings:
-    """Rules and options as `torchdevlint check` would choose them in `cwd`.
+def plugin_settings_finder(cwd: Path, flake8_selected: Iterable[str] = ()) -> SettingsFinder:
+    """Rules and options of each file as `torchdevlint check` would choose them from `cwd`.
 
-    Raises ConfigError for a broken `[tool.torchdevlint]` table.
+    Raises ConfigError for a broken configuration.
     """
     # flake8 knows nothing of rules that are off by default: only a full code turns one on.
     off_by_default = {rule.code for rule in all_rules() if not rule.default_enabled}
     named = tuple(code for code in flake8_selected if code in off_by_default)
-    return load_settings(cwd, selection=CommandLineSelection(extend_select=named))
+    return SettingsFinder(cwd, selection=CommandLineSelection(extend_select=named))
+
+
+def plugin_settings(cwd: Path, flake8_selected: Iterable[str] = ()) -> Settings:
+    """The settings of files in `cwd` (and of standard input)."""
+    return plugin_settings_finder(cwd, flake8_selected).fallback
 
 
 class TorchDevLintChecker:
@@ -64,7 +70,7 @@ class TorchDevLintChecker:
     name = "torchdevlint"
     version = __version__
 
-    settings: ClassVar[Settings | None] = None
+    finder: ClassVar[SettingsFinder | None] = None
 
     def __init__(self, tree: ast.AST, filename: str, lines: Sequence[str]) -> None:
         self.filename = filename
@@ -79,23 +85,34 @@ class TorchDevLintChecker:
             *_codes(getattr(options, "extend_select", None)),
         ]
         try:
-            cls.settings = plugin_settings(Path.cwd(), selected)
+            cls.finder = plugin_settings_finder(Path.cwd(), selected)
         except ConfigError as error:
             raise ExecutionError(f"torchdevlint: {error}") from None
 
     @classmethod
-    def _current_settings(cls) -> Settings:
-        if cls.settings is None:
-            cls.settings = plugin_settings(Path.cwd())
-        return cls.settings
+    def _finder(cls) -> SettingsFinder:
+        if cls.finder is None:
+            cls.finder = plugin_settings_finder(Path.cwd())
+        return cls.finder
 
     def run(self) -> Iterator[tuple[int, int, str, type]]:
-        settings = self._current_settings()
-        if self.filename not in _STDIN_NAMES and settings.config.excludes_file(Path(self.filename), settings.root):
-            return
+        finder = self._finder()
+        if self.filename in _STDIN_NAMES:
+            settings = finder.fallback
+            rules = settings.rules
+        else:
+            try:
+                settings = finder.for_file(Path(self.filename))
+            except ConfigError as error:
+                LOG.warning("torchdevlint: %s", error)
+                return
+            if settings.config.excludes_file(Path(self.filename), settings.root):
+                return
+            codes = file_rule_codes(settings, Path(self.filename))
+            rules = tuple(rule for rule in settings.rules if rule.code in codes)
         source = "".join(self.lines)
         try:
-            diagnostics = lint_source(source, self.filename, settings.rules, settings.rule_options,
+            diagnostics = lint_source(source, self.filename, rules, settings.rule_options,
                                       honor_noqa=False, deadline=Deadline(DEFAULT_FILE_SECONDS))
         except cst.ParserSyntaxError as error:
             # Python parsed it (flake8 gave us a tree), LibCST did not: say so, report nothing.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -23,6 +23,7 @@ from torchdevlint.engine import InvalidSource, check_syntax, lint_source
 from torchdevlint.fixer import FixOutcome, fix_source
 from torchdevlint.notebook.document import NotebookDocument
 from torchdevlint.notebook.program import NotebookProgram as NotebookCells
+from torchdevlint.registry import rule_by_code
 from torchdevlint.rule import Rule
 from torchdevlint.sourcefile import (
     CellLines,
@@ -33,9 +34,19 @@ from torchdevlint.sourcefile import (
     decode_source,
     read_bytes,
 )
+from torchdevlint.suppression import add_noqa
 
 NOTEBOOK_SUFFIX = ".ipynb"
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class NoqaOutcome:
+    text: str
+    # Directives added, or extended with more codes.
+    added: int
+    # Findings whose line cannot take a comment.
+    refused: list[FileError]
 
 
 class FixNotWritable(Exception):
@@ -81,6 +92,25 @@ class Program(ABC):
     @abstractmethod
     def diff(self, text: str) -> str:
         """A unified diff of the file against the fixed program `text`."""
+
+    def with_noqa(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
+                  deadline: Deadline | None = None) -> NoqaOutcome:
+        """`text` with a `# noqa: CODE` on the first line of each finding (`--add-noqa`).
+
+        Findings of rules about `# noqa` comments themselves get none."""
+        by_line: dict[int, list[str]] = {}
+        for diagnostic in self._findings_in_text(rules, options, deadline):
+            rule = rule_by_code(diagnostic.code)
+            if rule is None or not rule.reviews_suppressions:
+                by_line.setdefault(diagnostic.start.line, []).append(diagnostic.code)
+        text, added, refused = add_noqa(self.text, by_line)
+        return NoqaOutcome(text, added, [self.error("cannot add `# noqa` here (inside a string, or after a "
+                                                    "backslash continuation)", line, None) for line in refused])
+
+    def _findings_in_text(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None,
+                          deadline: Deadline | None) -> list[Diagnostic]:
+        """Findings with their lines counted in `text` (not yet placed in cells)."""
+        return lint_source(self.text, self.path, rules, options, deadline=deadline)
 
     def error(self, message: str, line: int | None, column: int | None) -> FileError:
         """A file error at a place in `text`, placed where the user sees it."""
@@ -146,6 +176,10 @@ class NotebookProgram(Program):
                                gate=self.cells.withholds))
         outcome.remaining = self._placed(outcome.remaining, outcome.text)
         return outcome
+
+    def _findings_in_text(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None,
+                          deadline: Deadline | None) -> list[Diagnostic]:
+        return self._without_broken_cells(lambda: lint_source(self.text, self.path, rules, options, deadline=deadline))
 
     def _without_broken_cells(self, action: Callable[[], T]) -> T:
         """Run `action` on the program; if a cell does not parse, report it and run it again

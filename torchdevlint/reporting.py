@@ -6,7 +6,12 @@ Every reporter takes the findings of a whole run; those that show source lines o
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
+import secrets
+import stat
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +27,7 @@ from torchdevlint.registry import all_rules
 from torchdevlint.rule import Rule
 from torchdevlint.ruledocs import doc_sections, rule_page
 from torchdevlint.sourcefile import LineIndex, ProgramView, source_lines
+from torchdevlint.terminal import PLAIN, Palette, Style, underline
 
 # The text a file had when it was linted, or None where it is not available.
 SourceLookup = Callable[[str], "ProgramView | None"]
@@ -108,17 +114,18 @@ def _in_cell(cell: int | None, line: int, message: str) -> str:
     return message if cell is None else f"cell {cell}, line {line}: {message}"
 
 
-def format_text_line(diagnostic: Diagnostic, unsafe_fixes: bool = False) -> str:
+def format_text_line(diagnostic: Diagnostic, unsafe_fixes: bool = False, palette: Palette = PLAIN) -> str:
     """`path:line:col: CODE message [*]`: the concise format, and the head of the full one."""
-    marker = " [*]" if _offers_fix(diagnostic, unsafe_fixes) else ""
+    marker = f" {palette.paint('[*]', Style.CYAN)}" if _offers_fix(diagnostic, unsafe_fixes) else ""
     note = f" (fix withheld: {diagnostic.fix_withheld})" if diagnostic.fix_withheld else ""
+    where = location(diagnostic.path, diagnostic.cell, diagnostic.start.line, diagnostic.start.column)
     return (
-        f"{location(diagnostic.path, diagnostic.cell, diagnostic.start.line, diagnostic.start.column)}: "
-        f"{diagnostic.code} {diagnostic.message}{marker}{note}"
+        f"{palette.paint(where, Style.BOLD)}: "
+        f"{palette.paint(diagnostic.code, Style.BOLD_RED)} {diagnostic.message}{marker}{note}"
     )
 
 
-def format_error_line(error: FileError) -> str:
+def format_error_line(error: FileError, palette: Palette = PLAIN) -> str:
     where = error.path
     if error.cell is not None and error.line is not None:
         where = location(error.path, error.cell, error.line, error.column)
@@ -126,70 +133,81 @@ def format_error_line(error: FileError) -> str:
         where += f":{error.line}"
         if error.column is not None:
             where += f":{error.column}"
-    return f"{where}: error: {error.message}"
+    return f"{palette.paint(where, Style.BOLD)}: {palette.paint('error', Style.BOLD_RED)}: {error.message}"
 
 
 def _first_code_column(line: str) -> int:
     return len(line) - len(line.lstrip()) + 1
 
 
-def format_snippet(diagnostic: Diagnostic, view: ProgramView) -> list[str]:
-    """The offending lines (of its cell, in a notebook) with `^^^` under the span, like ruff and rustc."""
-    lines = view.lines(diagnostic.cell)
+def _last_shown_line(diagnostic: Diagnostic, line_count: int) -> int:
+    return min(diagnostic.end.line, diagnostic.start.line + MAX_SNIPPET_LINES - 1, line_count)
+
+
+def format_snippet(diagnostic: Diagnostic, lines: Sequence[str], palette: Palette = PLAIN) -> list[str]:
+    """The offending lines (`lines`: its file's, or its cell's in a notebook) with `^^^` under the
+    span, like ruff and rustc.
+
+    A long line is cut to a window around the span, and the carets are placed by display
+    width (see torchdevlint.terminal), so they stay under the span after CJK text or tabs.
+    """
     first, last = diagnostic.start.line, diagnostic.end.line
     if first > len(lines):
         return []
-    shown_last = min(last, first + MAX_SNIPPET_LINES - 1, len(lines))
+    shown_last = _last_shown_line(diagnostic, len(lines))
     width = len(str(shown_last))
-    gutter = " " * width + " |"
+    gutter = palette.paint(" " * width + " |", Style.BOLD_BLUE)
     out = [gutter]
     for number in range(first, shown_last + 1):
         line = lines[number - 1]
         start = diagnostic.start.column if number == first else _first_code_column(line)
         end = diagnostic.end.column if number == last else len(line) + 1
-        # Tabs stay tabs under the line so the marker lines up however the terminal shows them.
-        indent = "".join("\t" if char == "\t" else " " for char in line[: start - 1])
-        marker = "^" * max(1, end - start)
+        shown = underline(line, start - 1, end - 1)
+        marker = "^" * shown.carets
         if number == shown_last:
             marker += f" {diagnostic.code}"
-        out.append(f"{number:>{width}} | {line}".rstrip())
-        out.append(f"{gutter} {indent}{marker}")
+        number_gutter = palette.paint(f"{number:>{width}} |", Style.BOLD_BLUE)
+        out.append(f"{number_gutter} {shown.text}".rstrip())
+        out.append(f"{gutter} {shown.indent}{palette.paint(marker, Style.RED)}")
     if shown_last < last:
         out.append(f"{gutter} ...")
     out.append(gutter)
     return out
 
 
-def _help_line(diagnostic: Diagnostic, unsafe_fixes: bool, width: int) -> str | None:
+def _help_line(diagnostic: Diagnostic, unsafe_fixes: bool, width: int, palette: Palette = PLAIN) -> str | None:
     fix = diagnostic.fix
     if fix is None or diagnostic.fix_withheld or not fix.title:
         return None
     hint = "" if fix.is_safe or unsafe_fixes else " (unsafe fix: enable with `--unsafe-fixes`)"
-    return f"{' ' * width} = help: {fix.title}{hint}"
+    return f"{' ' * width} {palette.paint('= help:', Style.CYAN)} {fix.title}{hint}"
 
 
 def write_findings(out: TextIO, diagnostics: Sequence[Diagnostic], *, unsafe_fixes: bool,
-                   full: bool = False, sources: SourceLookup | None = None) -> None:
+                   full: bool = False, sources: SourceLookup | None = None, palette: Palette = PLAIN) -> None:
     for diagnostic in diagnostics:
-        out.write(format_text_line(diagnostic, unsafe_fixes) + "\n")
+        out.write(format_text_line(diagnostic, unsafe_fixes, palette) + "\n")
         if not full:
             continue
         view = sources(diagnostic.path) if sources is not None else None
-        snippet = format_snippet(diagnostic, view) if view is not None else []
+        lines = view.lines(diagnostic.cell) if view is not None else []
+        snippet = format_snippet(diagnostic, lines, palette)
+        # The help line's `=` goes under the gutter's `|`, as wide as the last line number shown.
+        gutter_width = len(str(_last_shown_line(diagnostic, len(lines)))) if snippet else 0
+        help_line = _help_line(diagnostic, unsafe_fixes, gutter_width, palette)
         for line in snippet:
             out.write(line + "\n")
-        help_line = _help_line(diagnostic, unsafe_fixes, len(snippet[0]) - 2 if snippet else 0)
         if help_line is not None:
             out.write(help_line + "\n")
         out.write("\n")
 
 
-def write_summary(out: TextIO, report: CheckReport) -> None:
+def write_summary(out: TextIO, report: CheckReport, palette: Palette = PLAIN) -> None:
     summary = summarize(report.diagnostics, report.errors, report.fixed)
     unsafe_fixes = report.unsafe_fixes
     if summary.findings == 0 and summary.fixed == 0:
         if summary.errors == 0:
-            out.write("All checks passed!\n")
+            out.write(palette.paint("All checks passed!", Style.BOLD_GREEN) + "\n")
         return
     if summary.fixed and report.dry_run:
         out.write(
@@ -206,7 +224,7 @@ def write_summary(out: TextIO, report: CheckReport) -> None:
         fixable = summary.safe_fixable + (summary.unsafe_fixable if unsafe_fixes else 0)
         hidden = 0 if unsafe_fixes else summary.unsafe_fixable
         if fixable:
-            line = f"[*] {fixable} fixable with the `--fix` option"
+            line = f"{palette.paint('[*]', Style.CYAN)} {fixable} fixable with the `--fix` option"
             if hidden:
                 line += f" ({hidden} hidden {'fix' if hidden == 1 else 'fixes'} can be enabled with the `--unsafe-fixes` option)"
             out.write(line + ".\n")
@@ -246,12 +264,13 @@ def rule_counts(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool) -> list[R
     return sorted(rows, key=lambda row: (-row.count, row.code))
 
 
-def write_statistics(out: TextIO, diagnostics: Sequence[Diagnostic], unsafe_fixes: bool) -> None:
+def write_statistics(out: TextIO, diagnostics: Sequence[Diagnostic], unsafe_fixes: bool,
+                     palette: Palette = PLAIN) -> None:
     rows = rule_counts(diagnostics, unsafe_fixes)
     width = max((len(str(row.count)) for row in rows), default=1)
     for row in rows:
-        marker = "[*]" if row.fixable else "   "
-        out.write(f"{row.count:>{width}}\t{row.code}\t{marker} {row.slug}\n")
+        marker = palette.paint("[*]", Style.CYAN) if row.fixable else "   "
+        out.write(f"{row.count:>{width}}\t{palette.paint(row.code, Style.BOLD_RED)}\t{marker} {row.slug}\n")
 
 
 def write_statistics_json(out: TextIO, diagnostics: Sequence[Diagnostic], unsafe_fixes: bool) -> None:
@@ -304,7 +323,7 @@ def _changed_lines(old: str, new: str) -> tuple[list[str], list[str]]:
 
 
 def write_fix_preview(out: TextIO, diagnostics: Sequence[Diagnostic], *, unsafe_fixes: bool,
-                      sources: SourceLookup) -> None:
+                      sources: SourceLookup, palette: Palette = PLAIN) -> None:
     """What `--fix` (with `--unsafe-fixes` if given) would change, finding by finding."""
     applicable = [d for d in diagnostics if _offers_fix(d, unsafe_fixes)]
     hidden = sum(1 for d in diagnostics if _offers_fix(d, True) and not _offers_fix(d, unsafe_fixes))
@@ -327,9 +346,9 @@ def write_fix_preview(out: TextIO, diagnostics: Sequence[Diagnostic], *, unsafe_
         text = view.text
         removed, added = _changed_lines(text, _apply(text, fix_replacements(text, fix)))
         for line in removed:
-            out.write(f"    - {line}".rstrip() + "\n")
+            out.write("    " + palette.paint(f"- {line}".rstrip(), Style.RED) + "\n")
         for line in added:
-            out.write(f"    + {line}".rstrip() + "\n")
+            out.write("    " + palette.paint(f"+ {line}".rstrip(), Style.GREEN) + "\n")
     if hidden:
         out.write(
             f"{_plural(hidden, 'unsafe fix')} not listed; add `--unsafe-fixes` to list and apply "
@@ -573,8 +592,11 @@ def write_sarif(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence
 
 def write_report(out: TextIO, report: CheckReport, output_format: OutputFormat, *,
                  sources: SourceLookup | None = None, statistics: bool = False,
-                 show_fixes: bool = False) -> None:
-    """Write a run's report; `output_format` must already be resolved (not TEXT)."""
+                 show_fixes: bool = False, color: bool = False) -> None:
+    """Write a run's report; `output_format` must already be resolved (not TEXT).
+
+    `color` styles the text formats only: machine formats are read by programs.
+    """
     if output_format is OutputFormat.JSON:
         if statistics:
             write_statistics_json(out, report.diagnostics, report.unsafe_fixes)
@@ -590,16 +612,68 @@ def write_report(out: TextIO, report: CheckReport, output_format: OutputFormat, 
     if output_format is OutputFormat.SARIF:
         write_sarif(out, report.diagnostics, report.errors, sources)
         return
+    palette = Palette(enabled=color)
     for error in report.errors:
-        out.write(format_error_line(error) + "\n")
+        out.write(format_error_line(error, palette) + "\n")
     if statistics:
-        write_statistics(out, report.diagnostics, report.unsafe_fixes)
+        write_statistics(out, report.diagnostics, report.unsafe_fixes, palette)
     else:
         write_findings(out, report.diagnostics, unsafe_fixes=report.unsafe_fixes,
-                       full=output_format is OutputFormat.FULL, sources=sources)
+                       full=output_format is OutputFormat.FULL, sources=sources, palette=palette)
     if show_fixes:
         if report.fixing:
             write_fixed_listing(out, report.fixed_codes, dry_run=report.dry_run)
         elif sources is not None:
-            write_fix_preview(out, report.diagnostics, unsafe_fixes=report.unsafe_fixes, sources=sources)
-    write_summary(out, report)
+            write_fix_preview(out, report.diagnostics, unsafe_fixes=report.unsafe_fixes, sources=sources,
+                              palette=palette)
+    write_summary(out, report, palette)
+
+
+# --- --output-file -----------------------------------------------------------------------------
+
+def _report_target(path: Path) -> Path:
+    # A symbolic link is written through: its target is replaced, the link stays a link.
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if target.exists() and not target.stat().st_mode & stat.S_IWUSR:
+        # Renaming over it would bypass the permission, as write_atomically refuses to.
+        raise PermissionError(errno.EACCES, "the file is read-only", str(path))
+    return target
+
+
+def _create_beside(target: Path) -> Path:
+    """A new, empty file in `target`'s folder (made, with its parents, as ruff makes it)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        # Some folder on the way is a file: say that, not "File exists".
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target.parent)) from None
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tdl-tmp")
+    # 0o666 less the umask: the permissions an ordinary new file gets.
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    return temporary
+
+
+def check_report_path(path: Path) -> None:
+    """Raise OSError now, before a run, where a report could not be written to `path`."""
+    os.unlink(_create_beside(_report_target(path)))
+
+
+def write_report_file(path: Path, text: str) -> None:
+    """Replace `path` with `text` (UTF-8) through a temporary file beside it: whoever reads the
+    report (a CI step, an editor) never sees half of one, and a failed write keeps the old one."""
+    target = _report_target(path)
+    temporary = _create_beside(target)
+    try:
+        if target.exists():
+            os.chmod(temporary, stat.S_IMODE(target.stat().st_mode))
+        with open(temporary, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise

@@ -11,6 +11,7 @@ import libcst as cst
 from torchdevlint.context import FileContext
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.suppression import SuppressionFinding, SuppressionReview
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ class Rule:
     requires_any_text: ClassVar[tuple[str, ...]] = ()
     # And, where given, one of these too.
     requires_also_any_text: ClassVar[tuple[str, ...]] = ()
+    # A rule about the file's noqa comments themselves walks no code: once the other
+    # rules' findings are known, the engine hands it the directives (`review_suppressions`).
+    reviews_suppressions: ClassVar[bool] = False
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
     Options: ClassVar[type] = NoOptions
@@ -108,6 +112,11 @@ class Rule:
         required_imports: tuple[tuple[str, str | None], ...] = (),
     ) -> PendingFix:
         return PendingFix(title or self.fix_title or "", applicability, tuple(edits), required_imports)
+
+    @classmethod
+    def review_suppressions(cls, review: SuppressionReview) -> list[SuppressionFinding]:
+        """Findings about the file's `# noqa` directives (rules with `reviews_suppressions`)."""
+        return []
 
     @classmethod
     def is_fixable(cls) -> bool:

@@ -19,7 +19,7 @@ from torchdevlint.cache import FindingsCache, content_digest, settings_digest
 from torchdevlint.diagnostics import FileError, FileResult
 from torchdevlint.engine import RELEVANCE_MARKER, InvalidSource
 from torchdevlint.fixer import is_applicable
-from torchdevlint.programs import FixNotWritable, is_notebook, load_program
+from torchdevlint.programs import FixNotWritable, Program, is_notebook, load_program
 from torchdevlint.registry import rule_by_code
 from torchdevlint.rule import Rule
 from torchdevlint.sourcefile import NotRewritten, SourceError, read_bytes, write_atomically
@@ -34,6 +34,8 @@ class RunSettings:
     fix: bool = False
     unsafe_fixes: bool = False
     diff: bool = False
+    # Suppress each finding with a noqa comment on its line instead of reporting it (`--add-noqa`).
+    add_noqa: bool = False
     # Folder of the findings cache; None disables it.
     cache_dir: str | None = None
     # Seconds each file may take before it is reported as not analysed.
@@ -95,10 +97,10 @@ def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bo
     deadline = Deadline(settings.file_seconds)
     # A notebook is read even so: that it is one is checked.
     if not mentions_torch_bytes(data) and not is_notebook(path):
-        if settings.fix and not in_place:
+        if (settings.fix or settings.add_noqa) and not in_place:
             result.output = data
         return result
-    cache = settings.cache() if in_place else None
+    cache = settings.cache() if in_place and not settings.add_noqa else None
     digest = content_digest(data) if cache is not None else ""
     if cache is not None:
         cached = cache.load(digest, path)
@@ -116,7 +118,9 @@ def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bo
     rules = settings.rules()
     options = dict(settings.rule_options)
     try:
-        if settings.rewrites:
+        if settings.add_noqa:
+            _add_noqa(program, path, data, rules, options, deadline, result, in_place=in_place)
+        elif settings.rewrites:
             outcome = program.fix(rules, options, unsafe=settings.unsafe_fixes, deadline=deadline)
             result.diagnostics = outcome.remaining
             result.fixed_count = outcome.fixed_count
@@ -170,6 +174,27 @@ def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bo
     return result
 
 
+def _add_noqa(program: Program, path: str, data: bytes, rules: list[type[Rule]], options: dict[str, object],
+              deadline: Deadline, result: FileResult, *, in_place: bool) -> None:
+    """Suppress each finding with a `# noqa` on its line, as `--add-noqa` asks."""
+    outcome = program.with_noqa(rules, options, deadline=deadline)
+    result.errors.extend(outcome.refused)
+    new_data = program.encode(outcome.text) if outcome.text != program.text else data
+    if not in_place:
+        result.output = new_data
+        result.noqa_added = outcome.added
+        return
+    if new_data == data:
+        return
+    try:
+        write_atomically(Path(path), new_data, replacing=data)
+    except (OSError, NotRewritten) as error:
+        reason = str(error) if isinstance(error, NotRewritten) else f"cannot write: {error.strerror or error}"
+        result.errors.append(program.error(f"no `# noqa` added: {reason}", None, None))
+        return
+    result.noqa_added = outcome.added
+
+
 def mentions_torch_bytes(data: bytes) -> bool:
     """Files that never mention torch cannot hold a finding: not decoded, hashed or parsed.
 
@@ -215,17 +240,18 @@ def collect_garbage_rarely() -> None:
     gc.set_threshold(*_COLLECTOR_THRESHOLDS)
 
 
-def run(paths: Iterable[str], settings: RunSettings, jobs: int) -> Iterator[FileResult]:
-    """Results in the order of `paths`, streamed as they complete in order.
+def run(files: Iterable[tuple[str, RunSettings]], jobs: int) -> Iterator[FileResult]:
+    """Each file linted with its own settings; results in the order given, streamed as they
+    complete in order.
 
     On KeyboardInterrupt (the CLI turns SIGTERM into one too) no new file is started, the
     files being processed are finished, and the interrupt propagates.
     """
-    paths = list(paths)
-    jobs = worker_count(jobs, len(paths))
+    files = list(files)
+    jobs = worker_count(jobs, len(files))
     if jobs <= 1:
         collect_garbage_rarely()
-        for path in paths:
+        for path, settings in files:
             yield process_file(path, settings)
         return
     from concurrent.futures import (
@@ -234,7 +260,7 @@ def run(paths: Iterable[str], settings: RunSettings, jobs: int) -> Iterator[File
 
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker)
     try:
-        futures = [pool.submit(process_file, path, settings) for path in paths]
+        futures = [pool.submit(process_file, path, settings) for path, settings in files]
         for future in futures:
             yield future.result()
     finally:

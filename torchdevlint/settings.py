@@ -1,17 +1,21 @@
 """The one way every front end (CLI, `verify`, flake8) turns configuration into rules to run.
 
-Configuration comes from the nearest `pyproject.toml` (or one named explicitly); a selection
-made on the command line is applied on top of it, as ruff does: `--select` replaces the
-configured selection (select, extend-select and ignore alike), `--extend-select` and
-`--ignore` add to it.
+Each file is configured as ruff configures it (hierarchically): by the closest configuration
+file above it (`.torchdevlint.toml`, `torchdevlint.toml`, or a pyproject.toml with a
+[tool.torchdevlint] table), and a file with none above it by the one found from the current
+folder. Files are not merged: the closest one decides alone. `--config` names one file for
+every path instead. A selection made on the command line is applied on top, as ruff does:
+`--select` replaces the configured selection (select, extend-select and ignore alike),
+`--extend-select` and `--ignore` add to it.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchdevlint.config import Config, ConfigError, find_pyproject, load_config
+from torchdevlint.config import Config, ConfigError, config_file_in, find_config_file, load_config
 from torchdevlint.registry import UnknownSelector, select_rules
 from torchdevlint.rule import Rule
 
@@ -56,15 +60,103 @@ def resolve_rules(config: Config, selection: CommandLineSelection = CommandLineS
 
 def load_settings(cwd: Path, config_path: Path | None = None,
                   selection: CommandLineSelection = CommandLineSelection()) -> Settings:
-    """Configuration found from `cwd` (or read from `config_path`) with the selection applied.
+    """Configuration found from `cwd`, a folder or a file (or read from `config_path`), with the
+    selection applied; without a configuration file the root is `cwd` (a file's: the current folder).
 
     Raises ConfigError, naming the file and key, for a broken configuration or selector.
     """
-    pyproject = config_path if config_path is not None else find_pyproject(cwd)
-    config = load_config(pyproject)
+    found = config_path if config_path is not None else find_config_file(cwd)
+    return _settings_from(found, cwd if cwd.is_dir() else Path.cwd(), selection)
+
+
+def _settings_from(config_file: Path | None, default_root: Path,
+                   selection: CommandLineSelection) -> Settings:
+    config = load_config(config_file)
     try:
         rules = resolve_rules(config, selection)
     except UnknownSelector as error:
-        raise ConfigError(str(error)) from None
-    root = pyproject.parent if pyproject is not None else cwd
+        source = f"{config_file}: " if config_file is not None and selection.select is None else ""
+        raise ConfigError(f"{source}{error}") from None
+    root = config_file.parent if config_file is not None else default_root
     return Settings(config, root, rules)
+
+
+class SettingsFinder:
+    """The settings of each path of a run, each configuration file read once.
+
+    With `config_path` every path gets that file's settings; otherwise a path gets those of
+    the closest configuration file above it, and a path with none above it those found from
+    `cwd` (the defaults, rooted at `cwd`, when there are none either).
+    """
+
+    def __init__(self, cwd: Path, config_path: Path | None = None,
+                 selection: CommandLineSelection = CommandLineSelection()) -> None:
+        self._selection = selection
+        self._explicit = config_path is not None
+        self._by_file: dict[Path | None, Settings] = {}
+        # Folder (absolute) -> its closest configuration file, None when it has none above it.
+        self._closest: dict[str, Path | None] = {}
+        self.fallback = self._for_file(config_path if config_path is not None else find_config_file(cwd), cwd)
+
+    def _for_file(self, config_file: Path | None, default_root: Path) -> Settings:
+        known = self._by_file.get(config_file)
+        if known is None:
+            known = self._by_file[config_file] = _settings_from(config_file, default_root, self._selection)
+        return known
+
+    def _closest_file(self, folder: str) -> Path | None:
+        if folder in self._closest:
+            return self._closest[folder]
+        found = config_file_in(Path(folder))
+        if found is None:
+            parent = os.path.dirname(folder)
+            found = None if parent == folder else self._closest_file(parent)
+        self._closest[folder] = found
+        return found
+
+    def for_folder(self, folder: Path) -> Settings:
+        """The settings of the files directly inside `folder`."""
+        if self._explicit:
+            return self.fallback
+        found = self._closest_file(os.path.abspath(folder))
+        return self.fallback if found is None else self._for_file(found, found.parent)
+
+    def for_file(self, path: Path) -> Settings:
+        return self.for_folder(Path(os.path.abspath(path)).parent)
+
+    @property
+    def all_settings(self) -> tuple[Settings, ...]:
+        """Every distinct settings met so far, the fallback first."""
+        distinct = {id(settings): settings for settings in (self.fallback, *self._by_file.values())}
+        return tuple(distinct.values())
+
+
+def file_rule_codes(settings: Settings, path: Path) -> tuple[str, ...]:
+    """The codes of the settings' rules that run on `path`: those `per-file-ignores` leaves."""
+    ignored = settings.config.ignored_codes(path, settings.root)
+    codes = tuple(rule.code for rule in settings.rules)
+    if not ignored:
+        return codes
+    return tuple(code for code in codes if not any(prefix == "ALL" or code.startswith(prefix) for prefix in ignored))
+
+
+def describe_settings(settings: Settings, path: Path | None) -> str:
+    """What `--show-settings` prints: where the settings of `path` come from and what they are."""
+    config = settings.config
+    lines = [f"Settings for {path}" if path is not None else "Settings (no file found)",
+             f"  configuration file: {config.source if config.source is not None else 'none (defaults)'}",
+             f"  root: {settings.root}",
+             f"  rules: {', '.join(rule.code for rule in settings.rules)}"]
+    if path is not None:
+        skipped = [rule.code for rule in settings.rules if rule.code not in file_rule_codes(settings, path)]
+        if skipped:
+            lines.append(f"  not run on this file (per-file-ignores): {', '.join(skipped)}")
+    lines += [f"  exclude: {', '.join(config.exclude) or '(none)'}",
+              f"  extend-exclude: {', '.join(config.extend_exclude) or '(none)'}",
+              f"  include: {', '.join(config.include)}",
+              f"  respect-gitignore: {'true' if config.respect_gitignore else 'false'}"]
+    for pattern, codes in config.per_file_ignores:
+        lines.append(f"  per-file-ignores: {pattern!r} = {', '.join(codes)}")
+    for code, options in sorted(config.rule_options.items()):
+        lines.append(f"  {code} options: {options}")
+    return "".join(f"{line}\n" for line in lines)

@@ -1,14 +1,28 @@
-"""`# noqa` and `# noqa: TDL001, TDL004` comments, as flake8 and ruff read them."""
+"""Suppression comments, as flake8 and ruff read them: `# noqa` and `# noqa: TDL001, TDL004`
+on a finding's first line, and a file-level `# torchdevlint: noqa` (or `# flake8: noqa`) on a
+line of its own, bare or naming codes. Also where `--add-noqa` writes them."""
 
 from __future__ import annotations
 
+import io
+import itertools
 import re
+import tokenize
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from torchdevlint.sourcefile import LINE_BREAK, source_lines
 
 _NOQA = re.compile(
     r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?",
     re.IGNORECASE,
 )
 _CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
+_FILE_NOQA = re.compile(
+    r"^[ \t]*#[ \t]*(?:torchdevlint|flake8)[ \t]*:[ \t]*noqa"
+    r"(?:[ \t]*:[ \t]*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?[ \t]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
 
 
 def is_suppressed(line_text: str, code: str) -> bool:
@@ -23,3 +37,153 @@ def is_suppressed(line_text: str, code: str) -> bool:
             if code.upper().startswith(named.upper()):
                 return True
     return False
+
+
+@dataclass(frozen=True)
+class FileExemption:
+    """What a file-level comment turns off: everything, some codes (and prefixes), or nothing."""
+
+    everything: bool = False
+    codes: tuple[str, ...] = ()
+
+    def covers(self, code: str) -> bool:
+        return self.everything or any(code.startswith(named) for named in self.codes)
+
+
+NO_EXEMPTION = FileExemption()
+
+
+def file_exemption(source: str) -> FileExemption:
+    """The file-level `# torchdevlint: noqa[: codes]` comments of `source`, real comments only
+    (the same text inside a string turns nothing off)."""
+    if "noqa" not in source.lower():
+        return NO_EXEMPTION
+    candidates = {source.count("\n", 0, match.start()) + 1: match.group("codes")
+                  for match in _FILE_NOQA.finditer(source)}
+    if not candidates:
+        return NO_EXEMPTION
+    codes: list[str] = []
+    for line, _, _ in _comments(source):
+        if line in candidates:
+            named = candidates[line]
+            if named is None:
+                return FileExemption(everything=True)
+            codes.extend(code.upper() for code in _CODE.findall(named))
+    return FileExemption(codes=tuple(codes)) if codes else NO_EXEMPTION
+
+
+def _comments(source: str) -> Iterable[tuple[int, int, str]]:
+    """(line, column, text) of each comment token; nothing past a point the tokenizer refuses."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                yield token.start[0], token.start[1], token.string
+    except (tokenize.TokenError, SyntaxError):
+        return
+
+
+@dataclass(frozen=True)
+class NoqaDirective:
+    """A `# noqa: CODES` in a comment; columns are 0-based code points within its line."""
+
+    line: int
+    # Where the comment starts and the directive starts and ends within the line.
+    comment_start: int
+    start: int
+    end: int
+    codes: tuple[str, ...]
+    # What follows the directive in its comment (another comment, a reason, or blanks).
+    tail: str
+
+
+def noqa_directives(source: str) -> list[NoqaDirective]:
+    """The `# noqa: CODES` directives naming codes, in real comments (bare ones name nothing)."""
+    if "noqa" not in source.lower():
+        return []
+    found = []
+    for line, column, text in _comments(source):
+        for match in _NOQA.finditer(text):
+            codes = match.group("codes")
+            if codes is None:
+                continue
+            found.append(NoqaDirective(line, column, column + match.start(), column + match.end(),
+                                       tuple(code.upper() for code in _CODE.findall(codes)),
+                                       tail=text[match.end():]))
+    return found
+
+
+@dataclass(frozen=True)
+class SuppressionReview:
+    """What a rule about `# noqa` comments is told of a file, once the findings are known."""
+
+    directives: tuple[NoqaDirective, ...]
+    # (line, code) of each finding a line's directive suppressed.
+    suppressed: frozenset[tuple[int, str]]
+    # The codes run on the file (a rule that cannot fire in it counts as run), and every code.
+    selected_codes: frozenset[str]
+    known_codes: frozenset[str]
+    exemption: FileExemption
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SuppressionFinding:
+    """A finding on a directive; columns are 0-based within the line, and the fix, if any,
+    replaces the text between two columns of that line."""
+
+    line: int
+    start: int
+    end: int
+    message: str
+    fix: tuple[int, int, str] | None = None
+    fix_is_safe: bool = True
+
+
+def lines_taking_a_comment(source: str) -> set[int] | None:
+    """Lines whose end is outside any string and not continued by a backslash: a `# noqa`
+    appended there is a comment. None when the tokenizer refuses the source."""
+    lines = source_lines(source)
+    taking = set(range(1, len(lines) + 1))
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.STRING or token.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
+                taking.difference_update(range(token.start[0], token.end[0]))
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return {line for line in taking if not lines[line - 1].rstrip().endswith("\\")}
+
+
+def add_noqa(source: str, codes_by_line: Mapping[int, Sequence[str]]) -> tuple[str, int, list[int]]:
+    """`source` with `# noqa: CODES` added (or merged into the line's directive) on each line,
+    as ruff's `--add-noqa` does: (new source, directives added or extended, lines that cannot
+    take a comment: inside a multi-line string or continued by a backslash)."""
+    taking = lines_taking_a_comment(source)
+    if taking is None:
+        return source, 0, sorted(codes_by_line)
+    directives = {directive.line: directive for directive in noqa_directives(source)}
+    # Split as the tokenizer does: str.splitlines would also break at form feeds.
+    breaks = [0, *(match.end() for match in LINE_BREAK.finditer(source))]
+    if breaks[-1] < len(source):
+        breaks.append(len(source))
+    lines = [source[start:end] for start, end in itertools.pairwise(breaks)]
+    changed = 0
+    refused: list[int] = []
+    for line, codes in sorted(codes_by_line.items()):
+        if line not in taking or line > len(lines):
+            refused.append(line)
+            continue
+        text = lines[line - 1]
+        body = text.rstrip("\r\n")
+        ending = text[len(body):]
+        existing = directives.get(line)
+        if existing is not None:
+            wanted = [code for code in dict.fromkeys(codes) if code not in existing.codes]
+            if not wanted:
+                continue
+            merged = ", ".join((*existing.codes, *wanted))
+            body = f"{body[:existing.start]}# noqa: {merged}{body[existing.end:]}"
+        else:
+            body = f"{body.rstrip()}  # noqa: {', '.join(dict.fromkeys(codes))}"
+        lines[line - 1] = body + ending
+        changed += 1
+    return "".join(lines), changed, refused

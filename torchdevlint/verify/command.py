@@ -94,7 +94,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from torchdevlint.diagnostics import FileError
     from torchdevlint.files import iter_python_files
     from torchdevlint.runner import default_jobs
-    from torchdevlint.settings import load_settings
+    from torchdevlint.settings import SettingsFinder
     from torchdevlint.verify import report
     from torchdevlint.verify.directive import DirectiveError, ProgramHost, VerifySpec, with_host
     from torchdevlint.verify.runner import (
@@ -125,12 +125,14 @@ def run_verify(args: argparse.Namespace) -> int:
         sys.stderr.write(f"torchdevlint: error: --cwd {args.cwd}: not a folder\n")
         return EXIT_ERROR
     try:
-        loaded = load_settings(Path.cwd(), args.config)
+        finder = SettingsFinder(Path.cwd(), args.config)
+        # The programs are walked as `check` walks them; the rules are those configured here.
+        loaded = finder.fallback
+        errors: list[FileError] = []
+        files = [path for path, _ in iter_python_files(args.paths or list(DEFAULT_PATHS), finder, errors)]
     except ConfigError as error:
         sys.stderr.write(f"torchdevlint: error: {error}\n")
         return EXIT_ERROR
-    errors: list[FileError] = []
-    files = list(iter_python_files(args.paths or list(DEFAULT_PATHS), loaded.config, loaded.root, errors))
     if args.program_args is not None and len(files) != 1:
         sys.stderr.write(f"torchdevlint: error: arguments after `--` are one program's command line, "
                          f"but {len(files)} programs were given\n")

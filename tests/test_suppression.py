@@ -1,0 +1,128 @@
+"""Suppression comments through the real command line: a file-level `# torchdevlint: noqa`,
+`--add-noqa`, and TDL900 for `# noqa` directives that suppress nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_cli
+
+from torchdevlint.suppression import add_noqa, file_exemption
+
+MOVE = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device='cuda')\n"
+MOVE_AND_LOAD = MOVE + "state = torch.load('model.pt')\n"
+
+
+def findings(result_stdout: str) -> list[tuple[int, str]]:
+    return [(item["line"], item["code"]) for item in json.loads(result_stdout)]
+
+
+def check_json(tmp_path: Path, *args: str) -> list[tuple[int, str]]:
+    result = run_cli("check", "--no-cache", "--format", "json", *args, cwd=tmp_path)
+    assert result.returncode in (0, 1), result.stderr
+    return findings(result.stdout)
+
+
+# ---- file-level exemptions ---------------------------------------------------------------
+
+def test_a_file_level_noqa_turns_off_every_rule_or_the_named_ones(tmp_path: Path) -> None:
+    (tmp_path / "all.py").write_text("# torchdevlint: noqa\n" + MOVE_AND_LOAD)
+    (tmp_path / "some.py").write_text(MOVE_AND_LOAD + "# torchdevlint: noqa: TDL001\n")
+    (tmp_path / "flake8.py").write_text("# flake8: noqa\n" + MOVE_AND_LOAD)
+    assert check_json(tmp_path, "all.py", "flake8.py") == []
+    assert check_json(tmp_path, "some.py") == [(5, "TDL003")]
+
+
+def test_a_file_level_noqa_must_be_a_comment_on_its_own_line(tmp_path: Path) -> None:
+    in_string = 'doc = """\n# torchdevlint: noqa\n"""\n'
+    (tmp_path / "a.py").write_text(in_string + MOVE)
+    (tmp_path / "b.py").write_text(MOVE.replace("x.cuda()", "x.cuda()  # torchdevlint: noqa: TDL003"))
+    assert [code for _, code in check_json(tmp_path, "a.py", "b.py")] == ["TDL001", "TDL001"]
+    assert file_exemption(in_string).codes == () and not file_exemption(in_string).everything
+
+
+# ---- --add-noqa ------------------------------------------------------------------------------
+
+def test_add_noqa_suppresses_every_finding_and_a_second_run_adds_nothing(tmp_path: Path) -> None:
+    program = tmp_path / "train.py"
+    program.write_text(MOVE_AND_LOAD.replace("torch.load('model.pt')", "torch.load('model.pt')  # noqa: E501"))
+    result = run_cli("check", "--add-noqa", "--no-cache", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Added 2 `# noqa` directives." in result.stderr
+    text = program.read_text()
+    assert "x.cuda()  # noqa: TDL001\n" in text
+    assert "torch.load('model.pt')  # noqa: E501, TDL003\n" in text
+    assert check_json(tmp_path, "train.py") == []
+    again = run_cli("check", "--add-noqa", "--no-cache", "train.py", cwd=tmp_path)
+    assert "Added 0 `# noqa` directives." in again.stderr and program.read_text() == text
+
+
+def test_add_noqa_refuses_lines_that_end_inside_a_string_and_says_so(tmp_path: Path) -> None:
+    source = 'import torch\nx = torch.zeros(3)\nx.cuda(); s = """\ntext\n"""\n'
+    new, added, refused = add_noqa(source, {3: ["TDL001"]})
+    assert (new, added, refused) == (source, 0, [3])
+    (tmp_path / "a.py").write_text(source)
+    result = run_cli("check", "--add-noqa", "--no-cache", "--select", "TDL001", "a.py", cwd=tmp_path)
+    assert result.returncode == 2 and "cannot add `# noqa` here" in result.stderr
+
+
+def test_add_noqa_keeps_line_endings_and_merges_codes_once() -> None:
+    source = "a = 1  # noqa: TDL001\r\nb = 2\r\n"
+    new, added, _ = add_noqa(source, {1: ["TDL001", "TDL003"], 2: ["TDL004", "TDL004"]})
+    assert new == "a = 1  # noqa: TDL001, TDL003\r\nb = 2  # noqa: TDL004\r\n" and added == 2
+
+
+def test_add_noqa_writes_into_a_notebooks_cells(tmp_path: Path) -> None:
+    notebook = {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": ["# Move to the GPU"]},
+            {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+             "source": ["import torch\n", "x = torch.zeros(3)\n", "x.cuda()\n",
+                        "y = x + torch.ones(3, device='cuda')"]},
+        ],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }
+    path = tmp_path / "gpu.ipynb"
+    path.write_text(json.dumps(notebook, indent=1) + "\n")
+    result = run_cli("check", "--add-noqa", "--no-cache", "gpu.ipynb", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    cell = json.loads(path.read_text())["cells"][1]["source"]
+    assert cell[2] == "x.cuda()  # noqa: TDL001\n"
+    assert check_json(tmp_path, "gpu.ipynb") == []
+
+
+def test_add_noqa_cannot_be_combined_with_fix(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(MOVE)
+    result = run_cli("check", "--add-noqa", "--fix", "a.py", cwd=tmp_path)
+    assert result.returncode == 2 and "--add-noqa" in result.stderr
+    assert (tmp_path / "a.py").read_text() == MOVE
+
+
+# ---- TDL900 unused-noqa -----------------------------------------------------------------
+
+def test_unused_non_enabled_and_unknown_codes_are_reported_once_selected(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(
+        "import torch\n"
+        "x = torch.zeros(3)  # noqa: TDL001\n"                 # 2: nothing to suppress there
+        "x.cuda()  # noqa: TDL001\n"                            # 3: used
+        "y = x + torch.ones(3, device='cuda')  # noqa: TDL203\n"  # 4: TDL203 is off by default
+        "z = y  # noqa: TDL977, E501\n"                         # 5: no such code
+    )
+    assert check_json(tmp_path, "a.py") == []
+    result = run_cli("check", "--no-cache", "--format", "concise", "--extend-select", "TDL900", "a.py", cwd=tmp_path)
+    lines = result.stdout.splitlines()
+    assert any(":2:" in line and "(unused: TDL001)" in line for line in lines)
+    assert any(":4:" in line and "(non-enabled: TDL203)" in line for line in lines)
+    assert any(":5:" in line and "(unknown: TDL977)" in line for line in lines)
+    assert not any(":3:" in line for line in lines)
+
+
+def test_fixing_unused_noqa_removes_only_what_suppresses_nothing(tmp_path: Path) -> None:
+    program = tmp_path / "a.py"
+    program.write_text("import torch\nx = torch.zeros(3)  # noqa: TDL001\nz = x  # noqa: TDL977, E501\n"
+                       "w = z  # noqa: TDL203\n")
+    result = run_cli("check", "--no-cache", "--fix", "--extend-select", "TDL900", "a.py", cwd=tmp_path)
+    # The non-enabled TDL203 may serve another run: its removal is an unsafe fix, not applied.
+    assert program.read_text() == "import torch\nx = torch.zeros(3)\nz = x  # noqa: E501\nw = z  # noqa: TDL203\n"
+    assert result.returncode == 1 and "TDL900" in result.stdout
