@@ -13,7 +13,8 @@ import pytest
 from conftest import ROOT
 
 PACKAGE = ROOT / "torchdevlint"
-FRONT_ENDS = frozenset({"torchdevlint.cli", "torchdevlint.flake8_plugin", "torchdevlint.verify.command"})
+FRONT_ENDS = frozenset({"torchdevlint.cli", "torchdevlint.flake8_plugin", "torchdevlint.verify.command",
+                        "torchdevlint.server"})
 
 
 def _module_name(path_parts: tuple[str, ...]) -> str:

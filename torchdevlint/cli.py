@@ -51,7 +51,7 @@ EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 
-SUBCOMMANDS = ("check", "rule", "verify", "debug")
+SUBCOMMANDS = ("check", "rule", "verify", "debug", "server")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -144,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flow.add_argument("target", metavar="FILE[:LINE]",
                       help="a Python file, optionally one line of it (NOTEBOOK[:CELL:LINE] for a notebook)")
+
+    commands.add_parser(
+        "server", help="run the language server (LSP) over standard input and output, for editors",
+        description="Run a Language Server Protocol server on standard input and output: findings as "
+                    "diagnostics while you type, quick fixes and `# noqa` as code actions. "
+                    "Needs the `server` extra: pip install 'torchdevlint[server]'.",
+    )
     return parser
 
 
@@ -379,6 +386,19 @@ def _run_debug(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _run_server() -> int:
+    # Imported here: pygls is an optional extra, and `check` must not pay for it.
+    try:
+        from torchdevlint.server import serve
+    except ImportError as error:
+        if error.name not in ("pygls", "lsprotocol") and not str(error.name).startswith(("pygls.", "lsprotocol.")):
+            raise
+        sys.stderr.write("torchdevlint: error: the server needs pygls: pip install 'torchdevlint[server]'\n")
+        return EXIT_ERROR
+    serve()
+    return EXIT_CLEAN
+
+
 def _run_rule(args: argparse.Namespace) -> int:
     if args.all or args.code is None:
         for rule in all_rules():
@@ -413,6 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_verify(args)
         if args.command == "debug":
             return _run_debug(args)
+        if args.command == "server":
+            return _run_server()
         return _run_check(args)
     except KeyboardInterrupt:
         sys.stderr.write("torchdevlint: interrupted\n")
