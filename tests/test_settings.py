@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from torchdevlint.config import DEFAULT_EXCLUDES, Config, ConfigError, find_config_file, load_config
+from torchdevlint.config import DEFAULT_EXCLUDES, Config, ConfigError, load_config
 from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, select_rules, validate_selector
 from torchdevlint.rules.tdl003_load_without_map_location import LoadOptions
-from torchdevlint.settings import CommandLineSelection, load_settings, resolve_rules
+from torchdevlint.settings import CommandLineSelection, SettingsFinder, resolve_rules
 from torchdevlint.suppression import is_suppressed
 
 ON_BY_DEFAULT = {rule.code for rule in all_rules() if rule.default_enabled}
@@ -72,7 +72,7 @@ def test_no_pyproject_means_defaults() -> None:
 def test_the_nearest_pyproject_is_found_from_a_subfolder(tmp_path: Path) -> None:
     path = write_config(tmp_path, 'ignore = ["TDL004"]')
     (tmp_path / "src" / "pkg").mkdir(parents=True)
-    assert find_config_file(tmp_path / "src" / "pkg") == path
+    assert SettingsFinder(tmp_path / "src" / "pkg").fallback.config.source == path
 
 
 def test_lists_and_rule_options_are_read(tmp_path: Path) -> None:
@@ -147,17 +147,17 @@ def test_command_line_ignore_and_extend_select_add_to_the_configuration(tmp_path
     assert "TDL002" not in chosen and "TDL003" not in chosen and "TDL103" in chosen
 
 
-def test_load_settings_finds_the_config_and_its_root(tmp_path: Path) -> None:
+def test_settings_found_from_a_folder_name_the_config_and_its_root(tmp_path: Path) -> None:
     write_config(tmp_path, 'ignore = ["TDL001"]')
     (tmp_path / "sub").mkdir()
-    settings = load_settings(tmp_path / "sub")
+    settings = SettingsFinder(tmp_path / "sub").fallback
     assert settings.root == tmp_path.resolve()
     assert "TDL001" not in codes(settings.rules)
 
 
-def test_load_settings_turns_a_bad_command_line_selector_into_a_config_error(tmp_path: Path) -> None:
+def test_a_bad_command_line_selector_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="TDL8"):
-        load_settings(tmp_path, selection=CommandLineSelection(select=("TDL8",)))
+        SettingsFinder(tmp_path, selection=CommandLineSelection(select=("TDL8",)))
 
 
 # ---- suppression ------------------------------------------------------------------------

@@ -176,16 +176,6 @@ def config_file_in(folder: Path) -> Path | None:
     return None
 
 
-def find_config_file(start: Path) -> Path | None:
-    """The closest configuration file above `start` (a file or folder), or None."""
-    start = Path(os.path.abspath(start))
-    for folder in (start, *start.parents) if start.is_dir() else (start.parent, *start.parent.parents):
-        found = config_file_in(folder)
-        if found is not None:
-            return found
-    return None
-
-
 def _is_pyproject(path: Path) -> bool:
     return path.name == "pyproject.toml"
 

@@ -29,6 +29,7 @@ from torchdevlint.suppression import (
     SuppressionReview,
     file_exemption,
     is_suppressed,
+    mentions_noqa,
     noqa_directives,
 )
 
@@ -311,7 +312,7 @@ def lint_module(
     analysed = analyse_module(module, path, rule_classes, options, deadline=deadline, source=source)
     try:
         reports = analysed.reports
-        reviewing = bool(reviewers) and honor_noqa and "noqa" in source.lower()
+        reviewing = bool(reviewers) and honor_noqa and mentions_noqa(source)
         if judge_syntax and python_ast is None and (reports or reviewing or analysed.context.may_be_newer_syntax):
             python_ast = check_syntax(source, path, newer_syntax=analysed.context.may_be_newer_syntax)
         if not reports and not reviewing:
@@ -419,7 +420,7 @@ def lint_source(
     selected_codes = frozenset(rule.code for rule in rule_classes)
     reviewers = [rule for rule in rule_classes if rule.reviews_suppressions]
     rule_classes = [rule for rule in rules_that_can_fire(source, rule_classes) if not rule.reviews_suppressions]
-    if not rule_classes and not (reviewers and "noqa" in source.lower()):
+    if not rule_classes and not (reviewers and mentions_noqa(source)):
         check_syntax(source, path)
         return []
     # Parse once: LibCST agrees with the running Python on what is valid, except for syntax

@@ -56,12 +56,11 @@ def _walk_folder(folder: Path, finder: SettingsFinder, ignores: GitIgnores, resp
         current_path = Path(current)
         settings = finder.for_folder(current_path)
         honour_ignores = settings.config.respect_gitignore if respect_gitignore is None else respect_gitignore
-        dirnames[:] = sorted(d for d in dirnames
-                             if not _skipped(current_path / d, True, settings, honour_ignores and ignores))
+        applying = ignores if honour_ignores else None
+        dirnames[:] = sorted(d for d in dirnames if not _skipped(current_path / d, True, settings, applying))
         for name in sorted(filenames):
             file_path = current_path / name
-            if (not settings.config.includes(file_path, settings.root)
-                    or _skipped(file_path, False, settings, honour_ignores and ignores)):
+            if not settings.config.includes(file_path, settings.root) or _skipped(file_path, False, settings, applying):
                 continue
             key = os.path.realpath(file_path)
             if key not in seen:
@@ -69,8 +68,8 @@ def _walk_folder(folder: Path, finder: SettingsFinder, ignores: GitIgnores, resp
                 yield str(file_path), settings
 
 
-def _skipped(path: Path, is_folder: bool, settings: Settings, ignores: GitIgnores | bool) -> bool:
-    """Whether a walk leaves `path` out: excluded, or ignored by git's files (when `ignores`)."""
+def _skipped(path: Path, is_folder: bool, settings: Settings, ignores: GitIgnores | None) -> bool:
+    """Whether a walk leaves `path` out: excluded, or ignored by git's files (unless None)."""
     if settings.config.is_excluded(path, settings.root):
         return True
-    return isinstance(ignores, GitIgnores) and ignores.is_ignored(str(path), is_folder)
+    return ignores is not None and ignores.is_ignored(str(path), is_folder)

@@ -23,19 +23,18 @@ from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
 from torchdevlint import __version__
-from torchdevlint.config import ConfigError
+from torchdevlint.config import CONFIG_FILE_NAMES, ConfigError
 from torchdevlint.diagnostics import Diagnostic, FileError
 from torchdevlint.fixer import apply_fixes
 from torchdevlint.runner import RunSettings, process_bytes
 from torchdevlint.settings import SettingsFinder, file_rule_codes
-from torchdevlint.sourcefile import LINE_BREAK
+from torchdevlint.sourcefile import LINE_BREAK, LineIndex
 from torchdevlint.suppression import add_noqa
 
 SOURCE = "torchdevlint"
 # Every rule's page; one place to change when the repository moves.
 RULE_DOCS_URL = "https://github.com/torchdevlint/torchdevlint/blob/main/docs/rules/{code}.md"
 FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.torchdevlint"
-CONFIG_FILE_NAMES = frozenset({"pyproject.toml", "torchdevlint.toml", ".torchdevlint.toml"})
 PYTHON_SUFFIXES = (".py", ".pyi")
 # Typing fires a change per keystroke; only the buffer as it stands after a pause is linted.
 CHANGE_DELAY_SECONDS = 0.2
@@ -94,8 +93,9 @@ class TorchDevLintServer(LanguageServer):
             return
         try:
             linted = self._lint(document)
-            published = [self.to_lsp(linted.text, d) for d in linted.diagnostics]
-            published += [self._error_to_lsp(linted.text, error) for error in linted.errors]
+            lines = _lines(linted.text)
+            published = [self.to_lsp(lines, d) for d in linted.diagnostics]
+            published += [self._error_to_lsp(lines, error) for error in linted.errors]
         except Exception as error:  # noqa: BLE001 - logged to the client; the server carries on
             self.log(types.MessageType.Error, f"torchdevlint: internal error on {uri}: {type(error).__name__}: {error}")
             return
@@ -149,8 +149,8 @@ class TorchDevLintServer(LanguageServer):
         units = self.workspace.position_codec.client_num_units(text[: max(column - 1, 0)])
         return types.Position(line=index, character=units)
 
-    def to_lsp(self, text: str, diagnostic: Diagnostic) -> types.Diagnostic:
-        lines = _lines(text)
+    def to_lsp(self, lines: Sequence[str], diagnostic: Diagnostic) -> types.Diagnostic:
+        """A finding as the client shows it; `lines` are its text's (`_lines`)."""
         return types.Diagnostic(
             range=types.Range(start=self.position(lines, diagnostic.start.line, diagnostic.start.column),
                               end=self.position(lines, diagnostic.end.line, diagnostic.end.column)),
@@ -161,8 +161,7 @@ class TorchDevLintServer(LanguageServer):
             message=diagnostic.message,
         )
 
-    def _error_to_lsp(self, text: str, error: FileError) -> types.Diagnostic:
-        lines = _lines(text)
+    def _error_to_lsp(self, lines: Sequence[str], error: FileError) -> types.Diagnostic:
         start = self.position(lines, error.line or 1, error.column or 1)
         end = self.position(lines, error.line or 1, len(lines[start.line]) + 1 if lines else 1)
         return types.Diagnostic(range=types.Range(start=start, end=end), severity=types.DiagnosticSeverity.Error,
@@ -185,8 +184,11 @@ class TorchDevLintServer(LanguageServer):
         if suffix and old_text[len(old_text) - suffix] == "\n":
             suffix -= 1
         lines = _lines(old_text)
-        start = self.position(lines, *_line_and_column(old_text, prefix))
-        end = self.position(lines, *_line_and_column(old_text, len(old_text) - suffix))
+        index = LineIndex(old_text)
+        start_line, start_column = index.location(prefix)
+        end_line, end_column = index.location(len(old_text) - suffix)
+        start = self.position(lines, start_line, start_column + 1)
+        end = self.position(lines, end_line, end_column + 1)
         replaced = new_text[prefix: len(new_text) - suffix]
         edit = types.TextEdit(range=types.Range(start=start, end=end), new_text=replaced)
         return types.WorkspaceEdit(changes={document.uri: [edit]})
@@ -195,16 +197,6 @@ class TorchDevLintServer(LanguageServer):
 def _lines(text: str) -> list[str]:
     """Lines as the tokenizer and LSP count them (str.splitlines also breaks at form feeds)."""
     return LINE_BREAK.split(text)
-
-
-def _line_and_column(text: str, offset: int) -> tuple[int, int]:
-    """A code-point offset as our 1-based line and column."""
-    line_start = 0
-    line = 1
-    for match in LINE_BREAK.finditer(text, 0, offset):
-        line += 1
-        line_start = match.end()
-    return line, offset - line_start + 1
 
 
 def _encoded(text: str) -> tuple[bytes, str]:
@@ -304,8 +296,9 @@ def _code_actions(ls: TorchDevLintServer, document: TextDocument,
     wanted = params.context.only
     actions: list[types.CodeAction] = []
     if wanted is None or any(types.CodeActionKind.QuickFix.value.startswith(kind) for kind in wanted):
+        lines = _lines(linted.text)
         for diagnostic in linted.diagnostics:
-            shown = ls.to_lsp(linted.text, diagnostic)
+            shown = ls.to_lsp(lines, diagnostic)
             if not _ranges_meet(shown.range, params.range):
                 continue
             if diagnostic.fix is not None:

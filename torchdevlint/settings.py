@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchdevlint.config import Config, ConfigError, config_file_in, find_config_file, load_config
+from torchdevlint.config import Config, ConfigError, config_file_in, load_config
 from torchdevlint.registry import UnknownSelector, select_rules
 from torchdevlint.rule import Rule
 
@@ -58,17 +58,6 @@ def resolve_rules(config: Config, selection: CommandLineSelection = CommandLineS
     return rules
 
 
-def load_settings(cwd: Path, config_path: Path | None = None,
-                  selection: CommandLineSelection = CommandLineSelection()) -> Settings:
-    """Configuration found from `cwd`, a folder or a file (or read from `config_path`), with the
-    selection applied; without a configuration file the root is `cwd` (a file's: the current folder).
-
-    Raises ConfigError, naming the file and key, for a broken configuration or selector.
-    """
-    found = config_path if config_path is not None else find_config_file(cwd)
-    return _settings_from(found, cwd if cwd.is_dir() else Path.cwd(), selection)
-
-
 def _settings_from(config_file: Path | None, default_root: Path,
                    selection: CommandLineSelection) -> Settings:
     config = load_config(config_file)
@@ -96,7 +85,8 @@ class SettingsFinder:
         self._by_file: dict[Path | None, Settings] = {}
         # Folder (absolute) -> its closest configuration file, None when it has none above it.
         self._closest: dict[str, Path | None] = {}
-        self.fallback = self._for_file(config_path if config_path is not None else find_config_file(cwd), cwd)
+        found = config_path if config_path is not None else self._closest_file(os.path.abspath(cwd))
+        self.fallback = self._for_file(found, cwd)
 
     def _for_file(self, config_file: Path | None, default_root: Path) -> Settings:
         known = self._by_file.get(config_file)

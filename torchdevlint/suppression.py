@@ -18,6 +18,7 @@ _NOQA = re.compile(
     re.IGNORECASE,
 )
 _CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
+_NOQA_WORD = re.compile("noqa", re.IGNORECASE)
 _FILE_NOQA = re.compile(
     r"^[ \t]*#[ \t]*(?:torchdevlint|flake8)[ \t]*:[ \t]*noqa"
     r"(?:[ \t]*:[ \t]*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?[ \t]*$",
@@ -25,9 +26,14 @@ _FILE_NOQA = re.compile(
 )
 
 
+def mentions_noqa(text: str) -> bool:
+    """Whether `text` has the word at all, in any case (a whole file is not copied to ask)."""
+    return _NOQA_WORD.search(text) is not None
+
+
 def is_suppressed(line_text: str, code: str) -> bool:
     """True when the physical line carries a bare `# noqa` or one naming `code` (or a prefix)."""
-    if "noqa" not in line_text.lower():
+    if not mentions_noqa(line_text):
         return False
     for match in _NOQA.finditer(line_text):
         codes = match.group("codes")
@@ -56,7 +62,7 @@ NO_EXEMPTION = FileExemption()
 def file_exemption(source: str) -> FileExemption:
     """The file-level `# torchdevlint: noqa[: codes]` comments of `source`, real comments only
     (the same text inside a string turns nothing off)."""
-    if "noqa" not in source.lower():
+    if not mentions_noqa(source):
         return NO_EXEMPTION
     candidates = {source.count("\n", 0, match.start()) + 1: match.group("codes")
                   for match in _FILE_NOQA.finditer(source)}
@@ -98,7 +104,7 @@ class NoqaDirective:
 
 def noqa_directives(source: str) -> list[NoqaDirective]:
     """The `# noqa: CODES` directives naming codes, in real comments (bare ones name nothing)."""
-    if "noqa" not in source.lower():
+    if not mentions_noqa(source):
         return []
     found = []
     for line, column, text in _comments(source):
