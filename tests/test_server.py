@@ -19,21 +19,32 @@ DEVICE_BUG = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, 
 # Each test, server start included, must finish within this; a hang fails instead of blocking CI.
 TEST_SECONDS = 60.0
 MESSAGE_SECONDS = 20.0
+# As VS Code and Neovim say: a code action's edit may be asked for once it is chosen.
+EDITOR_CAPABILITIES = types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(
+    code_action=types.CodeActionClientCapabilities(
+        resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"]))))
 
 
 class Editor:
     """The client side of one server process, remembering what it was last told per document."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, capabilities: types.ClientCapabilities = EDITOR_CAPABILITIES) -> None:
         self.root = root
+        self.capabilities = capabilities
         self.client = LanguageClient("torchdevlint-tests", "0")
         self.published: dict[str, asyncio.Queue[list[types.Diagnostic]]] = {}
         self.texts: dict[str, str] = {}
         self.versions: dict[str, int] = {}
 
+        self.logged: list[str] = []
+
         @self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
         def _published(params: types.PublishDiagnosticsParams) -> None:
             self._queue(params.uri).put_nowait(list(params.diagnostics))
+
+        @self.client.feature(types.WINDOW_LOG_MESSAGE)
+        def _logged(params: types.LogMessageParams) -> None:
+            self.logged.append(params.message)
 
     def _queue(self, uri: str) -> asyncio.Queue[list[types.Diagnostic]]:
         return self.published.setdefault(uri, asyncio.Queue())
@@ -41,7 +52,7 @@ class Editor:
     async def start(self) -> None:
         await self.client.start_io(sys.executable, "-m", "torchdevlint", "server", cwd=str(self.root))
         await asyncio.wait_for(self.client.initialize_async(types.InitializeParams(
-            capabilities=types.ClientCapabilities(), root_uri=self.root.as_uri())), MESSAGE_SECONDS)
+            capabilities=self.capabilities, root_uri=self.root.as_uri())), MESSAGE_SECONDS)
         self.client.initialized(types.InitializedParams())
 
     async def stop(self) -> None:
@@ -77,6 +88,9 @@ class Editor:
             context=types.CodeActionContext(diagnostics=[], only=only))), MESSAGE_SECONDS)
         return [action for action in found or [] if isinstance(action, types.CodeAction)]
 
+    async def resolved(self, action: types.CodeAction) -> types.CodeAction:
+        return await asyncio.wait_for(self.client.code_action_resolve_async(action), MESSAGE_SECONDS)
+
     def apply(self, uri: str, action: types.CodeAction) -> str:
         """The document's text once the action's edit is applied, as an editor applies it."""
         assert action.edit is not None and action.edit.changes is not None
@@ -101,14 +115,16 @@ def _offset(text: str, position: types.Position) -> int:
     return offset + len(line.rstrip("\r\n"))
 
 
-def run_session(root: Path, scenario: Callable[[Editor], Awaitable[None]]) -> None:
+def run_session(root: Path, scenario: Callable[[Editor], Awaitable[None]],
+                capabilities: types.ClientCapabilities = EDITOR_CAPABILITIES) -> None:
     async def session() -> None:
-        editor = Editor(root)
+        editor = Editor(root, capabilities)
         await editor.start()
         try:
             await scenario(editor)
         finally:
             await editor.stop()
+            print("server log:", *editor.logged, sep="\n")  # shown when the test fails
 
     asyncio.run(asyncio.wait_for(session(), TEST_SECONDS))
 
@@ -147,9 +163,22 @@ def test_code_actions_offer_a_noqa_comment_and_fixing_the_whole_file(tmp_path: P
         whole_file = types.Range(start=types.Position(line=0, character=0), end=types.Position(line=4, character=0))
         [fix_all] = await editor.code_actions(uri, whole_file, only=[types.CodeActionKind.SourceFixAll])
         assert fix_all.kind == "source.fixAll.torchdevlint"
-        assert editor.apply(uri, fix_all) == DEVICE_BUG.replace("\nx.cuda()\n", "\nx = x.cuda()\n")
+        # Computed once chosen: a lightbulb must not cost a fix of the whole file.
+        assert fix_all.edit is None
+        assert editor.apply(uri, await editor.resolved(fix_all)) == DEVICE_BUG.replace("\nx.cuda()\n", "\nx = x.cuda()\n")
 
     run_session(tmp_path, scenario)
+
+
+def test_a_client_that_cannot_resolve_actions_gets_the_fix_all_edit_at_once(tmp_path: Path) -> None:
+    async def scenario(editor: Editor) -> None:
+        uri = editor.open("train.py", DEVICE_BUG)
+        await editor.diagnostics(uri)
+        whole_file = types.Range(start=types.Position(line=0, character=0), end=types.Position(line=4, character=0))
+        [fix_all] = await editor.code_actions(uri, whole_file, only=[types.CodeActionKind.SourceFixAll])
+        assert editor.apply(uri, fix_all) == DEVICE_BUG.replace("\nx.cuda()\n", "\nx = x.cuda()\n")
+
+    run_session(tmp_path, scenario, types.ClientCapabilities())
 
 
 def test_a_syntax_error_is_one_error_and_the_server_keeps_answering(tmp_path: Path) -> None:
@@ -195,6 +224,17 @@ def test_a_changed_configuration_file_relints_open_documents(tmp_path: Path) -> 
             text_document=types.TextDocumentIdentifier(uri=config.as_uri())))
         assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
 
+        # A notebook's cells are linted together again, not each on its own.
+        cells = _open_notebook(editor, "train.ipynb")
+        assert [[d.code for d in await editor.diagnostics(cell)] for cell in cells] == [[], [], ["TDL001"]]
+        config.write_text('[tool.torchdevlint]\nignore = ["TDL002"]\n', encoding="utf-8")
+        editor.client.text_document_did_save(types.DidSaveTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=config.as_uri())))
+        assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
+        assert [[d.code for d in await editor.diagnostics(cell)] for cell in cells] == [[], [], ["TDL001"]]
+        for cell in cells:
+            assert editor.published[cell].empty()
+
     run_session(tmp_path, scenario)
 
 
@@ -218,3 +258,225 @@ def test_linting_never_imports_the_server_framework() -> None:
     result = subprocess.run([sys.executable, "-c", program], input="import torch\n", capture_output=True,
                             text=True, timeout=60)
     assert result.stdout.endswith("[]")
+
+
+NOTEBOOK_CELLS = (
+    (types.NotebookCellKind.Markup, "markdown", "# Training on the GPU\n"),
+    (types.NotebookCellKind.Code, "python", "%matplotlib inline\nimport torch\nx = torch.zeros(3)\n"),
+    (types.NotebookCellKind.Code, "python", "x.cuda()\ny = x + torch.ones(3, device='cuda')\n"),
+)
+
+
+def _cell_uri(notebook: Path, index: int) -> str:
+    # As VS Code names them: the notebook's path, a fragment per cell.
+    return f"vscode-notebook-cell:{notebook.as_posix()}#W{index}sZmlsZQ%3D%3D"
+
+
+def _open_notebook(editor: Editor, name: str,
+                   cells: tuple[tuple[types.NotebookCellKind, str, str], ...] = NOTEBOOK_CELLS) -> list[str]:
+    path = editor.root / name
+    uris = [_cell_uri(path, index) for index in range(len(cells))]
+    for uri, (_, _, text) in zip(uris, cells, strict=True):
+        editor.texts[uri], editor.versions[uri] = text, 1
+    editor.client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(
+            uri=path.as_uri(), notebook_type="jupyter-notebook", version=1,
+            cells=[types.NotebookCell(kind=kind, document=uri) for uri, (kind, _, _) in zip(uris, cells, strict=True)]),
+        cell_text_documents=[types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)
+                             for uri, (_, language, text) in zip(uris, cells, strict=True)]))
+    return uris
+
+
+def test_a_notebook_is_linted_as_one_program_with_findings_in_their_cells(tmp_path: Path) -> None:
+    async def scenario(editor: Editor) -> None:
+        markdown, first, second = _open_notebook(editor, "train.ipynb")
+        published = {uri: await editor.diagnostics(uri) for uri in (markdown, first, second)}
+        assert published[markdown] == [] and published[first] == []
+        # `x` was made in the cell before: the finding needs both cells.
+        [found] = published[second]
+        assert found.code == "TDL001"
+        assert (found.range.start.line, found.range.start.character, found.range.end.character) == (0, 0, 8)
+
+        [fix] = [action for action in await editor.code_actions(second, found.range) if action.is_preferred]
+        assert fix.edit is not None and fix.edit.changes is not None and list(fix.edit.changes) == [second]
+        fixed = editor.apply(second, fix)
+        assert fixed == NOTEBOOK_CELLS[2][2].replace("x.cuda()", "x = x.cuda()")
+        [disable] = [a for a in await editor.code_actions(second, found.range) if a.title.startswith("Disable")]
+        assert editor.apply(second, disable).splitlines()[0] == "x.cuda()  # noqa: TDL001"
+
+        editor.client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(uri=(tmp_path / "train.ipynb").as_uri(),
+                                                                        version=2),
+            change=types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(text_content=[
+                types.NotebookDocumentCellContentChanges(
+                    document=types.VersionedTextDocumentIdentifier(uri=second, version=2),
+                    changes=[types.TextDocumentContentChangeWholeDocument(text=fixed)])]))))
+        published = {uri: await editor.diagnostics(uri) for uri in (markdown, first, second)}
+        assert published == {markdown: [], first: [], second: []}
+
+    run_session(tmp_path, scenario)
+
+
+def test_fixing_a_whole_notebook_edits_only_the_cells_that_change(tmp_path: Path) -> None:
+    async def scenario(editor: Editor) -> None:
+        markdown, first, second = _open_notebook(editor, "train.ipynb")
+        for uri in (markdown, first, second):
+            await editor.diagnostics(uri)
+        everything = types.Range(start=types.Position(line=0, character=0), end=types.Position(line=2, character=0))
+        [fix_all] = await editor.code_actions(second, everything, only=[types.CodeActionKind.SourceFixAll])
+        fix_all = await editor.resolved(fix_all)
+        assert fix_all.edit is not None and fix_all.edit.changes is not None
+        assert list(fix_all.edit.changes) == [second]
+        assert editor.apply(second, fix_all).startswith("x = x.cuda()\n")
+
+    run_session(tmp_path, scenario)
+
+
+def test_a_cell_that_does_not_parse_is_one_error_and_the_others_are_linted(tmp_path: Path) -> None:
+    cells = (*NOTEBOOK_CELLS, (types.NotebookCellKind.Code, "python", "def broken(:\n"))
+
+    async def scenario(editor: Editor) -> None:
+        uris = _open_notebook(editor, "broken.ipynb", cells)
+        published = [await editor.diagnostics(uri) for uri in uris]
+        assert [found.code for found in published[2]] == ["TDL001"]
+        [error] = published[3]
+        assert error.severity == types.DiagnosticSeverity.Error and "syntax error" in error.message
+        assert error.range.start.line == 0
+
+    run_session(tmp_path, scenario)
+
+
+def test_closing_documents_clears_their_findings(tmp_path: Path) -> None:
+    async def scenario(editor: Editor) -> None:
+        uri = editor.open("train.py", DEVICE_BUG)
+        assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
+        editor.client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        assert await editor.diagnostics(uri) == []
+
+        cells = _open_notebook(editor, "train.ipynb")
+        assert [await editor.diagnostics(cell) != [] for cell in cells] == [False, False, True]
+        editor.client.notebook_document_did_close(types.DidCloseNotebookDocumentParams(
+            notebook_document=types.NotebookDocumentIdentifier(uri=(tmp_path / "train.ipynb").as_uri()),
+            cell_text_documents=[types.TextDocumentIdentifier(uri=cell) for cell in cells]))
+        assert [await editor.diagnostics(cell) for cell in cells] == [[], [], []]
+
+    run_session(tmp_path, scenario)
+
+
+def test_a_broken_configuration_file_is_shown_once_and_named(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.torchdevlint]\nselect = ["TDL001"\n', encoding="utf-8")
+
+    async def scenario(editor: Editor) -> None:
+        shown: asyncio.Queue[str] = asyncio.Queue()
+
+        @editor.client.feature(types.WINDOW_SHOW_MESSAGE)
+        def _shown(params: types.ShowMessageParams) -> None:
+            shown.put_nowait(params.message)
+
+        uri = editor.open("train.py", DEVICE_BUG)
+        assert await editor.diagnostics(uri) == []
+        message = await asyncio.wait_for(shown.get(), MESSAGE_SECONDS)
+        assert "pyproject.toml" in message
+        editor.change(uri, DEVICE_BUG + "\n")
+        assert await editor.diagnostics(uri) == []
+        assert shown.empty()
+
+    run_session(tmp_path, scenario)
+
+
+def test_a_buffer_in_another_encoding_is_linted_and_fixed_as_its_file(tmp_path: Path) -> None:
+    latin = ("# -*- coding: latin-1 -*-\nimport torch\nx = torch.zeros(3)\ns = 'café'; x.cuda()\n"
+             "y = x + torch.ones(3, device='cuda')\n")
+
+    async def scenario(editor: Editor) -> None:
+        uri = editor.open("latin.py", latin)
+        [found] = await editor.diagnostics(uri)
+        assert (found.range.start.line, found.range.start.character) == (3, 12)
+        whole = types.Range(start=types.Position(line=0, character=0), end=types.Position(line=5, character=0))
+        [fix_all] = await editor.code_actions(uri, whole, only=[types.CodeActionKind.SourceFixAll])
+        assert editor.apply(uri, await editor.resolved(fix_all)) == latin.replace("; x.cuda()", "; x = x.cuda()")
+
+        unknown = editor.open("unknown.py", "# coding: no-such-codec\nimport torch\n")
+        [error] = await editor.diagnostics(unknown)
+        assert error.severity == types.DiagnosticSeverity.Error and "no-such-codec" in error.message
+
+    run_session(tmp_path, scenario)
+
+
+def test_a_file_whose_uri_is_quoted_is_linted_after_a_change(tmp_path: Path) -> None:
+    async def scenario(editor: Editor) -> None:
+        uri = editor.open("my train.py", DEVICE_BUG)
+        assert "%20" in uri
+        assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
+        editor.change(uri, DEVICE_BUG.replace("\nx.cuda()\n", "\nx = x.cuda()\n"))
+        assert await editor.diagnostics(uri) == []
+
+    run_session(tmp_path, scenario)
+
+
+def test_crlf_line_endings_survive_quick_fixes(tmp_path: Path) -> None:
+    crlf = DEVICE_BUG.replace("\n", "\r\n")
+
+    async def scenario(editor: Editor) -> None:
+        uri = editor.open("windows.py", crlf)
+        [found] = await editor.diagnostics(uri)
+        assert (found.range.start.line, found.range.end.character) == (2, 8)
+        [fix] = [action for action in await editor.code_actions(uri, found.range) if action.is_preferred]
+        fixed = editor.apply(uri, fix)
+        assert fixed == crlf.replace("\r\nx.cuda()\r\n", "\r\nx = x.cuda()\r\n")
+        editor.change(uri, fixed)
+        assert await editor.diagnostics(uri) == []
+
+    run_session(tmp_path, scenario)
+
+
+def test_a_deleted_cell_loses_its_findings_and_an_added_one_is_linted(tmp_path: Path) -> None:
+    async def scenario(editor: Editor) -> None:
+        markdown, first, second = _open_notebook(editor, "train.ipynb")
+        for uri in (markdown, first, second):
+            await editor.diagnostics(uri)
+        notebook = types.VersionedNotebookDocumentIdentifier(uri=(tmp_path / "train.ipynb").as_uri(), version=2)
+        editor.client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+            notebook_document=notebook, change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(structure=types.NotebookDocumentCellChangeStructure(
+                    array=types.NotebookCellArrayChange(start=2, delete_count=1, cells=[]),
+                    did_close=[types.TextDocumentIdentifier(uri=second)])))))
+        assert await editor.diagnostics(second) == []
+
+        added = _cell_uri(tmp_path / "train.ipynb", 7)
+        notebook = types.VersionedNotebookDocumentIdentifier(uri=notebook.uri, version=3)
+        editor.client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+            notebook_document=notebook, change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(structure=types.NotebookDocumentCellChangeStructure(
+                    array=types.NotebookCellArrayChange(start=2, delete_count=0, cells=[
+                        types.NotebookCell(kind=types.NotebookCellKind.Code, document=added)]),
+                    did_open=[types.TextDocumentItem(uri=added, language_id="python", version=1,
+                                                     text="x.cpu()\n")])))))
+        while (found := await editor.diagnostics(added)) == []:
+            pass  # the publish after the deletion, before the cell was added
+        assert [d.code for d in found] == ["TDL001"]
+
+    run_session(tmp_path, scenario)
+
+
+def test_requests_are_answered_while_a_long_file_is_linted(tmp_path: Path) -> None:
+    functions = "".join(
+        f"def step_{n}(model, batch):\n    inputs = batch[0].cuda()\n    hidden = torch.zeros(4, 8)\n"
+        f"    out = model(inputs) + hidden.to(inputs.device)\n    return out.cpu().numpy()\n\n\n"
+        for n in range(600))
+    long_file = "import torch\n\n\n" + functions
+
+    async def scenario(editor: Editor) -> None:
+        uri = editor.open("train.py", DEVICE_BUG)
+        [found] = await editor.diagnostics(uri)
+        long_uri = editor.open("long.py", long_file)
+        actions = asyncio.ensure_future(editor.code_actions(uri, found.range))  # fixing all is resolved later
+        published = asyncio.ensure_future(editor.diagnostics(long_uri))
+        done, _ = await asyncio.wait({actions, published}, return_when=asyncio.FIRST_COMPLETED)
+        # Linting runs off the thread that answers: the answer does not wait for the long lint.
+        assert actions in done and not published.done()
+        assert any(action.is_preferred for action in actions.result())
+        await published
+
+    run_session(tmp_path, scenario)

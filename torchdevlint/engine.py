@@ -148,6 +148,9 @@ _SCOPES_AND_BRANCHES = frozenset({
 
 
 Handler = Callable[[cst.CSTNode], object]
+# Turns source into LibCST's tree exactly as `cst.parse_module` does; an editor's buffer is
+# parsed by one that reuses what the previous version's tree shares with it.
+ModuleParser = Callable[[str], cst.Module]
 
 class _Walker:
     """One traversal; each node goes to the analysis, then to every rule that asked for it.
@@ -412,6 +415,7 @@ def lint_source(
     *,
     honor_noqa: bool = True,
     deadline: Deadline | None = None,
+    parse: ModuleParser = cst.parse_module,
 ) -> list[Diagnostic]:
     """Parse and lint; raises InvalidSource for code this Python cannot parse, and
     AnalysisTimeout past the deadline."""
@@ -429,7 +433,7 @@ def lint_source(
     # syntax (a real syntax error beside it is still one) or where LibCST fails (for Python's
     # own message).
     try:
-        module = cst.parse_module(source)
+        module = parse(source)
     except cst.ParserSyntaxError:
         check_syntax(source, path, newer_syntax=False)  # LibCST cannot read it: not newer, wrong
         raise

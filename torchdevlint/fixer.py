@@ -16,7 +16,7 @@ import libcst as cst
 
 from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.diagnostics import Diagnostic, Edit, Fix
-from torchdevlint.engine import lint_source
+from torchdevlint.engine import ModuleParser, lint_source
 from torchdevlint.rule import Rule
 
 MAX_ROUNDS = 10
@@ -130,6 +130,7 @@ def fix_source(
     unsafe: bool = False,
     deadline: Deadline | None = None,
     gate: FixGate | None = None,
+    parse: ModuleParser = cst.parse_module,
 ) -> FixOutcome:
     """Fix until no applicable fix remains; a fix whose output would not parse, or that `gate`
     refuses, is withheld.
@@ -137,17 +138,17 @@ def fix_source(
     The deadline covers every round; past it, AnalysisTimeout is raised and nothing is fixed.
     """
     with room_for_nesting():
-        return _fix_to_fixpoint(source, path, rule_classes, options, unsafe, deadline, gate)
+        return _fix_to_fixpoint(source, path, rule_classes, options, unsafe, deadline, gate, parse)
 
 
 def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
                      options: Mapping[str, object] | None, unsafe: bool,
-                     deadline: Deadline | None, gate: FixGate | None) -> FixOutcome:
+                     deadline: Deadline | None, gate: FixGate | None, parse: ModuleParser) -> FixOutcome:
     text = source
     fixed_codes: list[str] = []
     # (code, line, column) of a finding -> why its fix is withheld.
     withheld: dict[tuple[str, int, int], str] = {}
-    diagnostics = lint_source(text, path, rule_classes, options, deadline=deadline)
+    diagnostics = lint_source(text, path, rule_classes, options, deadline=deadline, parse=parse)
     compiles = _compiles(source) if diagnostics else True
     for _ in range(MAX_ROUNDS):
         candidates = [
@@ -180,7 +181,7 @@ def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
             if not withheld:
                 break
             continue
-        new_diagnostics = lint_source(new_text, path, rule_classes, options, deadline=deadline)
+        new_diagnostics = lint_source(new_text, path, rule_classes, options, deadline=deadline, parse=parse)
         if not _made_progress(candidates, new_diagnostics, unsafe):
             # The fixes did not remove their findings (a rule whose fix does not converge):
             # keep the text of before this round and withhold them, never loop on them.

@@ -18,9 +18,9 @@ from typing import TypeVar
 import libcst as cst
 
 from torchdevlint.budget import Deadline
-from torchdevlint.diagnostics import Diagnostic, FileError, Location
-from torchdevlint.engine import InvalidSource, check_syntax, lint_source
-from torchdevlint.fixer import FixOutcome, fix_source
+from torchdevlint.diagnostics import Diagnostic, FileError, Fix, Location
+from torchdevlint.engine import InvalidSource, ModuleParser, check_syntax, lint_source
+from torchdevlint.fixer import FixOutcome, apply_fixes, fix_source
 from torchdevlint.notebook.document import NotebookDocument
 from torchdevlint.notebook.program import NotebookProgram as NotebookCells
 from torchdevlint.registry import rule_by_code
@@ -60,8 +60,9 @@ def is_notebook(path: str) -> bool:
 class Program(ABC):
     """The Python in one file, ready to lint and fix."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, parse: ModuleParser = cst.parse_module) -> None:
         self.path = path
+        self.parse = parse
         # Parts of the file that could not be analysed while the rest was (a notebook's cells
         # with syntax errors); filled in by `lint` and `fix`.
         self.errors: list[FileError] = []
@@ -110,7 +111,7 @@ class Program(ABC):
     def _findings_in_text(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None,
                           deadline: Deadline | None) -> list[Diagnostic]:
         """Findings with their lines counted in `text` (not yet placed in cells)."""
-        return lint_source(self.text, self.path, rules, options, deadline=deadline)
+        return lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse)
 
     def error(self, message: str, line: int | None, column: int | None) -> FileError:
         """A file error at a place in `text`, placed where the user sees it."""
@@ -122,8 +123,8 @@ class Program(ABC):
 
 
 class PythonProgram(Program):
-    def __init__(self, path: str, source: SourceText) -> None:
-        super().__init__(path)
+    def __init__(self, path: str, source: SourceText, parse: ModuleParser = cst.parse_module) -> None:
+        super().__init__(path, parse)
         self.source = source
 
     @property
@@ -132,11 +133,11 @@ class PythonProgram(Program):
 
     def lint(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
              deadline: Deadline | None = None) -> list[Diagnostic]:
-        return lint_source(self.text, self.path, rules, options, deadline=deadline)
+        return lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse)
 
     def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
             unsafe: bool = False, deadline: Deadline | None = None) -> FixOutcome:
-        return fix_source(self.text, self.path, rules, options, unsafe=unsafe, deadline=deadline)
+        return fix_source(self.text, self.path, rules, options, unsafe=unsafe, deadline=deadline, parse=self.parse)
 
     def view(self, text: str) -> ProgramView:
         return ProgramView(text)
@@ -154,8 +155,8 @@ class PythonProgram(Program):
 class NotebookProgram(Program):
     """The notebook's Python code cells, in order, analysed as one program."""
 
-    def __init__(self, path: str, document: NotebookDocument) -> None:
-        super().__init__(path)
+    def __init__(self, path: str, document: NotebookDocument, parse: ModuleParser = cst.parse_module) -> None:
+        super().__init__(path, parse)
         self.document = document
         self.cells = NotebookCells(document)
 
@@ -166,20 +167,21 @@ class NotebookProgram(Program):
     def lint(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
              deadline: Deadline | None = None) -> list[Diagnostic]:
         found = self._without_broken_cells(
-            lambda: lint_source(self.text, self.path, rules, options, deadline=deadline))
+            lambda: lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse))
         return self._placed(found)
 
     def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
             unsafe: bool = False, deadline: Deadline | None = None) -> FixOutcome:
         outcome = self._without_broken_cells(
             lambda: fix_source(self.text, self.path, rules, options, unsafe=unsafe, deadline=deadline,
-                               gate=self.cells.withholds))
+                               gate=self.cells.withholds, parse=self.parse))
         outcome.remaining = self._placed(outcome.remaining, outcome.text)
         return outcome
 
     def _findings_in_text(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None,
                           deadline: Deadline | None) -> list[Diagnostic]:
-        return self._without_broken_cells(lambda: lint_source(self.text, self.path, rules, options, deadline=deadline))
+        return self._without_broken_cells(
+            lambda: lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse))
 
     def _without_broken_cells(self, action: Callable[[], T]) -> T:
         """Run `action` on the program; if a cell does not parse, report it and run it again
@@ -247,6 +249,14 @@ class NotebookProgram(Program):
             raise FixNotWritable("the fixed code no longer splits into the notebook's cells")
         return self.document.with_sources(changed)
 
+    def sources_fixed_by(self, fix: Fix) -> dict[int, str] | None:
+        """The new source of each cell one fix (of a finding `lint` made) changes, by cell
+        number; None where the fix cannot be written into the cells."""
+        if self.cells.withholds(self.text, fix) is not None:
+            return None
+        fixed, applied = apply_fixes(self.text, [fix])
+        return self.cells.changed_sources(fixed) if applied else None
+
     def diff(self, text: str) -> str:
         changed = self.cells.changed_sources(text) or {}
         parts: list[str] = []
@@ -277,11 +287,11 @@ def _diff_lines(source: str) -> list[str]:
     return lines
 
 
-def load_program(path: str, data: bytes) -> Program:
+def load_program(path: str, data: bytes, parse: ModuleParser = cst.parse_module) -> Program:
     """The program in a file's bytes; raises SourceError (a NotebookError for a broken notebook)."""
     if is_notebook(path):
-        return NotebookProgram(path, NotebookDocument.parse(data))
-    return PythonProgram(path, decode_source(data))
+        return NotebookProgram(path, NotebookDocument.parse(data), parse)
+    return PythonProgram(path, decode_source(data), parse)
 
 
 def read_program(path: str) -> Program:

@@ -17,7 +17,7 @@ import libcst as cst
 from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.cache import FindingsCache, content_digest, settings_digest
 from torchdevlint.diagnostics import FileError, FileResult
-from torchdevlint.engine import RELEVANCE_MARKER, InvalidSource
+from torchdevlint.engine import RELEVANCE_MARKER, InvalidSource, ModuleParser
 from torchdevlint.fixer import is_applicable
 from torchdevlint.programs import FixNotWritable, Program, is_notebook, load_program
 from torchdevlint.registry import rule_by_code
@@ -93,13 +93,25 @@ def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bo
     """Lint the contents of file `path` (read from it, or from standard input). With fixes
     asked for, `in_place` writes them to the file; otherwise the fixed bytes become the
     result's `output` (the input's own bytes when nothing changed)."""
+    return _process(path, data, settings, in_place=in_place, parse=cst.parse_module)[0]
+
+
+def process_buffer(path: str, data: bytes, settings: RunSettings,
+                   parse: ModuleParser = cst.parse_module) -> tuple[FileResult, Program | None]:
+    """`process_bytes` for an editor's buffer of file `path`, never written: also the program
+    it read (None where it read none), whose findings' fixes a caller may apply one by one."""
+    return _process(path, data, settings, in_place=False, parse=parse)
+
+
+def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
+             parse: ModuleParser) -> tuple[FileResult, Program | None]:
     result = FileResult(path)
     deadline = Deadline(settings.file_seconds)
     # A notebook is read even so: that it is one is checked.
     if not mentions_torch_bytes(data) and not is_notebook(path):
         if (settings.fix or settings.add_noqa) and not in_place:
             result.output = data
-        return result
+        return result, None
     cache = settings.cache() if in_place and not settings.add_noqa else None
     digest = content_digest(data) if cache is not None else ""
     if cache is not None:
@@ -109,12 +121,12 @@ def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bo
             settings.rewrites and any(is_applicable(d.fix, settings.unsafe_fixes) for d in cached)
         ):
             result.diagnostics = cached
-            return result
+            return result, None
     try:
-        program = load_program(path, data)
+        program = load_program(path, data, parse)
     except SourceError as error:
         result.errors.append(FileError(path, str(error)))
-        return result
+        return result, None
     rules = settings.rules()
     options = dict(settings.rule_options)
     try:
@@ -171,7 +183,7 @@ def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bo
         result.errors.append(program.error(
             f"internal error ({type(error).__name__}: {error}); please report it", None, None))
     result.errors[:0] = program.errors
-    return result
+    return result, program
 
 
 def _add_noqa(program: Program, path: str, data: bytes, rules: list[type[Rule]], options: dict[str, object],

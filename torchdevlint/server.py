@@ -1,62 +1,127 @@
 """`torchdevlint server`: a Language Server Protocol front end over standard input and output.
 
-Thin by design: buffers are linted and fixed by the same `process_bytes` the CLI runs on
-standard input, configured by the same `SettingsFinder`; this module only converts between
-our positions (1-based line, 1-based code-point column, code-point offsets) and the client's
-(0-based line, character in the negotiated encoding, UTF-16 by default).
-
-Not handled yet: notebook documents (LSP notebook sync).
+Thin by design: buffers are linted and fixed by the same `process_buffer` the CLI's runs go
+through, configured by the same `SettingsFinder`; a notebook's cells are linted as the
+notebook file they make. This module converts between our positions (1-based line, 1-based
+code-point column, code-point offsets) and the client's (0-based line, character in the
+negotiated encoding, UTF-16 by default), and keeps the editor responsive: linting runs on one
+worker thread, off the thread that answers requests, and each buffer is parsed reusing what
+its previous version's tree shares with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import json
 import tokenize
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
-from pygls.workspace import TextDocument
 
 from torchdevlint import __version__
 from torchdevlint.config import CONFIG_FILE_NAMES, ConfigError
 from torchdevlint.diagnostics import Diagnostic, FileError
 from torchdevlint.fixer import apply_fixes
-from torchdevlint.runner import RunSettings, process_bytes
+from torchdevlint.incremental_parse import IncrementalParser
+from torchdevlint.notebook.document import NotebookDocument
+from torchdevlint.programs import NotebookProgram, Program
+from torchdevlint.runner import RunSettings, process_buffer
 from torchdevlint.settings import SettingsFinder, file_rule_codes
-from torchdevlint.sourcefile import LINE_BREAK, LineIndex
+from torchdevlint.sourcefile import LINE_BREAK, LineIndex, SourceError
 from torchdevlint.suppression import add_noqa
 
+T = TypeVar("T")
 SOURCE = "torchdevlint"
 # Every rule's page; one place to change when the repository moves.
 RULE_DOCS_URL = "https://github.com/torchdevlint/torchdevlint/blob/main/docs/rules/{code}.md"
 FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.torchdevlint"
+FIX_ALL_TITLE = "Fix all safely fixable torchdevlint findings"
 PYTHON_SUFFIXES = (".py", ".pyi")
 # Typing fires a change per keystroke; only the buffer as it stands after a pause is linted.
-CHANGE_DELAY_SECONDS = 0.2
+CHANGE_DELAY_SECONDS = 0.1
+# Cells of a notebook in a client's notebook sync; their documents hold the code.
+NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(notebook_selector=[
+    types.NotebookDocumentFilterWithCells(cells=[types.NotebookCellLanguage(language="python")])])
+
+
+@dataclass(frozen=True)
+class _Cell:
+    uri: str
+    # 1-based among all the notebook's cells, markdown included, as findings count them.
+    number: int
+    text: str
+
+
+@dataclass(frozen=True)
+class _Buffer:
+    """What is linted as one file: a Python document, or a notebook's cells."""
+
+    # The Python document's, or the notebook's.
+    uri: str
+    path: Path
+    text: str
+    # A notebook's cells in order; empty for a Python document.
+    cells: tuple[_Cell, ...] = ()
+    # A Python document's version, which its findings are published for; not part of what is linted.
+    version: int | None = field(default=None, compare=False)
+
+    @property
+    def is_notebook(self) -> bool:
+        return bool(self.cells)
+
+    def data(self) -> tuple[bytes, str]:
+        """The bytes a file with this content would hold, and their encoding."""
+        return (self.text.encode("utf-8"), "utf-8") if self.is_notebook else _encoded(self.text)
+
+    def texts(self) -> dict[str, str]:
+        """The text of each document the client shows, by URI."""
+        return {cell.uri: cell.text for cell in self.cells} if self.is_notebook else {self.uri: self.text}
 
 
 @dataclass(frozen=True)
 class _Linted:
     """The findings of one version of a buffer, kept for code actions on that version."""
 
-    text: str
+    buffer: _Buffer
     diagnostics: tuple[Diagnostic, ...]
-    # What kept the buffer from being analysed: a syntax error, an undecodable buffer.
+    # What kept the buffer (or some cells) from being analysed: a syntax error, an undecodable buffer.
     errors: tuple[FileError, ...]
     run_settings: RunSettings | None
+    program: Program | None
+
+
+def _lint(buffer: _Buffer, run_settings: RunSettings | None, parser: IncrementalParser) -> _Linted:
+    """On the worker thread: never raises, so a bug shows as a message, not a silent editor."""
+    if run_settings is None:
+        return _Linted(buffer, (), (), None, None)
+    data, _ = buffer.data()
+    try:
+        result, program = process_buffer(str(buffer.path), data, run_settings, parser.parse)
+    except Exception as error:  # noqa: BLE001 - reported to the client; the server carries on
+        internal = FileError(str(buffer.path), f"internal error ({type(error).__name__}: {error}); please report it")
+        return _Linted(buffer, (), (internal,), run_settings, None)
+    return _Linted(buffer, tuple(result.diagnostics), tuple(result.errors), run_settings, program)
 
 
 class TorchDevLintServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__(SOURCE, __version__)
+        super().__init__(SOURCE, __version__, notebook_document_sync=NOTEBOOK_SYNC)
         self._finder: SettingsFinder | None = None
+        self._reported_config_errors: set[str] = set()
         self._linted: dict[str, _Linted] = {}
+        self._parsers: dict[str, IncrementalParser] = {}
         self._pending: dict[str, asyncio.TimerHandle] = {}
+        self._running: set[asyncio.Task[None]] = set()
+        # One thread: buffers are linted in the order asked, and each parser is used by one thread.
+        self._lint_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchdevlint-lint")
 
     # -- configuration -------------------------------------------------------------------
 
@@ -68,15 +133,21 @@ class TorchDevLintServer(LanguageServer):
 
     def reload_configuration(self) -> None:
         self._finder = None
+        self._reported_config_errors.clear()
         self._linted.clear()
-        for uri in list(self.workspace.text_documents):
-            self.lint_and_publish(uri)
+        for uri in self.open_buffers():
+            self.start_lint(uri)
 
     def run_settings_for(self, path: Path) -> RunSettings | None:
         try:
             settings = self.settings_finder().for_file(path)
         except ConfigError as error:
-            self.log(types.MessageType.Error, f"torchdevlint: {error}")
+            message = f"torchdevlint: {error}"
+            if message not in self._reported_config_errors:
+                # Once per broken file, not per keystroke; saving a config file reads it again.
+                self._reported_config_errors.add(message)
+                self.log(types.MessageType.Error, message)
+                self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
             self._finder = None
             return None
         return RunSettings(
@@ -84,58 +155,122 @@ class TorchDevLintServer(LanguageServer):
             rule_options=tuple(sorted(settings.rule_options.items(), key=lambda item: item[0])),
         )
 
+    # -- buffers -------------------------------------------------------------------------
+
+    def open_buffers(self) -> list[str]:
+        """The URIs of what is linted: Python documents not in a notebook, and notebooks."""
+        documents = [uri for uri, document in self.workspace.text_documents.items()
+                     if self.workspace.get_notebook_document(cell_uri=uri) is None
+                     and _is_python(document.language_id, uri)]
+        return documents + list(self.workspace.notebook_documents)
+
+    def is_open(self, uri: str) -> bool:
+        # The workspace keeps URIs unquoted; clients send them quoted ("my%20file.py").
+        return unquote(uri) in self.workspace.text_documents or unquote(uri) in self.workspace.notebook_documents
+
+    def buffer(self, uri: str) -> _Buffer | None:
+        """The buffer `uri` (a Python document, a notebook, or a cell of one) is part of, as it
+        stands now; None for a document that is not Python."""
+        notebook = self.workspace.get_notebook_document(notebook_uri=uri) or self.workspace.get_notebook_document(
+            cell_uri=uri)
+        if notebook is not None:
+            cells = []
+            written = []
+            for number, cell in enumerate(notebook.cells, start=1):
+                document = self.workspace.get_text_document(cell.document)
+                cells.append(_Cell(cell.document, number, document.source))
+                written.append(_notebook_cell(cell.kind, document.language_id or "", document.source))
+            return _Buffer(notebook.uri, _path_of(notebook.uri, "untitled.ipynb"),
+                           _notebook_json(written), tuple(cells))
+        document = self.workspace.get_text_document(uri)
+        if not _is_python(document.language_id, uri):
+            return None
+        return _Buffer(uri, _path_of(uri, "untitled.py"), document.source, version=document.version)
+
+    def is_current(self, buffer: _Buffer) -> bool:
+        now = self.buffer(buffer.uri)
+        return now is not None and now.text == buffer.text and now.cells == buffer.cells
+
     # -- linting -------------------------------------------------------------------------
 
-    def lint_and_publish(self, uri: str) -> None:
-        """Never raises: an editor must not lose its linter to one bad buffer."""
-        document = self.workspace.get_text_document(uri)
-        if not _is_python(document):
+    async def linted(self, buffer: _Buffer) -> _Linted:
+        """The findings of this version of the buffer: those known, or linted now."""
+        known = self._linted.get(buffer.uri)
+        if known is not None and known.buffer == buffer:
+            return known
+        run_settings = self.run_settings_for(buffer.path)
+        parser = self._parsers.setdefault(buffer.uri, IncrementalParser())
+        linted = await self.off_the_loop(_lint, buffer, run_settings, parser)
+        self._linted[buffer.uri] = linted
+        for error in linted.errors:
+            if error.message.startswith("internal error"):
+                self.log(types.MessageType.Error, f"torchdevlint: {buffer.uri}: {error.message}")
+        return linted
+
+    async def lint_and_publish(self, uri: str) -> None:
+        buffer = self.buffer(uri)
+        if buffer is None:
             return
         try:
-            linted = self._lint(document)
-            lines = _lines(linted.text)
-            published = [self.to_lsp(lines, d) for d in linted.diagnostics]
-            published += [self._error_to_lsp(lines, error) for error in linted.errors]
+            linted = await self.linted(buffer)
         except Exception as error:  # noqa: BLE001 - logged to the client; the server carries on
             self.log(types.MessageType.Error, f"torchdevlint: internal error on {uri}: {type(error).__name__}: {error}")
             return
-        self.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri=uri, diagnostics=published, version=document.version))
+        # A buffer changed while it was linted gets its own lint; these findings are stale.
+        if self.is_current(buffer):
+            self.publish(linted, buffer.version)
 
-    def _lint(self, document: TextDocument) -> _Linted:
-        text = document.source
-        run_settings = self.run_settings_for(_document_path(document))
-        if run_settings is None:
-            linted = _Linted(text, (), (), None)
-        else:
-            data, _ = _encoded(text)
-            result = process_bytes(str(_document_path(document)), data, run_settings, in_place=False)
-            linted = _Linted(text, tuple(result.diagnostics), tuple(result.errors), run_settings)
-        self._linted[document.uri] = linted
-        return linted
+    def publish(self, linted: _Linted, version: int | None) -> None:
+        buffer = linted.buffer
+        by_uri: dict[str, list[types.Diagnostic]] = {uri: [] for uri in buffer.texts()}
+        lines_of = {uri: _lines(text) for uri, text in buffer.texts().items()}
+        for diagnostic in linted.diagnostics:
+            uri = self.document_of(buffer, diagnostic.cell)
+            by_uri[uri].append(self.to_lsp(lines_of[uri], diagnostic))
+        for error in linted.errors:
+            uri = self.document_of(buffer, error.cell)
+            by_uri[uri].append(self._error_to_lsp(lines_of[uri], error))
+        for uri, published in by_uri.items():
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+                uri=uri, diagnostics=published, version=None if buffer.is_notebook else version))
 
-    def linted(self, document: TextDocument) -> _Linted:
-        known = self._linted.get(document.uri)
-        return known if known is not None and known.text == document.source else self._lint(document)
+    @staticmethod
+    def document_of(buffer: _Buffer, cell: int | None) -> str:
+        """The document a finding is shown in: its cell's, or the buffer's (a notebook's first
+        cell for what concerns it as a whole)."""
+        if not buffer.is_notebook:
+            return buffer.uri
+        return next((c.uri for c in buffer.cells if c.number == cell), buffer.cells[0].uri)
+
+    async def off_the_loop(self, work: Callable[..., T], *args: object) -> T:
+        """`work(*args)` run on the lint thread, leaving this one free to answer the client."""
+        return await asyncio.get_running_loop().run_in_executor(self._lint_thread, work, *args)
+
+    def start_lint(self, uri: str) -> None:
+        task = asyncio.ensure_future(self.lint_and_publish(uri))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     def schedule_lint(self, uri: str) -> None:
         pending = self._pending.pop(uri, None)
         if pending is not None:
             pending.cancel()
-        self._pending[uri] = asyncio.get_running_loop().call_later(
-            CHANGE_DELAY_SECONDS, self._lint_pending, uri)
+        self._pending[uri] = asyncio.get_running_loop().call_later(CHANGE_DELAY_SECONDS, self._lint_pending, uri)
 
     def _lint_pending(self, uri: str) -> None:
         self._pending.pop(uri, None)
-        if uri in self.workspace.text_documents:
-            self.lint_and_publish(uri)
+        if self.is_open(uri):
+            self.start_lint(uri)
 
-    def forget(self, uri: str) -> None:
+    def forget(self, uri: str, documents: Sequence[str]) -> None:
+        """`uri` closed: its findings are cleared from `documents` (its own, or its cells')."""
         pending = self._pending.pop(uri, None)
         if pending is not None:
             pending.cancel()
         self._linted.pop(uri, None)
-        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        self._parsers.pop(uri, None)
+        for document in documents:
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=document, diagnostics=[]))
 
     def log(self, kind: types.MessageType, message: str) -> None:
         self.window_log_message(types.LogMessageParams(type=kind, message=message))
@@ -150,7 +285,7 @@ class TorchDevLintServer(LanguageServer):
         return types.Position(line=index, character=units)
 
     def to_lsp(self, lines: Sequence[str], diagnostic: Diagnostic) -> types.Diagnostic:
-        """A finding as the client shows it; `lines` are its text's (`_lines`)."""
+        """A finding as the client shows it; `lines` are its document's (`_lines`)."""
         return types.Diagnostic(
             range=types.Range(start=self.position(lines, diagnostic.start.line, diagnostic.start.column),
                               end=self.position(lines, diagnostic.end.line, diagnostic.end.column)),
@@ -167,10 +302,9 @@ class TorchDevLintServer(LanguageServer):
         return types.Diagnostic(range=types.Range(start=start, end=end), severity=types.DiagnosticSeverity.Error,
                                 source=SOURCE, message=error.message)
 
-    def edit_to(self, document: TextDocument, new_text: str) -> types.WorkspaceEdit:
-        """The one text edit that turns the document into `new_text`: only what changed, so
-        the editor keeps the cursor and folds elsewhere."""
-        old_text = document.source
+    def text_edit(self, old_text: str, new_text: str) -> types.TextEdit:
+        """The one text edit that turns `old_text` into `new_text`: only what changed, so the
+        editor keeps the cursor and folds elsewhere."""
         prefix = 0
         limit = min(len(old_text), len(new_text))
         while prefix < limit and old_text[prefix] == new_text[prefix]:
@@ -189,9 +323,13 @@ class TorchDevLintServer(LanguageServer):
         end_line, end_column = index.location(len(old_text) - suffix)
         start = self.position(lines, start_line, start_column + 1)
         end = self.position(lines, end_line, end_column + 1)
-        replaced = new_text[prefix: len(new_text) - suffix]
-        edit = types.TextEdit(range=types.Range(start=start, end=end), new_text=replaced)
-        return types.WorkspaceEdit(changes={document.uri: [edit]})
+        return types.TextEdit(range=types.Range(start=start, end=end), new_text=new_text[prefix: len(new_text) - suffix])
+
+    def workspace_edit(self, old_texts: dict[str, str], new_texts: dict[str, str]) -> types.WorkspaceEdit | None:
+        """Edits turning each document's old text into its new one; None when nothing changes."""
+        changes = {uri: [self.text_edit(old_texts[uri], text)] for uri, text in new_texts.items()
+                   if text != old_texts[uri]}
+        return types.WorkspaceEdit(changes=changes) if changes else None
 
 
 def _lines(text: str) -> list[str]:
@@ -211,14 +349,28 @@ def _encoded(text: str) -> tuple[bytes, str]:
     return data, "utf-8"
 
 
-def _document_path(document: TextDocument) -> Path:
-    path = to_fs_path(document.uri)
+def _notebook_cell(kind: types.NotebookCellKind, language_id: str, source: str) -> dict[str, object]:
+    """A cell as a notebook file holds it: code cells in another language are written as raw
+    cells, which are not linted."""
+    if kind == types.NotebookCellKind.Code and language_id == "python":
+        return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+    return {"cell_type": "markdown" if kind == types.NotebookCellKind.Markup else "raw", "metadata": {},
+            "source": source}
+
+
+def _notebook_json(cells: list[dict[str, object]]) -> str:
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1,
+                      ensure_ascii=False)
+
+
+def _path_of(uri: str, untitled: str) -> Path:
+    path = to_fs_path(uri)
     # An unsaved buffer is configured as a file in the current folder would be.
-    return Path(path) if path else Path.cwd() / "untitled.py"
+    return Path(path) if path else Path.cwd() / untitled
 
 
-def _is_python(document: TextDocument) -> bool:
-    return document.language_id == "python" or document.uri.endswith(PYTHON_SUFFIXES)
+def _is_python(language_id: str | None, uri: str) -> bool:
+    return language_id == "python" or uri.endswith(PYTHON_SUFFIXES)
 
 
 def _is_config_file(uri: str) -> bool:
@@ -247,26 +399,51 @@ def _initialized(ls: TorchDevLintServer, params: types.InitializedParams) -> Non
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-def _did_open(ls: TorchDevLintServer, params: types.DidOpenTextDocumentParams) -> None:
-    ls.lint_and_publish(params.text_document.uri)
+async def _did_open(ls: TorchDevLintServer, params: types.DidOpenTextDocumentParams) -> None:
+    await ls.lint_and_publish(params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-async def _did_change(ls: TorchDevLintServer, params: types.DidChangeTextDocumentParams) -> None:
+def _did_change(ls: TorchDevLintServer, params: types.DidChangeTextDocumentParams) -> None:
     ls.schedule_lint(params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
-def _did_save(ls: TorchDevLintServer, params: types.DidSaveTextDocumentParams) -> None:
+async def _did_save(ls: TorchDevLintServer, params: types.DidSaveTextDocumentParams) -> None:
     if _is_config_file(params.text_document.uri):
         ls.reload_configuration()
     else:
-        ls.lint_and_publish(params.text_document.uri)
+        await ls.lint_and_publish(params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def _did_close(ls: TorchDevLintServer, params: types.DidCloseTextDocumentParams) -> None:
-    ls.forget(params.text_document.uri)
+    ls.forget(params.text_document.uri, [params.text_document.uri])
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+async def _notebook_did_open(ls: TorchDevLintServer, params: types.DidOpenNotebookDocumentParams) -> None:
+    await ls.lint_and_publish(params.notebook_document.uri)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+def _notebook_did_change(ls: TorchDevLintServer, params: types.DidChangeNotebookDocumentParams) -> None:
+    structure = params.change.cells.structure if params.change.cells else None
+    if structure is not None:
+        # Removed cells' findings would otherwise stay in the editor.
+        for removed in structure.did_close or []:
+            ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=removed.uri, diagnostics=[]))
+    ls.schedule_lint(params.notebook_document.uri)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+async def _notebook_did_save(ls: TorchDevLintServer, params: types.DidSaveNotebookDocumentParams) -> None:
+    await ls.lint_and_publish(params.notebook_document.uri)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+def _notebook_did_close(ls: TorchDevLintServer, params: types.DidCloseNotebookDocumentParams) -> None:
+    ls.forget(params.notebook_document.uri, [cell.uri for cell in params.cell_text_documents])
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
@@ -277,54 +454,133 @@ def _did_change_watched_files(ls: TorchDevLintServer, params: types.DidChangeWat
 
 @server.feature(
     types.TEXT_DOCUMENT_CODE_ACTION,
-    types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]),
+    types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND], resolve_provider=True),
 )
-def _code_action(ls: TorchDevLintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-    document = ls.workspace.get_text_document(params.text_document.uri)
-    if not _is_python(document):
+async def _code_action(ls: TorchDevLintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    buffer = ls.buffer(params.text_document.uri)
+    if buffer is None:
         return []
     try:
-        return _code_actions(ls, document, params)
+        linted = await ls.linted(buffer)
+        actions = _quick_fixes(ls, linted, params) + await _fix_all(ls, linted, params)
     except Exception as error:  # noqa: BLE001 - logged to the client; the server carries on
         ls.log(types.MessageType.Error, f"torchdevlint: internal error in code actions: {type(error).__name__}: {error}")
         return []
-
-
-def _code_actions(ls: TorchDevLintServer, document: TextDocument,
-                  params: types.CodeActionParams) -> list[types.CodeAction]:
-    linted = ls.linted(document)
-    wanted = params.context.only
-    actions: list[types.CodeAction] = []
-    if wanted is None or any(types.CodeActionKind.QuickFix.value.startswith(kind) for kind in wanted):
-        lines = _lines(linted.text)
-        for diagnostic in linted.diagnostics:
-            shown = ls.to_lsp(lines, diagnostic)
-            if not _ranges_meet(shown.range, params.range):
-                continue
-            if diagnostic.fix is not None:
-                fixed, applied = apply_fixes(linted.text, [diagnostic.fix])
-                if applied and fixed != linted.text:
-                    safe = diagnostic.fix.is_safe
-                    actions.append(types.CodeAction(
-                        title=diagnostic.fix.title if safe else f"{diagnostic.fix.title} (unsafe)",
-                        kind=types.CodeActionKind.QuickFix, diagnostics=[shown], is_preferred=safe,
-                        edit=ls.edit_to(document, fixed)))
-            suppressed, added, _ = add_noqa(linted.text, {diagnostic.start.line: [diagnostic.code]})
-            if added:
-                actions.append(types.CodeAction(
-                    title=f"Disable {diagnostic.code} for this line", kind=types.CodeActionKind.QuickFix,
-                    diagnostics=[shown], edit=ls.edit_to(document, suppressed)))
-    if wanted is None or any(FIX_ALL_KIND.startswith(kind) for kind in wanted):
-        if linted.run_settings is not None and any(d.fix is not None and d.fix.is_safe for d in linted.diagnostics):
-            data, encoding = _encoded(linted.text)
-            fixing = RunSettings(rule_codes=linted.run_settings.rule_codes,
-                                 rule_options=linted.run_settings.rule_options, fix=True)
-            result = process_bytes(str(_document_path(document)), data, fixing, in_place=False)
-            if not result.errors and result.output is not None and result.output != data:
-                actions.append(types.CodeAction(
-                    title="Fix all safely fixable torchdevlint findings", kind=FIX_ALL_KIND,
-                    edit=ls.edit_to(document, result.output.decode(encoding))))
     return actions
+
+
+@server.feature(types.CODE_ACTION_RESOLVE)
+async def _code_action_resolve(ls: TorchDevLintServer, action: types.CodeAction) -> types.CodeAction:
+    if action.kind != FIX_ALL_KIND or action.edit is not None:
+        return action
+    try:
+        return await _with_fix_all_edit(ls, action)
+    except Exception as error:  # noqa: BLE001 - logged to the client; the server carries on
+        ls.log(types.MessageType.Error, f"torchdevlint: internal error fixing all: {type(error).__name__}: {error}")
+        return action
+
+
+def _wants(params: types.CodeActionParams, kind: str) -> bool:
+    wanted = params.context.only
+    return wanted is None or any(kind.startswith(prefix) for prefix in wanted)
+
+
+def _quick_fixes(ls: TorchDevLintServer, linted: _Linted, params: types.CodeActionParams) -> list[types.CodeAction]:
+    """A fix and a `# noqa` for each finding the requested range meets, in the requested document."""
+    if not _wants(params, types.CodeActionKind.QuickFix.value):
+        return []
+    buffer = linted.buffer
+    texts = buffer.texts()
+    uri = params.text_document.uri
+    if uri not in texts:
+        return []
+    lines = _lines(texts[uri])
+    actions: list[types.CodeAction] = []
+    for diagnostic in linted.diagnostics:
+        if ls.document_of(buffer, diagnostic.cell) != uri:
+            continue
+        shown = ls.to_lsp(lines, diagnostic)
+        if not _ranges_meet(shown.range, params.range):
+            continue
+        if diagnostic.fix is not None:
+            edit = ls.workspace_edit(texts, _fixed_texts(linted, diagnostic))
+            if edit is not None:
+                safe = diagnostic.fix.is_safe
+                actions.append(types.CodeAction(
+                    title=diagnostic.fix.title if safe else f"{diagnostic.fix.title} (unsafe)",
+                    kind=types.CodeActionKind.QuickFix, diagnostics=[shown], is_preferred=safe, edit=edit))
+        suppressed, added, _ = add_noqa(texts[uri], {diagnostic.start.line: [diagnostic.code]})
+        if added:
+            actions.append(types.CodeAction(
+                title=f"Disable {diagnostic.code} for this line", kind=types.CodeActionKind.QuickFix,
+                diagnostics=[shown], edit=ls.workspace_edit(texts, {uri: suppressed})))
+    return actions
+
+
+def _fixed_texts(linted: _Linted, diagnostic: Diagnostic) -> dict[str, str]:
+    """Each document's text once this one finding's fix is applied (those it changes)."""
+    assert diagnostic.fix is not None
+    buffer = linted.buffer
+    if not buffer.is_notebook:
+        fixed, applied = apply_fixes(buffer.text, [diagnostic.fix])
+        return {buffer.uri: fixed} if applied else {}
+    if not isinstance(linted.program, NotebookProgram):
+        return {}
+    sources = linted.program.sources_fixed_by(diagnostic.fix) or {}
+    return {cell.uri: sources[cell.number] for cell in buffer.cells if cell.number in sources}
+
+
+async def _fix_all(ls: TorchDevLintServer, linted: _Linted, params: types.CodeActionParams) -> list[types.CodeAction]:
+    """Every safe fix of the buffer, as `torchdevlint check --fix` would write them; the edit is
+    computed when the action is chosen, where the client can ask then (codeAction/resolve)."""
+    if not _wants(params, FIX_ALL_KIND) or linted.run_settings is None:
+        return []
+    if not any(d.fix is not None and d.fix.is_safe for d in linted.diagnostics):
+        return []
+    action = types.CodeAction(title=FIX_ALL_TITLE, kind=FIX_ALL_KIND, data={"uri": params.text_document.uri})
+    if _resolves_edits_later(ls):
+        return [action]
+    resolved = await _with_fix_all_edit(ls, action)
+    return [resolved] if resolved.edit is not None else []
+
+
+def _resolves_edits_later(ls: TorchDevLintServer) -> bool:
+    text_document = ls.client_capabilities.text_document
+    code_action = text_document.code_action if text_document else None
+    support = code_action.resolve_support if code_action else None
+    return support is not None and "edit" in support.properties
+
+
+async def _with_fix_all_edit(ls: TorchDevLintServer, action: types.CodeAction) -> types.CodeAction:
+    data = action.data if isinstance(action.data, dict) else {}
+    uri = data.get("uri")
+    buffer = ls.buffer(uri) if isinstance(uri, str) else None
+    if buffer is None:
+        return action
+    linted = await ls.linted(buffer)
+    if linted.run_settings is None:
+        return action
+    fixing = RunSettings(rule_codes=linted.run_settings.rule_codes, rule_options=linted.run_settings.rule_options,
+                         fix=True)
+    fixed = await ls.off_the_loop(_fixed_buffer, buffer, fixing)
+    action.edit = ls.workspace_edit(buffer.texts(), fixed) if fixed else None
+    return action
+
+
+def _fixed_buffer(buffer: _Buffer, fixing: RunSettings) -> dict[str, str]:
+    """On the worker thread: each document's text with every safe fix applied."""
+    data, encoding = buffer.data()
+    result, _ = process_buffer(str(buffer.path), data, fixing)
+    if result.errors or result.output is None or result.output == data:
+        return {}
+    if not buffer.is_notebook:
+        return {buffer.uri: result.output.decode(encoding)}
+    try:
+        cells = NotebookDocument.parse(result.output).cells
+    except SourceError:
+        return {}
+    by_number = {cell.number: cell.source for cell in cells}
+    return {cell.uri: by_number.get(cell.number, cell.text) for cell in buffer.cells}
 
 
 def serve() -> None:

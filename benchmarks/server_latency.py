@@ -1,0 +1,137 @@
+"""How long `torchdevlint server` takes to re-lint a buffer after one keystroke.
+
+    python benchmarks/server_latency.py                  # a generated 1,000-line PyTorch file
+    python benchmarks/server_latency.py --file PATH      # any Python file
+    python benchmarks/server_latency.py --runs 40
+
+Each run types one character in the middle of the file and times:
+  - the lint itself, on the server's own code path (the worker's job), with the buffer's
+    parser kept from the version before, as the server keeps it, and with a fresh one (a full
+    parse), for comparison;
+  - end to end over standard input and output with pygls' client: from the `didChange` and
+    `didSave` the editor sends to the `publishDiagnostics` it gets back (no debounce on save).
+Prints medians and 90th percentiles in milliseconds. Needs the `server` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic_corpus import model_file, training_script
+
+from torchdevlint.incremental_parse import IncrementalParser
+from torchdevlint.registry import all_rules
+from torchdevlint.runner import RunSettings
+from torchdevlint.server import _Buffer, _lint
+
+
+def thousand_lines() -> str:
+    """A model file and a training script, as one 1,000-line module (deterministic)."""
+    rng = random.Random(0)
+    text = model_file(rng, 0, 1000) + "\n\n" + training_script(rng, 1, 560)
+    return "\n".join(text.splitlines()[:1000]) + "\n"
+
+
+def keystrokes(text: str, count: int) -> list[str]:
+    """Successive versions of `text`, each with one more character typed inside a function
+    body near the middle of the file."""
+    lines = text.splitlines(keepends=True)
+    middle = len(lines) // 2
+    line = next(i for i in range(middle, len(lines)) if lines[i].startswith("        ") and lines[i].strip())
+    offset = sum(len(item) for item in lines[:line]) + len(lines[line].rstrip("\n"))
+    versions = []
+    typed = ""
+    for index in range(count):
+        typed += "  # x"[index % 5] if index < 5 else "x"
+        versions.append(text[:offset] + typed + text[offset:])
+    return versions
+
+
+def milliseconds(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
+    return f"median {statistics.median(samples) * 1000:6.1f} ms   p90 {p90 * 1000:6.1f} ms"
+
+
+def time_lint(path: Path, versions: list[str], make_parser: Callable[[], IncrementalParser],
+              keep_parser: bool) -> list[float]:
+    settings = RunSettings(rule_codes=tuple(rule.code for rule in all_rules()))
+    parser = make_parser()
+    _lint(_Buffer(path.as_uri(), path, versions[0]), settings, parser)
+    samples = []
+    for text in versions[1:]:
+        if not keep_parser:
+            parser = make_parser()
+        start = time.perf_counter()
+        _lint(_Buffer(path.as_uri(), path, text), settings, parser)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+async def time_round_trips(folder: Path, path: Path, versions: list[str]) -> list[float]:
+    client = LanguageClient("latency-benchmark", "0")
+    published: asyncio.Queue[float] = asyncio.Queue()
+
+    @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def _published(params: types.PublishDiagnosticsParams) -> None:
+        published.put_nowait(time.perf_counter())
+
+    await client.start_io(sys.executable, "-m", "torchdevlint", "server", cwd=str(folder))
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
+                                                         root_uri=folder.as_uri()))
+    client.initialized(types.InitializedParams())
+    uri = path.as_uri()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=versions[0])))
+    await published.get()
+    samples = []
+    for version, text in enumerate(versions[1:], start=2):
+        start = time.perf_counter()
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+        client.text_document_did_save(types.DidSaveTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        samples.append(await published.get() - start)
+        # The debounced lint of the change publishes again (from what is known); let it pass.
+        await asyncio.sleep(0.3)
+        while not published.empty():
+            published.get_nowait()
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--file", type=Path, help="the file to type in (default: a generated 1,000-line file)")
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder_name:
+        folder = Path(folder_name)
+        path = folder / "model.py"
+        text = args.file.read_text(encoding="utf-8") if args.file else thousand_lines()
+        path.write_text(text, encoding="utf-8")
+        versions = keystrokes(text, args.runs + 1)
+        print(f"{path.name if not args.file else args.file}: {len(text.splitlines())} lines, {args.runs} keystrokes")
+        print(f"  lint, parser kept (the server)  {milliseconds(time_lint(path, versions, IncrementalParser, True))}")
+        print(f"  lint, full parse each time      {milliseconds(time_lint(path, versions, IncrementalParser, False))}")
+        round_trips = asyncio.run(time_round_trips(folder, path, versions))
+        print(f"  didChange+didSave -> diagnostics {milliseconds(round_trips)}")
+
+
+if __name__ == "__main__":
+    main()
