@@ -699,7 +699,7 @@ def test_single_line_edits_of_a_mixed_program() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("base", [MIXED, MIXED + "\n", CLASS, CLASS.rstrip("\n"), CLASS.replace("\n", "\r\n"),
-                                  CLASS.replace("    ", "\t"), BASE[:600]])
+                                  CLASS.replace("    ", "\t"), BASE[:300]])
 @pytest.mark.parametrize("inside_bodies", [False, True])
 def test_single_line_edits_both_ways(base: str, inside_bodies: bool) -> None:
     problems = check_single_line_edits(base, inside_bodies=inside_bodies, both_ways=True)
