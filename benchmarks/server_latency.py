@@ -6,8 +6,9 @@
 
 Each run types one character in the middle of the file and times:
   - the lint itself, on the server's own code path (the worker's job), with the buffer's
-    parser kept from the version before, as the server keeps it, and with a fresh one (a full
-    parse), for comparison;
+    parser and function flows kept from the version before, as the server keeps them, and,
+    for comparison, with the parser only (a fresh interpretation of every function) and with
+    nothing (a full parse too);
   - end to end over standard input and output with pygls' client: from the `didChange` and
     `didSave` the editor sends to the `publishDiagnostics` it gets back (no debounce on save).
 Prints medians and 90th percentiles in milliseconds. Needs the `server` extra.
@@ -22,7 +23,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from lsprotocol import types
@@ -31,10 +31,10 @@ from pygls.lsp.client import LanguageClient
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_corpus import model_file, training_script
 
-from torchdevlint.incremental_parse import IncrementalParser
+from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.registry import all_rules
-from torchdevlint.runner import RunSettings
-from torchdevlint.server import _Buffer, _lint
+from torchdevlint.runner import RunSettings, collect_garbage_rarely
+from torchdevlint.server import _Buffer, _Kept, _lint
 
 
 def thousand_lines() -> str:
@@ -65,19 +65,27 @@ def milliseconds(samples: list[float]) -> str:
     return f"median {statistics.median(samples) * 1000:6.1f} ms   p90 {p90 * 1000:6.1f} ms"
 
 
-def time_lint(path: Path, versions: list[str], make_parser: Callable[[], IncrementalParser],
-              keep_parser: bool) -> list[float]:
+def time_lints(path: Path, versions: list[str]) -> dict[str, list[float]]:
+    """Each version linted three ways, taking turns (so a slow spell of the machine falls on
+    all three): keeping the parser and the flows, as the server does; keeping the parser
+    only; keeping nothing."""
     settings = RunSettings(rule_codes=tuple(rule.code for rule in all_rules()))
-    parser = make_parser()
-    _lint(_Buffer(path.as_uri(), path, versions[0]), settings, parser)
-    samples = []
+    kept, parser_only = _Kept(), _Kept()
+    for buffer_state in (kept, parser_only):
+        _lint(_Buffer(path.as_uri(), path, versions[0]), settings, buffer_state)
+    samples: dict[str, list[float]] = {KEPT: [], PARSER_ONLY: [], NOTHING: []}
     for text in versions[1:]:
-        if not keep_parser:
-            parser = make_parser()
-        start = time.perf_counter()
-        _lint(_Buffer(path.as_uri(), path, text), settings, parser)
-        samples.append(time.perf_counter() - start)
+        parser_only.flows = FlowMemory()
+        for name, buffer_state in ((KEPT, kept), (PARSER_ONLY, parser_only), (NOTHING, _Kept())):
+            start = time.perf_counter()
+            _lint(_Buffer(path.as_uri(), path, text), settings, buffer_state)
+            samples[name].append(time.perf_counter() - start)
     return samples
+
+
+KEPT = "lint, parser and flows kept (the server)"
+PARSER_ONLY = "lint, parser kept, flows not"
+NOTHING = "lint, nothing kept"
 
 
 async def time_round_trips(folder: Path, path: Path, versions: list[str]) -> list[float]:
@@ -120,6 +128,7 @@ def main() -> None:
     parser.add_argument("--file", type=Path, help="the file to type in (default: a generated 1,000-line file)")
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
+    collect_garbage_rarely()  # as `torchdevlint server` does when it starts
     with tempfile.TemporaryDirectory() as folder_name:
         folder = Path(folder_name)
         path = folder / "model.py"
@@ -127,10 +136,10 @@ def main() -> None:
         path.write_text(text, encoding="utf-8")
         versions = keystrokes(text, args.runs + 1)
         print(f"{path.name if not args.file else args.file}: {len(text.splitlines())} lines, {args.runs} keystrokes")
-        print(f"  lint, parser kept (the server)  {milliseconds(time_lint(path, versions, IncrementalParser, True))}")
-        print(f"  lint, full parse each time      {milliseconds(time_lint(path, versions, IncrementalParser, False))}")
+        for name, samples in time_lints(path, versions).items():
+            print(f"  {name:<42} {milliseconds(samples)}")
         round_trips = asyncio.run(time_round_trips(folder, path, versions))
-        print(f"  didChange+didSave -> diagnostics {milliseconds(round_trips)}")
+        print(f"  {'didChange+didSave -> diagnostics':<42} {milliseconds(round_trips)}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from typing import TypeVar, cast
 
 import libcst as cst
 
+from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.analysis.flow.model import FlowModel, Scope
 from torchdevlint.analysis.local_names import FunctionBindings, function_bindings, scope_bindings
 from torchdevlint.analysis.names import ImportTable
@@ -33,8 +34,11 @@ class FileContext:
     """The file, its imports as read so far, the path to the current node, and the flow model."""
 
     def __init__(self, module: cst.Module, path: str, deadline: Deadline | None = None,
-                 source: str | None = None) -> None:
+                 source: str | None = None, flow_memory: FlowMemory | None = None) -> None:
         self.module = module
+        self._flow_memory = flow_memory
+        # Set once the walk over the whole module has ended (the flows asked for are complete).
+        self.walked = False
         self.path = path
         self._source = source
         self.deadline = deadline if deadline is not None else NoDeadline()
@@ -56,6 +60,8 @@ class FileContext:
         """Drop what the pass built. The flow model and the shared analyses refer back to
         this context: left as cycles, they and the whole tree would wait for the garbage
         collector, whose passes over them cost more than a tenth of a run."""
+        if self.walked and self._flow is not None:
+            self._flow.keep_in_memory()
         self._flow = None
         self._shared.clear()
         self.parents.clear()
@@ -68,7 +74,7 @@ class FileContext:
     def flow(self) -> FlowModel:
         """The device-flow model of the file, interpreted lazily, function by function."""
         if self._flow is None:
-            self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source)
+            self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source, self._flow_memory)
         return self._flow
 
     def enclosing_scope(self, node: cst.CSTNode) -> Scope:

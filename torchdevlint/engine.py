@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis.flow.interpreter import names_bound_by
+from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.context import FileContext
@@ -274,6 +275,7 @@ def analyse_module(
     *,
     deadline: Deadline | None = None,
     source: str | None = None,
+    flow_memory: FlowMemory | None = None,
 ) -> AnalysedFile:
     """The single pass: the engine's analysis and the given rules walk the module together.
 
@@ -282,10 +284,11 @@ def analyse_module(
     text the module was parsed from, saves regenerating it where the analysis reads it.
     """
     options = options or {}
-    context = FileContext(module, path, deadline, source)
+    context = FileContext(module, path, deadline, source, flow_memory)
     rules = tuple(rule_class(context, options.get(rule_class.code)) for rule_class in rule_classes)
     with room_for_nesting():
         _Walker(context, _Analysis(context), rules).walk(module)
+    context.walked = True
     return AnalysedFile(context, rules)
 
 
@@ -302,6 +305,7 @@ def lint_module(
     deadline: Deadline | None = None,
     reviewers: Sequence[type[Rule]] = (),
     selected_codes: frozenset[str] = frozenset(),
+    flow_memory: FlowMemory | None = None,
 ) -> list[Diagnostic]:
     """Run the rules over a parsed module; `source` must be the text it was parsed from.
 
@@ -312,7 +316,8 @@ def lint_module(
     matters (see `lint_source`) and InvalidSource is raised if it cannot.
     Raises AnalysisTimeout past the deadline.
     """
-    analysed = analyse_module(module, path, rule_classes, options, deadline=deadline, source=source)
+    analysed = analyse_module(module, path, rule_classes, options, deadline=deadline, source=source,
+                              flow_memory=flow_memory)
     try:
         reports = analysed.reports
         reviewing = bool(reviewers) and honor_noqa and mentions_noqa(source)
@@ -416,9 +421,11 @@ def lint_source(
     honor_noqa: bool = True,
     deadline: Deadline | None = None,
     parse: ModuleParser = cst.parse_module,
+    flow_memory: FlowMemory | None = None,
 ) -> list[Diagnostic]:
     """Parse and lint; raises InvalidSource for code this Python cannot parse, and
-    AnalysisTimeout past the deadline."""
+    AnalysisTimeout past the deadline. An editor passes the parser and the flows it keeps
+    for the buffer between versions."""
     if not mentions_torch(source):
         return []
     selected_codes = frozenset(rule.code for rule in rule_classes)
@@ -438,7 +445,8 @@ def lint_source(
         check_syntax(source, path, newer_syntax=False)  # LibCST cannot read it: not newer, wrong
         raise
     return lint_module(module, source, path, rule_classes, options, honor_noqa=honor_noqa,
-                       judge_syntax=True, deadline=deadline, reviewers=reviewers, selected_codes=selected_codes)
+                       judge_syntax=True, deadline=deadline, reviewers=reviewers, selected_codes=selected_codes,
+                       flow_memory=flow_memory)
 
 
 class InvalidSource(Exception):

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import libcst as cst
 
+from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.budget import Deadline
 from torchdevlint.diagnostics import Diagnostic, FileError, Fix, Location
 from torchdevlint.engine import InvalidSource, ModuleParser, check_syntax, lint_source
@@ -60,9 +61,12 @@ def is_notebook(path: str) -> bool:
 class Program(ABC):
     """The Python in one file, ready to lint and fix."""
 
-    def __init__(self, path: str, parse: ModuleParser = cst.parse_module) -> None:
+    def __init__(self, path: str, parse: ModuleParser = cst.parse_module,
+                 flow_memory: FlowMemory | None = None) -> None:
         self.path = path
+        # An editor's buffer is parsed, and its flows interpreted, reusing the last version's.
         self.parse = parse
+        self.flow_memory = flow_memory
         # Parts of the file that could not be analysed while the rest was (a notebook's cells
         # with syntax errors); filled in by `lint` and `fix`.
         self.errors: list[FileError] = []
@@ -111,7 +115,8 @@ class Program(ABC):
     def _findings_in_text(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None,
                           deadline: Deadline | None) -> list[Diagnostic]:
         """Findings with their lines counted in `text` (not yet placed in cells)."""
-        return lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse)
+        return lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse,
+                           flow_memory=self.flow_memory)
 
     def error(self, message: str, line: int | None, column: int | None) -> FileError:
         """A file error at a place in `text`, placed where the user sees it."""
@@ -123,8 +128,9 @@ class Program(ABC):
 
 
 class PythonProgram(Program):
-    def __init__(self, path: str, source: SourceText, parse: ModuleParser = cst.parse_module) -> None:
-        super().__init__(path, parse)
+    def __init__(self, path: str, source: SourceText, parse: ModuleParser = cst.parse_module,
+                 flow_memory: FlowMemory | None = None) -> None:
+        super().__init__(path, parse, flow_memory)
         self.source = source
 
     @property
@@ -133,7 +139,8 @@ class PythonProgram(Program):
 
     def lint(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
              deadline: Deadline | None = None) -> list[Diagnostic]:
-        return lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse)
+        return lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse,
+                           flow_memory=self.flow_memory)
 
     def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
             unsafe: bool = False, deadline: Deadline | None = None) -> FixOutcome:
@@ -155,8 +162,9 @@ class PythonProgram(Program):
 class NotebookProgram(Program):
     """The notebook's Python code cells, in order, analysed as one program."""
 
-    def __init__(self, path: str, document: NotebookDocument, parse: ModuleParser = cst.parse_module) -> None:
-        super().__init__(path, parse)
+    def __init__(self, path: str, document: NotebookDocument, parse: ModuleParser = cst.parse_module,
+                 flow_memory: FlowMemory | None = None) -> None:
+        super().__init__(path, parse, flow_memory)
         self.document = document
         self.cells = NotebookCells(document)
 
@@ -167,7 +175,8 @@ class NotebookProgram(Program):
     def lint(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
              deadline: Deadline | None = None) -> list[Diagnostic]:
         found = self._without_broken_cells(
-            lambda: lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse))
+            lambda: lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse,
+                                flow_memory=self.flow_memory))
         return self._placed(found)
 
     def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
@@ -181,7 +190,8 @@ class NotebookProgram(Program):
     def _findings_in_text(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None,
                           deadline: Deadline | None) -> list[Diagnostic]:
         return self._without_broken_cells(
-            lambda: lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse))
+            lambda: lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse,
+                                flow_memory=self.flow_memory))
 
     def _without_broken_cells(self, action: Callable[[], T]) -> T:
         """Run `action` on the program; if a cell does not parse, report it and run it again
@@ -287,11 +297,12 @@ def _diff_lines(source: str) -> list[str]:
     return lines
 
 
-def load_program(path: str, data: bytes, parse: ModuleParser = cst.parse_module) -> Program:
+def load_program(path: str, data: bytes, parse: ModuleParser = cst.parse_module,
+                 flow_memory: FlowMemory | None = None) -> Program:
     """The program in a file's bytes; raises SourceError (a NotebookError for a broken notebook)."""
     if is_notebook(path):
-        return NotebookProgram(path, NotebookDocument.parse(data), parse)
-    return PythonProgram(path, decode_source(data), parse)
+        return NotebookProgram(path, NotebookDocument.parse(data), parse, flow_memory)
+    return PythonProgram(path, decode_source(data), parse, flow_memory)
 
 
 def read_program(path: str) -> Program:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.cache import FindingsCache, content_digest, settings_digest
 from torchdevlint.diagnostics import FileError, FileResult
@@ -96,15 +97,16 @@ def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bo
     return _process(path, data, settings, in_place=in_place, parse=cst.parse_module)[0]
 
 
-def process_buffer(path: str, data: bytes, settings: RunSettings,
-                   parse: ModuleParser = cst.parse_module) -> tuple[FileResult, Program | None]:
+def process_buffer(path: str, data: bytes, settings: RunSettings, parse: ModuleParser = cst.parse_module,
+                   flow_memory: FlowMemory | None = None) -> tuple[FileResult, Program | None]:
     """`process_bytes` for an editor's buffer of file `path`, never written: also the program
-    it read (None where it read none), whose findings' fixes a caller may apply one by one."""
-    return _process(path, data, settings, in_place=False, parse=parse)
+    it read (None where it read none), whose findings' fixes a caller may apply one by one.
+    `parse` and `flow_memory` are what the editor keeps of the buffer between versions."""
+    return _process(path, data, settings, in_place=False, parse=parse, flow_memory=flow_memory)
 
 
 def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
-             parse: ModuleParser) -> tuple[FileResult, Program | None]:
+             parse: ModuleParser, flow_memory: FlowMemory | None = None) -> tuple[FileResult, Program | None]:
     result = FileResult(path)
     deadline = Deadline(settings.file_seconds)
     # A notebook is read even so: that it is one is checked.
@@ -123,7 +125,7 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
             result.diagnostics = cached
             return result, None
     try:
-        program = load_program(path, data, parse)
+        program = load_program(path, data, parse, flow_memory)
     except SourceError as error:
         result.errors.append(FileError(path, str(error)))
         return result, None

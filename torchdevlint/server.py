@@ -27,13 +27,14 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from torchdevlint import __version__
+from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.config import CONFIG_FILE_NAMES, ConfigError
 from torchdevlint.diagnostics import Diagnostic, FileError
 from torchdevlint.fixer import apply_fixes
 from torchdevlint.incremental_parse import IncrementalParser
 from torchdevlint.notebook.document import NotebookDocument
 from torchdevlint.programs import NotebookProgram, Program
-from torchdevlint.runner import RunSettings, process_buffer
+from torchdevlint.runner import RunSettings, collect_garbage_rarely, process_buffer
 from torchdevlint.settings import SettingsFinder, file_rule_codes
 from torchdevlint.sourcefile import LINE_BREAK, LineIndex, SourceError
 from torchdevlint.suppression import add_noqa
@@ -98,13 +99,22 @@ class _Linted:
     program: Program | None
 
 
-def _lint(buffer: _Buffer, run_settings: RunSettings | None, parser: IncrementalParser) -> _Linted:
+@dataclass
+class _Kept:
+    """What the server keeps of a buffer from one version to the next: its parser (the last
+    tree) and the flows of its functions (see `analysis.flow.memory`)."""
+
+    parser: IncrementalParser = field(default_factory=IncrementalParser)
+    flows: FlowMemory = field(default_factory=FlowMemory)
+
+
+def _lint(buffer: _Buffer, run_settings: RunSettings | None, kept: _Kept) -> _Linted:
     """On the worker thread: never raises, so a bug shows as a message, not a silent editor."""
     if run_settings is None:
         return _Linted(buffer, (), (), None, None)
     data, _ = buffer.data()
     try:
-        result, program = process_buffer(str(buffer.path), data, run_settings, parser.parse)
+        result, program = process_buffer(str(buffer.path), data, run_settings, kept.parser.parse, kept.flows)
     except Exception as error:  # noqa: BLE001 - reported to the client; the server carries on
         internal = FileError(str(buffer.path), f"internal error ({type(error).__name__}: {error}); please report it")
         return _Linted(buffer, (), (internal,), run_settings, None)
@@ -117,10 +127,11 @@ class TorchDevLintServer(LanguageServer):
         self._finder: SettingsFinder | None = None
         self._reported_config_errors: set[str] = set()
         self._linted: dict[str, _Linted] = {}
-        self._parsers: dict[str, IncrementalParser] = {}
+        self._kept: dict[str, _Kept] = {}
         self._pending: dict[str, asyncio.TimerHandle] = {}
         self._running: set[asyncio.Task[None]] = set()
-        # One thread: buffers are linted in the order asked, and each parser is used by one thread.
+        # One thread: buffers are linted in the order asked, and what is kept of each is used by
+        # one thread.
         self._lint_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchdevlint-lint")
 
     # -- configuration -------------------------------------------------------------------
@@ -199,8 +210,8 @@ class TorchDevLintServer(LanguageServer):
         if known is not None and known.buffer == buffer:
             return known
         run_settings = self.run_settings_for(buffer.path)
-        parser = self._parsers.setdefault(buffer.uri, IncrementalParser())
-        linted = await self.off_the_loop(_lint, buffer, run_settings, parser)
+        kept = self._kept.setdefault(buffer.uri, _Kept())
+        linted = await self.off_the_loop(_lint, buffer, run_settings, kept)
         self._linted[buffer.uri] = linted
         for error in linted.errors:
             if error.message.startswith("internal error"):
@@ -268,7 +279,7 @@ class TorchDevLintServer(LanguageServer):
         if pending is not None:
             pending.cancel()
         self._linted.pop(uri, None)
-        self._parsers.pop(uri, None)
+        self._kept.pop(uri, None)
         for document in documents:
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=document, diagnostics=[]))
 
@@ -585,4 +596,7 @@ def _fixed_buffer(buffer: _Buffer, fixing: RunSettings) -> dict[str, str]:
 
 def serve() -> None:
     """Serve one client over standard input and output until it says exit."""
+    # The open buffers' trees are large and long-lived: with the collector's default
+    # thresholds its full passes over them doubled the slower keystrokes' lints.
+    collect_garbage_rarely()
     server.start_io()

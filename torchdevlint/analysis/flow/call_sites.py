@@ -8,7 +8,7 @@ callers moved it. Values that reach it from other files stay unknown.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import libcst as cst
@@ -41,14 +41,35 @@ class NameUses:
     called_only_on_self: frozenset[str]
 
 
-def name_uses(module: cst.Module) -> NameUses:
-    """One walk over the file for both facts of `NameUses`."""
+@dataclass(frozen=True)
+class StatementNameUses:
+    """`NameUses`' facts about one top-level statement; a file's are the union of its
+    statements' (each fact is about a node and its parent), so an editor keeps them per
+    statement from one version of a buffer to the next."""
+
+    escaping: frozenset[str]
+    called_on_self: frozenset[str]
+    other_attribute_uses: frozenset[str]
+
+
+def name_uses(module: cst.Module,
+              statement_uses: Callable[[cst.BaseStatement], StatementNameUses] | None = None) -> NameUses:
+    """Both facts of `NameUses`, from each top-level statement's (`statement_name_uses`, or a
+    kept copy of it)."""
+    parts = [(statement_uses or statement_name_uses)(statement) for statement in module.body]
+    called_on_self = frozenset().union(*(part.called_on_self for part in parts))
+    other_attribute_uses = frozenset().union(*(part.other_attribute_uses for part in parts))
+    return NameUses(frozenset().union(*(part.escaping for part in parts)), called_on_self - other_attribute_uses)
+
+
+def statement_name_uses(statement: cst.BaseStatement) -> StatementNameUses:
+    """One walk over a statement for its `StatementNameUses`."""
     not_references: set[int] = set()
     escaping: set[str] = set()
     self_calls: set[int] = set()
     called_on_self: set[str] = set()
     other_attribute_uses: set[str] = set()
-    stack: list[cst.CSTNode] = [module]
+    stack: list[cst.CSTNode] = [statement]
     # Exact type tests: LibCST's node classes are ABCs, and isinstance on them would be most
     # of this walk's cost.
     while stack:
@@ -70,7 +91,7 @@ def name_uses(module: cst.Module) -> NameUses:
         elif type(node) is cst.Arg and node.keyword is not None:
             not_references.add(id(node.keyword))
         stack.extend(child_nodes(node))
-    return NameUses(frozenset(escaping), frozenset(called_on_self - other_attribute_uses))
+    return StatementNameUses(frozenset(escaping), frozenset(called_on_self), frozenset(other_attribute_uses))
 
 
 def takes_call_site_arguments(function: cst.FunctionDef, escaping: frozenset[str]) -> bool:

@@ -4,7 +4,9 @@ Nothing is computed until a rule asks. Asking about a node interprets the functi
 (once; the module body first, since functions read its names), and the functions that one
 calls, through context-insensitive summaries of their return values. Methods see `self` as
 an instance of their class: inside a Module's methods its parameters, submodules, buffers
-and `forward`'s inputs are on one symbolic place, the module's device.
+and `forward`'s inputs are on one symbolic place, the module's device. Given an editor's
+`FlowMemory`, a function its last version interpreted is reused where nothing it asked
+about changed (see `memory`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from torchdevlint.analysis.flow.call_sites import (
     refined,
     takes_call_site_arguments,
 )
-from torchdevlint.analysis.flow.interpreter import Env, FunctionFlow, Held, Interpreter, Meeting, Operand
+from torchdevlint.analysis.flow.interpreter import Env, FunctionFlow, Held, Interpreter, Meeting, Operand, Oracle
+from torchdevlint.analysis.flow.memory import FlowMemory, FlowRecord, RecordingOracle, answers_again, recordable
 from torchdevlint.analysis.flow.values import (
     CPU_MODE_UNREACHED,
     HOST_PLACE,
@@ -129,8 +132,13 @@ class FlowModel:
     """Answers, for any expression, its value at its program point (see `value_of`)."""
 
     def __init__(self, module: cst.Module, enclosing_scope: Callable[[cst.CSTNode], Scope],
-                 deadline: Deadline | None = None, source: str | None = None) -> None:
+                 deadline: Deadline | None = None, source: str | None = None,
+                 memory: FlowMemory | None = None) -> None:
         self.module = module
+        # Flows kept from the buffer's last version (an editor's), and kept for its next.
+        self._memory = memory
+        if memory is not None:
+            memory.begin()
         # The text the module was parsed from (regenerated from the tree when not given).
         self._source = source
         self._entry_cuda_device: Value | None = None
@@ -162,7 +170,7 @@ class FlowModel:
         self._name_uses: NameUses | None = None
         # Results of calls run with their own arguments (see `_result_for_these_arguments`).
         self._per_call_results: dict[tuple[int, tuple[tuple[str, Value], ...]], Value | None] = {}
-        self._per_call_runs: dict[int, int] = {}
+        self._per_call_arguments: dict[int, set[tuple[int, tuple[tuple[str, Value], ...]]]] = {}
         self._all_declared_done = False
         self._functions_reached_in_cpu_mode: dict[int, bool] = {}
         self._stuck_switches: frozenset[str] | None = None
@@ -499,7 +507,7 @@ class FlowModel:
 
     def _uses(self) -> NameUses:
         if self._name_uses is None:
-            self._name_uses = name_uses(self.module)
+            self._name_uses = name_uses(self.module, self._memory.statement_name_uses if self._memory else None)
         return self._name_uses
 
     def _run(self, scope: Scope, env: Env, owner: cst.ClassDef | None,
@@ -549,11 +557,9 @@ class FlowModel:
         try:
             self_name = self._self_name(scope) if owner is not None else None
             module_method = owner is not None and self.is_module_class(owner)
-            interpreter = Interpreter(self, scope, env, owner=owner, self_name=self_name,
-                                      module_method=module_method, deadline=self.deadline)
-            body = scope.body if isinstance(scope, cst.Module) else scope.body.body
-            self._running[key] = interpreter.flow
-            flow = interpreter.run(body)
+            flow = self._remembered(scope, env, owner, self_name, module_method, attributes_only)
+            if flow is None:
+                flow = self._interpreted(scope, env, owner, self_name, module_method, attributes_only)
         finally:
             self._in_progress.discard(key)
             self._running.pop(key, None)
@@ -573,6 +579,44 @@ class FlowModel:
         if not self._in_progress:
             self._provisional.clear()
         return flow
+
+    def _interpreted(self, scope: Scope, env: Env, owner: cst.ClassDef | None, self_name: str | None,
+                     module_method: bool, attributes_only: bool) -> FunctionFlow:
+        """Interpret the body; with a memory, write down what it asked, for the next version."""
+        recording = RecordingOracle(self) if self._memory is not None and isinstance(scope, cst.FunctionDef) else None
+        oracle: Oracle = recording if recording is not None else self
+        interpreter = Interpreter(oracle, scope, env, owner=owner, self_name=self_name,
+                                  module_method=module_method, deadline=self.deadline)
+        body = scope.body if isinstance(scope, cst.Module) else scope.body.body
+        self._running[id(scope)] = interpreter.flow
+        flow = interpreter.run(body)
+        if recording is not None:
+            assert self._memory is not None and isinstance(scope, cst.FunctionDef)
+            self._memory.interpreted += 1
+            if recordable(recording.asked):
+                self._memory.keep(FlowRecord(scope, dict(env), owner, self_name, module_method,
+                                             tuple(recording.asked), flow), attributes_only)
+        return flow
+
+    def _remembered(self, scope: Scope, env: Env, owner: cst.ClassDef | None, self_name: str | None,
+                    module_method: bool, attributes_only: bool) -> FunctionFlow | None:
+        """The flow kept from the buffer's last version, where asking the model again what
+        its interpretation asked gives the same answers (see `memory`)."""
+        if self._memory is None or not isinstance(scope, cst.FunctionDef):
+            return None
+        record = self._memory.recall(scope, attributes_only)
+        if record is None or not record.fits(scope, env, owner, self_name, module_method):
+            return None
+        if not answers_again(self, record):
+            return None
+        self._memory.reused += 1
+        self._memory.keep(record, attributes_only)
+        return record.flow
+
+    def keep_in_memory(self) -> None:
+        """The analysis of this version is complete: its flows are the ones to reuse next."""
+        if self._memory is not None:
+            self._memory.finish(self.module)
 
     @staticmethod
     def _self_name(scope: Scope) -> str | None:
@@ -718,10 +762,12 @@ class FlowModel:
         key = (id(function), tuple(sorted(env.items(), key=lambda item: item[0])))
         if key in self._per_call_results:
             return self._per_call_results[key]
-        runs = self._per_call_runs.get(id(function), 0)
-        if runs >= _PER_CALL_RUNS:
+        # Counted by distinct arguments: asking again for the same ones (a result that read a
+        # body still running is not kept) costs nothing of the budget.
+        tried = self._per_call_arguments.setdefault(id(function), set())
+        if key not in tried and len(tried) >= _PER_CALL_RUNS:
             return None
-        self._per_call_runs[id(function)] = runs + 1
+        tried.add(key)
         returns = self._run(function, env, None).returns
         if not self._provisional_reads:
             self._per_call_results[key] = returns

@@ -1,0 +1,153 @@
+"""What an editor's buffer keeps of its analysis from one version to the next.
+
+Interpreting a body is a deterministic function of the body, its entry environment, its class
+and the answers the file-wide model gives it (the interpreter's `Oracle` questions). So a
+function the edit left alone (the same node: `IncrementalParser` reuses it) need not be
+interpreted again when the model, asked the same questions in the same order, gives the same
+answers: the kept flow is then exactly what interpreting it would give. Asking again also does
+to the model whatever the questions do (definitions registered, call sites recorded), as the
+interpretation would have; the first answer that differs stops the check, and the function is
+interpreted (asking again what it already asked changes nothing: the model's answers are
+memoised, and its budget of runs per function counts distinct arguments). Only bodies that
+define no function or class are kept: nothing else reads their state while they run.
+
+Values name definitions and calls by `id(node)`. The tree the records were last checked
+against is kept alive until the next version's analysis ends, so no node of the new tree can
+take the address of one a record mentions; records not checked against a version are dropped.
+
+Each top-level statement's name uses (`call_sites.StatementNameUses`) are kept too: facts about
+names, with no ids, good as long as the statement is the same node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+
+from torchdevlint.analysis.flow.call_sites import StatementNameUses, statement_name_uses
+from torchdevlint.analysis.flow.interpreter import Env, FunctionFlow, Oracle
+from torchdevlint.analysis.flow.values import Value
+
+# One question the interpreter asked and the answer it had: (the Oracle member, its arguments).
+Question = tuple[str, tuple[object, ...]]
+
+
+@dataclass(frozen=True)
+class FlowRecord:
+    """One interpretation of a function body, with the questions it asked in order."""
+
+    function: cst.FunctionDef
+    env: Env
+    owner: cst.ClassDef | None
+    self_name: str | None
+    module_method: bool
+    asked: tuple[tuple[Question, object], ...]
+    flow: FunctionFlow
+
+    def fits(self, function: cst.FunctionDef, env: Env, owner: cst.ClassDef | None,
+             self_name: str | None, module_method: bool) -> bool:
+        return (self.function is function and self.owner is owner and self.self_name == self_name
+                and self.module_method == module_method and self.env == env)
+
+
+class RecordingOracle:
+    """Stands for the model in one interpretation, writing down each question and answer."""
+
+    def __init__(self, model: Oracle) -> None:
+        self._model = model
+        self.asked: list[tuple[Question, object]] = []
+
+    def _ask(self, member: str, *arguments: object) -> object:
+        answer = ask(self._model, (member, arguments))
+        self.asked.append(((member, arguments), answer))
+        return answer
+
+    def outer_value(self, scope: cst.CSTNode, name: str) -> Value | None:
+        return self._ask("outer_value", scope, name)  # type: ignore[return-value]
+
+    def call_result(self, definition: int, call: cst.Call | None, arguments: Sequence[Value],
+                    receiver: Value | None) -> Value:
+        return self._ask("call_result", definition, call, tuple(arguments), receiver)  # type: ignore[return-value]
+
+    def instance_value(self, class_id: int) -> Value:
+        return self._ask("instance_value", class_id)  # type: ignore[return-value]
+
+    def attribute_value(self, class_id: int, attribute: str, instance: Value) -> Value | None:
+        return self._ask("attribute_value", class_id, attribute, instance)  # type: ignore[return-value]
+
+    def method_of(self, class_id: int, name: str) -> int | None:
+        return self._ask("method_of", class_id, name)  # type: ignore[return-value]
+
+    def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None:
+        self._ask("register_definition", node, enclosing, owner)
+
+    @property
+    def entry_cuda_device(self) -> Value:
+        return self._ask("entry_cuda_device")  # type: ignore[return-value]
+
+    @property
+    def stuck_switches(self) -> frozenset[str]:
+        return self._ask("stuck_switches")  # type: ignore[return-value]
+
+
+def ask(model: Oracle, question: Question) -> object:
+    member, arguments = question
+    if not arguments and member in ("entry_cuda_device", "stuck_switches"):
+        return getattr(model, member)
+    return getattr(model, member)(*arguments)
+
+
+def answers_again(model: Oracle, record: FlowRecord) -> bool:
+    """Ask the model the record's questions in order: whether every answer is the same."""
+    return all(ask(model, question) == answer for question, answer in record.asked)
+
+
+def recordable(asked: Sequence[tuple[Question, object]]) -> bool:
+    """Whether a body defined no function or class as it ran: then no other body reads its
+    state while it runs (`FlowModel._running`), and the record holds all it depends on."""
+    return not any(question[0] == "register_definition" for question, _ in asked)
+
+
+class FlowMemory:
+    """The records of one buffer: those checked against its last analysed version."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, bool], FlowRecord] = {}
+        self._checked: dict[tuple[int, bool], FlowRecord] = {}
+        # Each top-level statement's name uses, with the statement they are about.
+        self._kept_uses: dict[int, tuple[cst.BaseStatement, StatementNameUses]] = {}
+        self._used_uses: dict[int, tuple[cst.BaseStatement, StatementNameUses]] = {}
+        # The tree the kept records were checked against (see the module's docstring).
+        self._anchor: cst.Module | None = None
+        # Of the last version analysed: functions whose kept flow was reused, and interpreted.
+        self.reused = 0
+        self.interpreted = 0
+
+    def begin(self) -> None:
+        """A version's analysis starts (records are kept per function, and per attribute
+        collection: a class's methods run once more while its attributes are gathered)."""
+        self._checked = {}
+        self._used_uses = {}
+        self.reused = self.interpreted = 0
+
+    def recall(self, function: cst.FunctionDef, attributes_only: bool) -> FlowRecord | None:
+        return self._kept.get((id(function), attributes_only))
+
+    def keep(self, record: FlowRecord, attributes_only: bool) -> None:
+        self._checked[(id(record.function), attributes_only)] = record
+
+    def statement_name_uses(self, statement: cst.BaseStatement) -> StatementNameUses:
+        """`call_sites.statement_name_uses`, kept while the statement is (facts about names,
+        no node ids: nothing to check)."""
+        kept = self._kept_uses.get(id(statement))
+        uses = kept[1] if kept is not None and kept[0] is statement else statement_name_uses(statement)
+        self._used_uses[id(statement)] = (statement, uses)
+        return uses
+
+    def finish(self, module: cst.Module) -> None:
+        """The version's analysis ended: its records are the ones kept from now on."""
+        self._kept, self._checked = self._checked, {}
+        self._kept_uses, self._used_uses = self._used_uses, {}
+        self._anchor = module
