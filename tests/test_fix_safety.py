@@ -160,6 +160,23 @@ def test_a_fix_whose_output_would_not_parse_is_withheld(tmp_path: Path) -> None:
     assert outcome.remaining and all(d.fix_withheld for d in outcome.remaining)
 
 
+def test_a_quick_fix_whose_output_would_not_parse_is_not_offered() -> None:
+    from torchdevlint.diagnostics import Applicability, Edit, Fix
+    from torchdevlint.fixer import apply_one_fix
+
+    source = "import torch\nx = torch.zeros(3)\n"
+    end = source.index(")\n") + 1
+
+    def fix(content: str) -> Fix:
+        return Fix("probe", Applicability.SAFE, (Edit(end, end, content),))
+
+    assert apply_one_fix(source, fix(" )(")) is None
+    assert apply_one_fix(source, fix(".cuda()")) == "import torch\nx = torch.zeros(3).cuda()\n"
+    # Code the running Python cannot judge (a syntax error already) is left to the user.
+    broken = source + "def (\n"
+    assert apply_one_fix(broken, fix(" )(")) == "import torch\nx = torch.zeros(3) )(\ndef (\n"
+
+
 def test_unreadable_file_is_reported_not_raised(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # Root reads any file whatever its mode, so the permission error is simulated.
     from torchdevlint import runner

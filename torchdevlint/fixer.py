@@ -115,6 +115,28 @@ def _parses(text: str, *, compiles: bool = True) -> bool:
     return True
 
 
+def apply_one_fix(text: str, fix: Fix) -> str | None:
+    """`text` with one finding's fix applied, as an editor's quick fix offers it; None where it
+    changes nothing, or where its output would not parse though `text` did (`fix_source`
+    would withhold it). The running Python's parser judges: a quick fix is not linted again."""
+    fixed, applied = apply_fixes(text, [fix])
+    if not applied:
+        return None
+    if not _python_parses(fixed) and _python_parses(text):
+        return None
+    return fixed
+
+
+def _python_parses(text: str) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(text, "<fixed>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
 def _made_progress(before: Sequence[Diagnostic], after: Sequence[Diagnostic], unsafe: bool) -> bool:
     """Whether a round removed at least one fixable finding (by code, counted)."""
     remaining = Counter(d.code for d in after if is_applicable(d.fix, unsafe))

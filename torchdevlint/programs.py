@@ -21,7 +21,7 @@ from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.budget import Deadline
 from torchdevlint.diagnostics import Diagnostic, FileError, Fix, Location
 from torchdevlint.engine import InvalidSource, ModuleParser, check_syntax, lint_source
-from torchdevlint.fixer import FixOutcome, apply_fixes, fix_source
+from torchdevlint.fixer import FixOutcome, apply_one_fix, fix_source
 from torchdevlint.notebook.document import NotebookDocument
 from torchdevlint.notebook.program import NotebookProgram as NotebookCells
 from torchdevlint.registry import rule_by_code
@@ -264,8 +264,8 @@ class NotebookProgram(Program):
         number; None where the fix cannot be written into the cells."""
         if self.cells.withholds(self.text, fix) is not None:
             return None
-        fixed, applied = apply_fixes(self.text, [fix])
-        return self.cells.changed_sources(fixed) if applied else None
+        fixed = apply_one_fix(self.text, fix)
+        return self.cells.changed_sources(fixed) if fixed is not None else None
 
     def diff(self, text: str) -> str:
         changed = self.cells.changed_sources(text) or {}

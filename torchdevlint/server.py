@@ -30,7 +30,7 @@ from torchdevlint import __version__
 from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.config import CONFIG_FILE_NAMES, ConfigError
 from torchdevlint.diagnostics import Diagnostic, FileError
-from torchdevlint.fixer import apply_fixes
+from torchdevlint.fixer import apply_one_fix
 from torchdevlint.incremental_parse import IncrementalParser
 from torchdevlint.notebook.document import NotebookDocument
 from torchdevlint.programs import NotebookProgram, Program
@@ -533,8 +533,8 @@ def _fixed_texts(linted: _Linted, diagnostic: Diagnostic) -> dict[str, str]:
     assert diagnostic.fix is not None
     buffer = linted.buffer
     if not buffer.is_notebook:
-        fixed, applied = apply_fixes(buffer.text, [diagnostic.fix])
-        return {buffer.uri: fixed} if applied else {}
+        fixed = apply_one_fix(buffer.text, diagnostic.fix)
+        return {buffer.uri: fixed} if fixed is not None else {}
     if not isinstance(linted.program, NotebookProgram):
         return {}
     sources = linted.program.sources_fixed_by(diagnostic.fix) or {}
