@@ -152,6 +152,21 @@ def test_a_device_bug_is_reported_and_its_quick_fix_clears_it(tmp_path: Path) ->
     run_session(tmp_path, scenario)
 
 
+def test_deprecated_and_unnecessary_code_is_tagged_so(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.torchdevlint]\nextend-select = ["TDL204", "TDL900"]\n',
+                                             encoding="utf-8")
+
+    async def scenario(editor: Editor) -> None:
+        uri = editor.open("train.py", 'import torch\nx = torch.ones(2).pin_memory("cuda")\ny = x + 1  # noqa: TDL001\n')
+        found = {d.code: d for d in await editor.diagnostics(uri)}
+        assert list(found["TDL204"].tags or ()) == [types.DiagnosticTag.Deprecated]
+        # The editor strikes through the device argument only, not the call.
+        assert (found["TDL204"].range.start.character, found["TDL204"].range.end.character) == (29, 35)
+        assert list(found["TDL900"].tags or ()) == [types.DiagnosticTag.Unnecessary]
+
+    run_session(tmp_path, scenario)
+
+
 def test_code_actions_offer_a_noqa_comment_and_fixing_the_whole_file(tmp_path: Path) -> None:
     async def scenario(editor: Editor) -> None:
         uri = editor.open("train.py", DEVICE_BUG)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
+from enum import Enum
 from typing import ClassVar
 
 import libcst as cst
@@ -51,6 +52,15 @@ class Invalid:
         return None if self.fixed is None else textwrap.dedent(self.fixed).lstrip("\n")
 
 
+class Mark(Enum):
+    """What a rule's finding says of the code it points at, beyond its message."""
+
+    # Use of something deprecated: the reported range is that thing.
+    DEPRECATED = "deprecated"
+    # Code that does nothing and can go: the reported range is that code.
+    UNNECESSARY = "unnecessary"
+
+
 @dataclass(frozen=True)
 class NoOptions:
     """For rules that take no options."""
@@ -78,6 +88,9 @@ class Rule:
     message: ClassVar[str]
     fix_title: ClassVar[str | None] = None
     default_enabled: ClassVar[bool] = True
+    # What the reported code is, where an editor shows that (struck through, faded): the
+    # LSP server's diagnostic tags.
+    marks: ClassVar[frozenset[Mark]] = frozenset()
     # The rule cannot fire on a file containing none of these strings, so the engine does not
     # run it there (and parses nothing when no selected rule can fire). Empty: always run.
     requires_any_text: ClassVar[tuple[str, ...]] = ()

@@ -34,6 +34,8 @@ from torchdevlint.fixer import apply_one_fix
 from torchdevlint.incremental_parse import IncrementalParser
 from torchdevlint.notebook.document import NotebookDocument
 from torchdevlint.programs import NotebookProgram, Program
+from torchdevlint.registry import rule_by_code
+from torchdevlint.rule import Mark
 from torchdevlint.runner import RunSettings, collect_garbage_rarely, process_buffer
 from torchdevlint.settings import SettingsFinder, file_rule_codes
 from torchdevlint.sourcefile import LINE_BREAK, LineIndex, SourceError
@@ -305,6 +307,7 @@ class TorchDevLintServer(LanguageServer):
             code_description=types.CodeDescription(href=RULE_DOCS_URL.format(code=diagnostic.code)),
             source=SOURCE,
             message=diagnostic.message,
+            tags=_tags(diagnostic.code),
         )
 
     def _error_to_lsp(self, lines: Sequence[str], error: FileError) -> types.Diagnostic:
@@ -526,6 +529,16 @@ def _quick_fixes(ls: TorchDevLintServer, linted: _Linted, params: types.CodeActi
                 title=f"Disable {diagnostic.code} for this line", kind=types.CodeActionKind.QuickFix,
                 diagnostics=[shown], edit=ls.workspace_edit(texts, {uri: suppressed})))
     return actions
+
+
+_TAGS = {Mark.DEPRECATED: types.DiagnosticTag.Deprecated, Mark.UNNECESSARY: types.DiagnosticTag.Unnecessary}
+
+
+def _tags(code: str) -> list[types.DiagnosticTag] | None:
+    """How the client may show the reported code (struck through, faded), as its rule says."""
+    rule = rule_by_code(code)
+    tags = sorted((_TAGS[mark] for mark in rule.marks), key=lambda tag: tag.value) if rule is not None else []
+    return tags or None
 
 
 def _fixed_texts(linted: _Linted, diagnostic: Diagnostic) -> dict[str, str]:

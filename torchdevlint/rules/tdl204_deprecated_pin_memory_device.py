@@ -8,7 +8,7 @@ from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
-from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.rule import Invalid, Mark, Rule, Valid
 
 # Tensor methods whose device argument is deprecated (PyTorch 2.5+, pytorch/pytorch#146821).
 _TENSOR_METHODS = frozenset({"pin_memory", "is_pinned"})
@@ -44,6 +44,7 @@ class DeprecatedPinMemoryDevice(Rule):
     message = "the device argument of pinned memory is deprecated and ignored: PyTorch pins for the current accelerator"
     fix_title = "Remove the device argument"
     default_enabled = False
+    marks = frozenset({Mark.DEPRECATED})
     requires_any_text = ("pin_memory", "is_pinned")
 
     VALID = [
@@ -124,7 +125,7 @@ class DeprecatedPinMemoryDevice(Rule):
         if isinstance(func, cst.Attribute) and func.attr.value in _TENSOR_METHODS:
             device = self._tensor_device_argument(node)
             if device is not None and not (self.context.flow.value_of(func.value).kinds & _NOT_TENSORS):
-                self.report(node, fix=self._without(node, device))
+                self.report(device, fix=self._without(node, device))
             return
         if self.context.imports.qualified_name(func) in torch_api.DATALOADERS:
             for arg in node.args:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.rule import Invalid, Mark, Rule, Valid
 from torchdevlint.suppression import NoqaDirective, SuppressionFinding, SuppressionReview
 
 # Only our own codes are judged: codes of other tools (E501) belong to them.
@@ -39,6 +39,7 @@ class UnusedNoqa(Rule):
     message = "Unused `noqa` directive"
     fix_title = "Remove the unused codes from the `noqa` directive"
     default_enabled = False
+    marks = frozenset({Mark.UNNECESSARY})
     reviews_suppressions = True
 
     VALID = [
