@@ -406,6 +406,15 @@ def test_check_never_imports_torch(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
 
 
+def test_verify_leaves_no_file_or_pipe_open() -> None:
+    result = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "always::ResourceWarning", "-m", "torchdevlint", "verify", "--device",
+         "emulated", str(FIXTURES / "tdl001_discarded_move_train_loop.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ResourceWarning" not in result.stderr
+
+
 def test_bad_directive_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("# verify: host=tpu\nimport torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n")
     result = run_cli("verify", "--device", "emulated", "train.py", cwd=tmp_path)

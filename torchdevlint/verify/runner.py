@@ -317,6 +317,7 @@ class _ForkServer:
         self._jobs = jobs
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
         self._waiting: dict[int, tuple[threading.Event, list[_Finished]]] = {}
         self._next_id = 0
         self._failure: str | None = None
@@ -328,7 +329,8 @@ class _ForkServer:
                 _child_command("--serve"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                 env=_child_env(RunHost.CPU, self._jobs, hide_gpus=False), start_new_session=True,
             )
-            threading.Thread(target=self._read_answers, args=(self._process,), daemon=True).start()
+            self._reader = threading.Thread(target=self._read_answers, args=(self._process,), daemon=True)
+            self._reader.start()
         return self._process
 
     def _read_answers(self, process: subprocess.Popen[bytes]) -> None:
@@ -384,6 +386,11 @@ class _ForkServer:
             except subprocess.TimeoutExpired:
                 _kill_group(process.pid)
                 process.wait()
+            # The reader stops at the end of the server's output; then its pipe can be closed.
+            if self._reader is not None:
+                self._reader.join(timeout=30)
+            if process.stdout is not None and (self._reader is None or not self._reader.is_alive()):
+                process.stdout.close()
         self._log.close()
 
 
