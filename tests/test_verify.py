@@ -415,6 +415,18 @@ def test_verify_leaves_no_file_or_pipe_open() -> None:
     assert "ResourceWarning" not in result.stderr
 
 
+def test_each_program_is_linted_with_its_own_configuration(tmp_path: Path) -> None:
+    bug = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "quiet" / "pyproject.toml").write_text('[tool.torchdevlint]\nignore = ["TDL001"]\n')
+    (tmp_path / "quiet" / "train.py").write_text(bug)
+    (tmp_path / "train.py").write_text(bug)
+    result = run_cli("verify", "--device", "emulated", "quiet/train.py", "train.py", cwd=tmp_path)
+    assert "quiet/train.py: no finding" in result.stdout
+    assert "\ntrain.py: fix verified" in result.stdout
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_bad_directive_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("# verify: host=tpu\nimport torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n")
     result = run_cli("verify", "--device", "emulated", "train.py", cwd=tmp_path)

@@ -10,7 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from torchdevlint.settings import Settings
+    from torchdevlint.verify.runner import ConfiguredRules
 
 DEFAULT_PATHS = ("fixtures/",)
 EXIT_VERIFIED = 0
@@ -88,6 +92,13 @@ def _environment(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def _configured_rules(path: str, settings: Settings) -> ConfiguredRules:
+    from torchdevlint.settings import file_rule_codes
+
+    codes = set(file_rule_codes(settings, Path(path)))
+    return tuple(rule for rule in settings.rules if rule.code in codes), settings.rule_options
+
+
 def run_verify(args: argparse.Namespace) -> int:
     # Deferred: `check` never pays for the verify machinery (which still never imports torch).
     from torchdevlint.config import ConfigError
@@ -126,10 +137,11 @@ def run_verify(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     try:
         finder = SettingsFinder(Path.cwd(), args.config)
-        # The programs are walked as `check` walks them; the rules are those configured here.
-        loaded = finder.fallback
+        # The programs are walked, and configured, as `check` walks and configures them.
         errors: list[FileError] = []
-        files = [path for path, _ in iter_python_files(args.paths or list(DEFAULT_PATHS), finder, errors)]
+        found = list(iter_python_files(args.paths or list(DEFAULT_PATHS), finder, errors))
+        files = [path for path, _ in found]
+        configured = {path: _configured_rules(path, file_settings) for path, file_settings in found}
     except ConfigError as error:
         sys.stderr.write(f"torchdevlint: error: {error}\n")
         return EXIT_ERROR
@@ -143,8 +155,7 @@ def run_verify(args: argparse.Namespace) -> int:
         sys.stderr.write(f"torchdevlint: error: {error}\n")
         return EXIT_ERROR
     settings = VerifySettings(
-        rules=loaded.rules,
-        rule_options=loaded.rule_options,
+        rules_for=configured.__getitem__,
         accelerator=accelerator,
         timeout=args.timeout or DEFAULT_TIMEOUT,
         jobs=args.jobs or min(4, default_jobs()),

@@ -639,10 +639,15 @@ def proven_findings(findings: Iterable[Diagnostic]) -> list[Diagnostic]:
     return [d for d in findings if d.code.startswith(CORRECTNESS_PREFIX)]
 
 
+# The rules a program is linted with, and their options.
+ConfiguredRules = tuple[tuple[type[Rule], ...], Mapping[str, object]]
+
+
 @dataclass(frozen=True)
 class VerifySettings:
-    rules: tuple[type[Rule], ...]
-    rule_options: Mapping[str, object]
+    # Each program's rules, as `check` configures its file (its nearest configuration,
+    # `per-file-ignores` applied).
+    rules_for: Callable[[str], ConfiguredRules]
     accelerator: AcceleratorInfo
     timeout: float = DEFAULT_TIMEOUT
     jobs: int = 2
@@ -815,14 +820,15 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
         text = program.text
         spec = read_directive(text)
         deadline = Deadline(DEFAULT_FILE_SECONDS)
-        findings = tuple(program.lint(settings.rules, settings.rule_options, deadline=deadline))
+        rules, rule_options = settings.rules_for(path)
+        findings = tuple(program.lint(rules, rule_options, deadline=deadline))
         if program.errors:
             first = program.errors[0]
             cell = f"cell {first.cell}, " if first.cell is not None else ""
             return FileError(path, f"cannot run: {cell}line {first.line}: {first.message}")
         fixed_text = text
         if proven_findings(findings):
-            fixed_text = program.fix(settings.rules, settings.rule_options, unsafe=True, deadline=deadline).text
+            fixed_text = program.fix(rules, rule_options, unsafe=True, deadline=deadline).text
     except SourceError as error:
         return FileError(path, str(error))
     except DirectiveError as error:
