@@ -336,6 +336,20 @@ def test_show_fixes_lists_what_fix_would_change_without_writing(tmp_path: Path) 
     assert "  train.py:6:9: TDL003 Pass map_location (unsafe)\n    -     'a.pt',\n    +     'a.pt', map_location=\"cpu\",\n" in unsafe
 
 
+def test_show_fixes_shows_a_long_line_around_its_change(tmp_path: Path) -> None:
+    padding = ", ".join(f"w{index}" for index in range(60))
+    (tmp_path / "train.py").write_text(
+        "import torch\nx = torch.zeros(3)\n"
+        f"weights = [{padding}]; x.cuda(); rest = [{padding}]\n"
+        "y = x + torch.ones(3, device='cuda')\n")
+    preview = run_cli("check", "--no-cache", "--show-fixes", "train.py", cwd=tmp_path).stdout
+    [removed] = [line for line in preview.splitlines() if line.startswith("    - ")]
+    [added] = [line for line in preview.splitlines() if line.startswith("    + ")]
+    # Forty characters either side of what the fix changes.
+    assert removed == "    - …2, w53, w54, w55, w56, w57, w58, w59]; x.cuda(); rest = [w0, w1, w2, w3, w4, w5,…"
+    assert added == "    + …2, w53, w54, w55, w56, w57, w58, w59]; x = x.cuda(); rest = [w0, w1, w2, w3, w4, w5,…"
+
+
 def test_show_fixes_with_fix_lists_what_changed(tmp_path: Path) -> None:
     write(tmp_path, BUGGY + "y = torch.ones(3)\ny.cuda()\nprint(y * x.cuda())\n")
     result = run_cli("check", "--no-cache", "--fix", "--show-fixes", "train.py", cwd=tmp_path)

@@ -322,6 +322,41 @@ def _changed_lines(old: str, new: str) -> tuple[list[str], list[str]]:
     return old_lines[prefix : len(old_lines) - suffix], new_lines[prefix : len(new_lines) - suffix]
 
 
+# A previewed line longer than this is shown around its change only (minified code, long
+# literals): this many characters of context each side, and at most twice the limit in all.
+_PREVIEW_LINE_LIMIT = 120
+_PREVIEW_CONTEXT = 40
+
+
+def _clipped_preview(removed: list[str], added: list[str]) -> tuple[list[str], list[str]]:
+    """The changed lines as the preview shows them: long ones cut down to where they change."""
+    if len(removed) == len(added):
+        pairs = [_clip_pair(old, new) for old, new in zip(removed, added, strict=True)]
+        return [old for old, _ in pairs], [new for _, new in pairs]
+    return [_clip(line, 0, len(line)) for line in removed], [_clip(line, 0, len(line)) for line in added]
+
+
+def _clip_pair(old: str, new: str) -> tuple[str, str]:
+    if max(len(old), len(new)) <= _PREVIEW_LINE_LIMIT:
+        return old, new
+    prefix = 0
+    while prefix < min(len(old), len(new)) and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(old), len(new)) - prefix and old[-1 - suffix] == new[-1 - suffix]:
+        suffix += 1
+    start = max(0, prefix - _PREVIEW_CONTEXT)
+    return _clip(old, start, len(old) - suffix + _PREVIEW_CONTEXT), _clip(new, start, len(new) - suffix + _PREVIEW_CONTEXT)
+
+
+def _clip(line: str, start: int, end: int) -> str:
+    """`line[start:end]`, no longer than twice the limit, with `…` where something was cut."""
+    if len(line) <= _PREVIEW_LINE_LIMIT:
+        return line
+    end = min(len(line), end, start + 2 * _PREVIEW_LINE_LIMIT)
+    return ("…" if start > 0 else "") + line[start:end] + ("…" if end < len(line) else "")
+
+
 def write_fix_preview(out: TextIO, diagnostics: Sequence[Diagnostic], *, unsafe_fixes: bool,
                       sources: SourceLookup, palette: Palette = PLAIN) -> None:
     """What `--fix` (with `--unsafe-fixes` if given) would change, finding by finding."""
@@ -344,7 +379,7 @@ def write_fix_preview(out: TextIO, diagnostics: Sequence[Diagnostic], *, unsafe_
         if view is None:
             continue
         text = view.text
-        removed, added = _changed_lines(text, _apply(text, fix_replacements(text, fix)))
+        removed, added = _clipped_preview(*_changed_lines(text, _apply(text, fix_replacements(text, fix))))
         for line in removed:
             out.write("    " + palette.paint(f"- {line}".rstrip(), Style.RED) + "\n")
         for line in added:
