@@ -91,6 +91,13 @@ def test_flake8_does_the_noqa(tmp_path: Path) -> None:
     assert [row for _, row, *_ in disabled] == [3, 4, 5]
 
 
+def test_unused_noqa_is_left_to_flake8(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.torchdevlint]\nextend-select = ["TDL900"]\n')
+    (tmp_path / "a.py").write_text("import torch\nx = torch.zeros(3)  # noqa: TDL001\n")
+    assert [code for *_, code, _ in cli_findings("a.py", cwd=tmp_path)] == ["TDL900"]
+    assert flake8_findings("--select", "TDL", "a.py", cwd=tmp_path) == []
+
+
 def test_flake8_reads_tool_torchdevlint(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[tool.torchdevlint]\nignore = ["TDL001"]\nexclude = ["legacy/"]\n'
