@@ -179,6 +179,23 @@ class TensorAttributeNotBuffer(Rule):
             """,
             name="models-made-by-builder-functions",
         ),
+        Valid(
+            """
+            from functools import partial
+
+            import torch.nn as nn
+            from .blocks import ResnetBlock
+
+            class Unet(nn.Module):
+                def __init__(self, dim, time_dim):
+                    super().__init__()
+                    resnet_block = partial(ResnetBlock, time_emb_dim=time_dim)
+                    self.mid_block = resnet_block(dim, dim)
+                def forward(self, x):
+                    return self.mid_block(x)
+            """,
+            name="blocks-made-by-a-partial-of-their-class",
+        ),
     ]
     INVALID = [
         Invalid(

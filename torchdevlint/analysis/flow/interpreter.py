@@ -77,6 +77,10 @@ _MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbo
 # `build_model(cfg)`, `get_encoder()`: functions that make or fetch a model, not models.
 _BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "setup", "construct", "prepare",
                             "define", "instantiate", "new", "from", "fetch"})
+# `resnet_block(dim, dim)`, `net_fn(...)`: a name ending so makes a part of a model (often a
+# `partial` of a class), or is some other callable: what it returns is no model's output.
+_PART_MAKER_NOUNS = frozenset({"block", "blocks", "layer", "layers", "fn", "func", "factory", "cls", "klass",
+                               "class", "builder", "type", "ctor", "constructor", "cfg", "config", "kwargs"})
 # Reductions along a dimension that return (values, indices).
 _VALUES_INDICES_METHODS = frozenset({"max", "min", "sort", "topk", "median", "mode", "kthvalue"})
 _BUILTIN_SCALARS = frozenset({"len", "int", "float", "bool", "str", "round", "abs", "sum", "min", "max", "repr", "hash", "id", "ord"})
@@ -1150,7 +1154,8 @@ class Interpreter:
         name = written.lower()
         # `Net()` builds a model (a class); `model(x)`, `self.net(x)` call one.
         if any(word in name for word in _MODEL_NAME_WORDS) and not any(word in name for word in ("loss", "criterion")) \
-                and not written[:1].isupper() and name.split("_", 1)[0] not in _BUILDER_VERBS:
+                and not written[:1].isupper() and name.split("_", 1)[0] not in _BUILDER_VERBS \
+                and name.rsplit("_", 1)[-1] not in _PART_MAKER_NOUNS:
             # `model(x)` with `model` made where we cannot see: a module, where it was moved
             # (`model = Net().to(device)`) or else wherever its inputs are.
             return self._module_call(node, Value(frozenset({Kind.MODULE}), callee.places), arguments)
