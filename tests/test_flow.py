@@ -291,6 +291,60 @@ def test_cuda_devices_carry_their_index_where_the_code_shows_it() -> None:
     assert "wrapped: wrapped module, names device device_ids[0] (cuda:1), on device 'cuda' (cuda)" in facts
 
 
+def test_a_tuple_a_method_makes_on_its_modules_device_is_where_the_module_is() -> None:
+    facts = _facts(
+        """
+        import torch
+        import torch.nn as nn
+        class LM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.LSTM(4, 8)
+            def init_hidden(self, batch):
+                weight = next(self.parameters())
+                return (weight.new_zeros(1, batch, 8), weight.new_zeros(1, batch, 8))
+        on_host = LM()
+        hidden = on_host.init_hidden(1)
+        on_gpu = LM().cuda()
+        moved = on_gpu.init_hidden(1)
+        """
+    )
+    assert "hidden: container, [0: tensor, on host, 1: tensor, on host]" in facts
+    assert "moved: container, [0: tensor, on device 'cuda' (cuda:0), 1: tensor, on device 'cuda' (cuda:0)]" in facts
+
+
+def test_factories_follow_the_default_device_the_program_sets() -> None:
+    facts = _facts(
+        """
+        import torch
+        def helper():
+            early = torch.zeros(2)
+        a = torch.zeros(2)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        torch.set_default_device(device)
+        b = torch.zeros(2)
+        c = torch.zeros(2, device="cpu")
+        """
+    )
+    # The file changes the default device: before it says which, a factory's tensor could be
+    # anywhere (in a function, called after the change, say).
+    assert "early: tensor" in facts
+    assert "a: tensor" in facts
+    assert "b: tensor, on device  (cpu|cuda)" in facts
+    assert "c: tensor, on host" in facts
+
+    scoped = _facts(
+        """
+        import torch
+        with torch.device("cuda"):
+            inside = torch.zeros(2)
+        after = torch.zeros(2)
+        """
+    )
+    assert "inside: tensor, on device 'cuda' (cuda:0)" in scoped
+    assert "after: tensor, on host" in scoped
+
+
 def test_results_of_calls_it_cannot_see_are_placed_by_their_device_inputs() -> None:
     facts = _facts(
         """

@@ -101,6 +101,9 @@ DATA_PARALLEL_FUNCTIONS: frozenset[str] = frozenset(
 # for a block.
 SET_CUDA_DEVICE = "torch.cuda.set_device"
 CUDA_DEVICE_CONTEXT = "torch.cuda.device"
+# Where tensor factories without `device=` put their tensors from here on (`torch.device(d)`
+# as a context manager: in its block).
+SET_DEFAULT_DEVICE = frozenset({"torch.set_default_device", "torch.set_default_tensor_type"})
 
 FLOAT64_DTYPES: frozenset[str] = frozenset({"torch.float64", "torch.double"})
 # NumPy functions that make float64 arrays unless given a dtype (np.array of literals may not).

@@ -151,6 +151,20 @@ class TargetNotMoved(Rule):
             """,
             name="a-model-given-host-lengths-and-a-dict-moved-key-by-key",
         ),
+        Valid(
+            """
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            torch.set_default_device(device)
+            net = torch.nn.Linear(8, 8).to(device)
+            targets = [torch.randn(4, 8) for _ in range(10)]
+            loss_fn = torch.nn.MSELoss()
+            for target in targets:
+                loss = loss_fn(net(torch.randn(4, 8)), target)
+            """,
+            name="factories-on-the-default-device-the-program-sets",
+        ),
     ]
     INVALID = [
         Invalid(

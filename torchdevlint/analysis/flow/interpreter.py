@@ -31,6 +31,7 @@ from torchdevlint.analysis.flow.values import (
     CPU_MODE_UNREACHED,
     CUDA_ONLY,
     CURRENT_CUDA_DEVICE,
+    DEFAULT_DEVICE,
     HOST_PLACE,
     MODULE_DEVICE_PLACE,
     OTHER,
@@ -222,6 +223,8 @@ class Oracle(Protocol):
     def entry_cuda_device(self) -> Value: ...
     @property
     def stuck_switches(self) -> frozenset[str]: ...
+    @property
+    def entry_default_device(self) -> Value | None: ...
 
 
 def names_bound_by(node: cst.BaseExpression) -> Iterator[cst.Name]:
@@ -296,6 +299,9 @@ class Interpreter:
             self._grad_off += 1
         env = dict(self.env0)
         env.setdefault(CURRENT_CUDA_DEVICE, self.oracle.entry_cuda_device)
+        default_device = self.oracle.entry_default_device
+        if default_device is not None:
+            env.setdefault(DEFAULT_DEVICE, default_device)
         final = self._block(body, env)
         self.flow.final = final
         if isinstance(self.flow.node, cst.FunctionDef):
@@ -352,6 +358,7 @@ class Interpreter:
         if type(node) is cst.With:
             grad_off = False
             outer_cuda_device = env.get(CURRENT_CUDA_DEVICE)
+            outer_default_device = env.get(DEFAULT_DEVICE)
             for item in node.items:
                 value = self._evaluate(item.item, env)
                 grad_off = grad_off or self._disables_grad(item.item, env)
@@ -362,6 +369,9 @@ class Interpreter:
                     # `with torch.cuda.device(1):` changes the current device for the block.
                     index = self._device_index_argument(item.item, [self.flow.values.get(id(arg.value), UNKNOWN) for arg in item.item.args])
                     env[CURRENT_CUDA_DEVICE] = device_value(cuda_place("'cuda'", index))
+                elif value.kinds == {Kind.DEVICE}:
+                    # `with torch.device("cuda"):` makes factories in the block put tensors there.
+                    env[DEFAULT_DEVICE] = value
             self._grad_off += grad_off
             try:
                 after = self._block(node.body.body, env)
@@ -369,6 +379,11 @@ class Interpreter:
                 self._grad_off -= grad_off
             if after is not None and outer_cuda_device is not None:
                 after[CURRENT_CUDA_DEVICE] = outer_cuda_device
+            if after is not None:
+                if outer_default_device is not None:
+                    after[DEFAULT_DEVICE] = outer_default_device
+                else:
+                    after.pop(DEFAULT_DEVICE, None)
             return after
         if type(node) is cst.Match:
             self._evaluate(node.subject, env)
@@ -1471,6 +1486,11 @@ class Interpreter:
             if not isinstance(named, str):
                 named = "cpu" if place.kind is PlaceKind.HOST or place.types and "cpu" in place.types else None
             return replace(device_value(place), in_cpu_mode=named)
+        if qualified in torch_api.SET_DEFAULT_DEVICE:
+            chosen = positional[0] if positional else keywords.get("device", UNKNOWN)
+            # A device the model can name, or else somewhere it cannot (a tensor type, say).
+            env[DEFAULT_DEVICE] = chosen if chosen.device is not None else Value.of(Kind.DEVICE)
+            return SCALAR
         if qualified == torch_api.SET_CUDA_DEVICE:
             index = self._device_index_argument(node, arguments)
             env[CURRENT_CUDA_DEVICE] = device_value(cuda_place("'cuda'", index))
@@ -1505,7 +1525,7 @@ class Interpreter:
         if qualified in ("torch.from_numpy",):
             return tensor([HOST_PLACE], float64=bool(positional) and positional[0].float64)
         if qualified in torch_api.TENSOR_FACTORIES or qualified in ("torch.as_tensor",):
-            made = self._factory(node, qualified, positional, keywords, has_splat)
+            made = self._factory(node, qualified, positional, keywords, has_splat, env.get(DEFAULT_DEVICE))
             dtype = keywords.get("dtype")
             if dtype is not None:
                 float64 = dtype.reference is not None and dtype.reference.qualified in torch_api.FLOAT64_DTYPES
@@ -1576,11 +1596,15 @@ class Interpreter:
         return Value(frozenset({Kind.CONTAINER}), frozenset({HOST_PLACE}))
 
     def _factory(self, node: cst.Call, qualified: str, positional: list[Value], keywords: dict[str, Value],
-                 has_splat: bool) -> Value:
+                 has_splat: bool, default_device: Value | None) -> Value:
         if "device" in keywords:
             return tensor(self._device_argument(keywords["device"], node))
         if has_splat or "out" in keywords:
             return tensor(None)
+        if default_device is not None and not (qualified == "torch.as_tensor" and positional
+                                               and positional[0].is_tensor_like):
+            # The program chose where factories put tensors: there, where the model knows it.
+            return tensor(None if default_device.device is None else [default_device.device])
         zero_dim = qualified in ("torch.tensor", "torch.as_tensor") and bool(positional) and positional[0].kinds == {Kind.SCALAR}
         if qualified == "torch.as_tensor" and positional and positional[0].is_tensor_like:
             return tensor(positional[0].places)

@@ -91,10 +91,17 @@ class RecordingOracle:
     def stuck_switches(self) -> frozenset[str]:
         return self._ask("stuck_switches")  # type: ignore[return-value]
 
+    @property
+    def entry_default_device(self) -> Value | None:
+        return self._ask("entry_default_device")  # type: ignore[return-value]
+
+
+_PROPERTIES = frozenset({"entry_cuda_device", "stuck_switches", "entry_default_device"})
+
 
 def ask(model: Oracle, question: Question) -> object:
     member, arguments = question
-    if not arguments and member in ("entry_cuda_device", "stuck_switches"):
+    if not arguments and member in _PROPERTIES:
         return getattr(model, member)
     return getattr(model, member)(*arguments)
 

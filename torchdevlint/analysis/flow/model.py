@@ -142,6 +142,7 @@ class FlowModel:
         # The text the module was parsed from (regenerated from the tree when not given).
         self._source = source
         self._entry_cuda_device: Value | None = None
+        self._entry_default_device: tuple[Value | None] | None = None
         self._enclosing_scope = enclosing_scope
         self.deadline = deadline if deadline is not None else NoDeadline()
         self._definitions: dict[int, _Definition] = {}
@@ -185,6 +186,17 @@ class FlowModel:
             changes = "set_device" in text or "cuda.device(" in text
             self._entry_cuda_device = device_value(cuda_place("'cuda'", None if changes else 0))
         return self._entry_cuda_device
+
+    @property
+    def entry_default_device(self) -> Value | None:
+        """Where tensor factories without `device=` put tensors where a body starts: on the
+        host (None) unless the file changes the default device somewhere; then unknown until
+        the body sets it (`torch.set_default_device` acts on the whole process)."""
+        if self._entry_default_device is None:
+            text = self._source if self._source is not None else self.module.code
+            changes = "set_default_device" in text or "set_default_tensor_type" in text
+            self._entry_default_device = (Value.of(Kind.DEVICE),) if changes else (None,)
+        return self._entry_default_device[0]
 
     @property
     def stuck_switches(self) -> frozenset[str]:
@@ -910,6 +922,13 @@ def _final_value(flow: FunctionFlow, name: str) -> Value | None:
 
 
 def _substitute_module_device(value: Value, places: frozenset[Place]) -> Value:
+    """The value as seen from outside a module that is on `places`: its device, the module's
+    own, is where the module is; in a returned tuple too (`init_hidden` returning `(h, c)`)."""
+    items = value.items
+    if items:
+        substituted = tuple((key, _substitute_module_device(item, places)) for key, item in items)
+        if substituted != items:
+            value = replace(value, items=substituted)
     if value.places is None or MODULE_DEVICE_PLACE not in value.places:
         return value
     return replace(value, places=(value.places - {MODULE_DEVICE_PLACE}) | places)

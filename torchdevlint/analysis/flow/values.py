@@ -302,6 +302,10 @@ CUDA_ONLY = frozenset({"cuda"})
 # The environment key under which the model keeps the current CUDA device (what `"cuda"` and
 # `.cuda()` mean): not a name a program can bind.
 CURRENT_CUDA_DEVICE = "<current cuda device>"
+# The environment key under which the model keeps the default device of tensor factories,
+# where the program changes it (`torch.set_default_device(d)`, `with torch.device(d):`):
+# absent, factories without `device=` make tensors on the host.
+DEFAULT_DEVICE = "<default device>"
 # An environment key present where the program's CPU mode cannot be (see `Value.in_cpu_mode`):
 # a branch its tests never take, code after `assert torch.cuda.is_available()`.
 CPU_MODE_UNREACHED = "<not reached in cpu mode>"
