@@ -336,12 +336,16 @@ def test_factories_follow_the_default_device_the_program_sets() -> None:
     scoped = _facts(
         """
         import torch
+        import torch.nn as nn
         with torch.device("cuda"):
             inside = torch.zeros(2)
+            layer = nn.Linear(2, 2)
         after = torch.zeros(2)
         """
     )
     assert "inside: tensor, on device 'cuda' (cuda:0)" in scoped
+    # Built on the default device: its parameters are there.
+    assert "layer: module, on device 'cuda' (cuda:0)" in scoped
     assert "after: tensor, on host" in scoped
 
 

@@ -68,6 +68,7 @@ _MODULE_API = frozenset(
      "register_forward_pre_hook", "register_full_backward_hook", "extra_repr", "log", "log_dict", "save_hyperparameters"}
 )
 _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
+_HOST_ONLY = frozenset({HOST_PLACE})
 _UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
 _MODEL_OUTPUT_ONLY = frozenset({Kind.MODEL_OUTPUT})
 _DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu", "xpu", "mps"})
@@ -246,6 +247,15 @@ def place_key(node: cst.BaseExpression) -> str | None:
     if type(node) is cst.Attribute and type(node.value) is cst.Name:
         return f"{node.value.value}.{node.attr.value}"
     return None
+
+
+def _on_default_device(value: Value, env: Env) -> Value:
+    """A module just built, whose parameters were made on the host: on the default device the
+    program set instead, where it set one (`with torch.device("cuda"): model = Net()`)."""
+    default = env.get(DEFAULT_DEVICE)
+    if default is None or not value.is_module_like or value.places != _HOST_ONLY:
+        return value
+    return replace(value, places=None if default.device is None else frozenset({default.device}))
 
 
 def _join_env(left: Env | None, right: Env | None) -> Env | None:
@@ -1122,7 +1132,7 @@ class Interpreter:
         if qualified is not None:
             return self._torch_call(node, qualified, arguments, env)
         if callee.reference is not None and callee.reference.definition is not None:
-            return self._same_file_call(node, callee, arguments)
+            return _on_default_device(self._same_file_call(node, callee, arguments), env)
         if callee.is_module_like:
             return self._module_call(node, callee, arguments)
         if type(callee_node) is cst.Name:
@@ -1538,12 +1548,13 @@ class Interpreter:
                 return tensor(self._device_argument(keywords["device"], node))
             return tensor(source.places) if source.is_tensor_like else tensor(None)
         if torch_api.loads_pretrained_model(qualified):
-            return Value(frozenset({Kind.MODULE}), frozenset({HOST_PLACE}))
+            return _on_default_device(Value(frozenset({Kind.MODULE}), frozenset({HOST_PLACE})), env)
         if torch_api.is_module_constructor(qualified):
             if "device" in keywords:
                 return Value(frozenset({Kind.MODULE}), self._device_argument(keywords["device"], node))
             stateless = torch_api.is_stateless_module(qualified) and not (keywords.keys() & torch_api.STATEFUL_LOSS_KEYWORDS)
-            return Value(frozenset({Kind.MODULE}), frozenset({ANYWHERE_PLACE if stateless else HOST_PLACE}))
+            return _on_default_device(
+                Value(frozenset({Kind.MODULE}), frozenset({ANYWHERE_PLACE if stateless else HOST_PLACE})), env)
         if qualified in torch_api.NN_TENSOR_CLASSES:
             # Assigned to a Module, it moves with the Module.
             source = positional[0] if positional else UNKNOWN

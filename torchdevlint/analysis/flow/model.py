@@ -194,6 +194,9 @@ class FlowModel:
         the body sets it (`torch.set_default_device` acts on the whole process)."""
         if self._entry_default_device is None:
             text = self._source if self._source is not None else self.module.code
+            # Not for a `with torch.device(d):` block, though a function called in one makes its
+            # tensors on d too: such blocks build models (`forward` runs outside them), and
+            # a whole file's factories unplaced for one would hide the bugs in its `forward`s.
             changes = "set_default_device" in text or "set_default_tensor_type" in text
             self._entry_default_device = (Value.of(Kind.DEVICE),) if changes else (None,)
         return self._entry_default_device[0]
