@@ -8,12 +8,14 @@ import libcst as cst
 
 from torchdevlint.analysis import torch_api
 from torchdevlint.analysis.devices import string_value
+from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
 from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 _REGISTERED_TENSORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer"})
+_ON_MODULE_DEVICE = frozenset({MODULE_DEVICE_PLACE})
 
 
 @dataclass
@@ -25,6 +27,9 @@ class _ModuleClass:
     used_in_forward: set[str] = field(default_factory=set)
     # Attributes assigned anywhere else in the class (a buffer only takes tensors or None).
     assigned_elsewhere: set[str] = field(default_factory=set)
+    # Attributes a method rebuilds on the module's own device (`self.grid = grid.to(x.device)`):
+    # a cache the module keeps on its data's device itself.
+    rebuilt_on_module_device: set[str] = field(default_factory=set)
     # `super().__init__()` seen in __init__: before it, register_buffer raises.
     module_initialised: bool = False
     before_init: set[str] = field(default_factory=set)
@@ -85,8 +90,10 @@ class TensorAttributeNotBuffer(Rule):
 
     Not reported: `nn.Parameter`s, names registered with `register_buffer`, tensors created
     with an explicit `device=` or `requires_grad=` (a would-be parameter is another problem),
-    and tensors that `forward` never reads, or reads only in device-safe ways
-    (`self.mean.to(x.device)`, `.item()`, `float(self.low)`).
+    tensors that `forward` never reads, or reads only in device-safe ways
+    (`self.mean.to(x.device)`, `.item()`, `float(self.low)`), and placeholders that a method
+    rebuilds where the module's data is (`self.grid = self._make_grid(nx, ny).to(x.device)`):
+    a cache the module keeps on the right device itself.
 
     ## Fix safety
     Safe: `register_buffer(..., persistent=False)` makes the tensor follow the module's moves
@@ -196,6 +203,23 @@ class TensorAttributeNotBuffer(Rule):
             """,
             name="blocks-made-by-a-partial-of-their-class",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class YOLOLayer(nn.Module):
+                def __init__(self, anchors):
+                    super().__init__()
+                    self.grid = torch.zeros(1)
+                def forward(self, x):
+                    ny, nx = x.shape[2:4]
+                    if self.grid.shape[2:4] != x.shape[2:4]:
+                        self.grid = self._make_grid(nx, ny).to(x.device)
+                    return x + self.grid
+            """,
+            name="a-placeholder-rebuilt-on-the-inputs-device",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -228,6 +252,36 @@ class TensorAttributeNotBuffer(Rule):
             applicability=Applicability.SAFE,
             name="documented-normalisation-constant",
             in_docs=True,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Tracker(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.cell = nn.GRUCell(8, 8)
+                    self.hidden = torch.zeros(1, 8)
+                def forward(self, x):
+                    self.hidden = self.cell(x, self.hidden)
+                    return self.hidden
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            class Tracker(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.cell = nn.GRUCell(8, 8)
+                    self.register_buffer("hidden", torch.zeros(1, 8), persistent=False)
+                def forward(self, x):
+                    self.hidden = self.cell(x, self.hidden)
+                    return self.hidden
+            """,
+            applicability=Applicability.UNSAFE,
+            name="a-state-rebuilt-from-what-it-fed-the-model",
         ),
         Invalid(
             """
@@ -309,7 +363,8 @@ class TensorAttributeNotBuffer(Rule):
         if current is None:
             return
         for name, assignment in current.tensor_attributes.items():
-            if name in current.used_in_forward and name not in current.registered:
+            if name in current.used_in_forward and name not in current.registered \
+                    and name not in current.rebuilt_on_module_device:
                 fix = None
                 if name not in current.before_init:
                     unsafe = name in current.assigned_elsewhere
@@ -340,6 +395,8 @@ class TensorAttributeNotBuffer(Rule):
             return
         if where[0] != "__init__" or name in current.tensor_attributes:
             current.assigned_elsewhere.add(name)
+            if where[0] != "__init__" and self._placed_on_module_device(node.value):
+                current.rebuilt_on_module_device.add(name)
             return
         if not current.module_initialised:
             current.before_init.add(name)
@@ -353,6 +410,15 @@ class TensorAttributeNotBuffer(Rule):
         # The analysis has not bound this assignment yet: ask about the value itself.
         if self.context.flow.value_of(value).is_tensor_like:
             current.tensor_attributes.setdefault(name, node)
+
+    def _placed_on_module_device(self, value: cst.BaseExpression) -> bool:
+        """Moved or made, explicitly, where the module's data is (`.to(x.device)`,
+        `torch.zeros(..., device=x.device)` in a method of the module)."""
+        if not isinstance(value, cst.Call):
+            return False
+        flow = self.context.flow
+        explicit = flow.move_destination(value) is not None or keyword_argument(value, "device") is not None
+        return explicit and flow.value_of(value).places == _ON_MODULE_DEVICE
 
     def visit_Call(self, node: cst.Call) -> None:
         where = self._method()
