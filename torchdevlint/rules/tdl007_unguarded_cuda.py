@@ -48,7 +48,9 @@ class UnguardedCuda(Rule):
     has a command-line option for it (`--cpu`, `--no-cuda`, a `--cuda` switch, a `--device`
     option offering `cpu`), or tests a GPU setting (`if opt.use_gpu: model = model.cuda()`).
     In a distributed program (it imports `torch.distributed`) a GPU setting alone is not
-    enough: there `--use_cuda` may say where to keep features, on a run that needs GPUs.
+    enough: there `--use_cuda` may say where to keep features, on a run that needs GPUs. Nor
+    is a GPU count compared so that no GPU and one GPU answer alike (`if num_gpus > 1:`
+    chooses between one GPU and several, not between a GPU and the CPU).
 
     The CPU mode is the run with no GPU in which every setting chooses the CPU: availability
     checks are false, `use_cuda`/`opt.use_gpu`/`args.gpu` are off, `args.no_cuda` is on, a
@@ -230,6 +232,20 @@ class UnguardedCuda(Rule):
             torch.cuda.synchronize()
             """,
             name="a-gpu-setting-in-a-distributed-program-is-no-cpu-mode",
+        ),
+        Valid(
+            """
+            import torch
+
+            def train(rank, num_gpus, model):
+                device = torch.device("cuda", rank)
+                model = model.to(device)
+                if num_gpus > 1:
+                    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+                torch.cuda.synchronize()
+                return model
+            """,
+            name="one-gpu-or-several-is-no-cpu-mode",
         ),
     ]
     INVALID = [

@@ -15,6 +15,7 @@ Settings are recognised by name, as people name them: a name about the GPU (`use
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections.abc import Callable
 
@@ -22,6 +23,7 @@ import libcst as cst
 
 from torchdevlint.analysis.devices import integer_value, string_value
 from torchdevlint.analysis.flow.values import SWITCHED_OFF, ModeConstant, Off
+from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes
 
 __all__ = ["Off", "compare", "conjunction", "device_type", "disjunction", "literal_constant", "names_a_gpu_setting", "names_the_cpu_mode",
@@ -59,11 +61,14 @@ _NAMED_CONSTANTS: dict[str, ModeConstant] = {"True": True, "False": False, "None
 
 
 def _any_words(node: cst.CSTNode, matches: Callable[[set[str]], bool], *, names: bool = True,
-               strings: bool = True) -> bool:
-    """Whether the words of a name or string literal in the expression satisfy `matches`."""
+               strings: bool = True, skip: Callable[[cst.CSTNode], bool] | None = None) -> bool:
+    """Whether the words of a name or string literal in the expression satisfy `matches`
+    (outside the parts `skip` accepts)."""
     stack: list[cst.CSTNode] = [node]
     while stack:
         current = stack.pop()
+        if skip is not None and skip(current):
+            continue
         text = current.value if names and type(current) is cst.Name else \
             string_value(current) if strings and type(current) is cst.SimpleString else None
         if text is not None and matches(set(_words(text))):
@@ -88,8 +93,32 @@ _SETTING_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "ac
 
 
 def names_a_gpu_setting(test: cst.CSTNode) -> bool:
-    """Whether a test reads a setting about the GPU (`opt.use_gpu`, `use_cuda`, `x.is_cuda`)."""
-    return _any_words(test, lambda words: bool(words & _SETTING_WORDS), strings=False)
+    """Whether a test reads a setting about the GPU (`opt.use_gpu`, `use_cuda`, `x.is_cuda`),
+    other than a count compared so that no GPU and one GPU answer alike (`num_gpus > 1`:
+    one machine or several, not the CPU or a GPU)."""
+    return _any_words(test, lambda words: bool(words & _SETTING_WORDS), strings=False, skip=_counts_several_gpus)
+
+
+_COMPARE = {cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge, cst.LessThan: operator.lt,
+            cst.LessThanEqual: operator.le, cst.Equal: operator.eq, cst.NotEqual: operator.ne}
+
+
+def _counts_several_gpus(node: cst.CSTNode) -> bool:
+    """`num_gpus > 1`, `n_gpu >= 2`: a GPU count against a number, the same for 0 and 1."""
+    if type(node) is not cst.Comparison or len(node.comparisons) != 1:
+        return False
+    target = node.comparisons[0]
+    compare = _COMPARE.get(type(target.operator))
+    bound = integer_value(target.comparator)
+    name = dotted_name(node.left)
+    if compare is None or bound is None or name is None or not _counts_gpus(set(_words(name.rpartition(".")[2]))):
+        return False
+    return bool(compare(0, bound)) == bool(compare(1, bound))
+
+
+def _counts_gpus(words: set[str]) -> bool:
+    """`num_gpus`, `ngpu`, `n_gpu`, `gpu_count`: a number of GPUs."""
+    return bool(words & {"gpus", "ngpu", "ngpus"}) or "gpu" in words and bool(words & {"n", "num", "number", "count"})
 
 
 def option_offers_cpu_mode(call: cst.Call) -> bool:
