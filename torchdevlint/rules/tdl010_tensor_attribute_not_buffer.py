@@ -92,8 +92,8 @@ class TensorAttributeNotBuffer(Rule):
     with an explicit `device=` or `requires_grad=` (a would-be parameter is another problem),
     tensors that `forward` never reads, or reads only in device-safe ways
     (`self.mean.to(x.device)`, `.item()`, `float(self.low)`), and placeholders that a method
-    rebuilds where the module's data is (`self.grid = self._make_grid(nx, ny).to(x.device)`):
-    a cache the module keeps on the right device itself.
+    rebuilds where the module's data is (`self.grid = self._make_grid(nx, ny).to(x.device)`,
+    `self.means = self.means.type_as(boxes)`): the module keeps them on the right device itself.
 
     ## Fix safety
     Safe: `register_buffer(..., persistent=False)` makes the tensor follow the module's moves
@@ -219,6 +219,21 @@ class TensorAttributeNotBuffer(Rule):
                     return x + self.grid
             """,
             name="a-placeholder-rebuilt-on-the-inputs-device",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class ProposalTarget(nn.Module):
+                def __init__(self, means):
+                    super().__init__()
+                    self.means = torch.FloatTensor(means)
+                def forward(self, rois, gt_boxes):
+                    self.means = self.means.type_as(gt_boxes)
+                    return (rois - self.means) * 2
+            """,
+            name="a-constant-put-where-the-inputs-are-each-call",
         ),
     ]
     INVALID = [
@@ -413,11 +428,12 @@ class TensorAttributeNotBuffer(Rule):
 
     def _placed_on_module_device(self, value: cst.BaseExpression) -> bool:
         """Moved or made, explicitly, where the module's data is (`.to(x.device)`,
-        `torch.zeros(..., device=x.device)` in a method of the module)."""
+        `.type_as(x)`, `torch.zeros(..., device=x.device)` in a method of the module)."""
         if not isinstance(value, cst.Call):
             return False
         flow = self.context.flow
-        explicit = flow.move_destination(value) is not None or keyword_argument(value, "device") is not None
+        explicit = flow.move_destination(value) is not None or keyword_argument(value, "device") is not None \
+            or isinstance(value.func, cst.Attribute) and value.func.attr.value == "type_as"
         return explicit and flow.value_of(value).places == _ON_MODULE_DEVICE
 
     def visit_Call(self, node: cst.Call) -> None:
