@@ -235,6 +235,20 @@ class TensorAttributeNotBuffer(Rule):
             """,
             name="a-constant-put-where-the-inputs-are-each-call",
         ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class Mlp(nn.Module):
+                def __init__(self, features: int, act_layer: nn.Module = nn.GELU):
+                    super().__init__()
+                    self.fc = nn.Linear(features, features)
+                    self.act = act_layer()
+                def forward(self, x):
+                    return self.act(self.fc(x))
+            """,
+            name="a-layer-class-annotated-as-a-module",
+        ),
     ]
     INVALID = [
         Invalid(

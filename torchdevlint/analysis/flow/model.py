@@ -667,6 +667,11 @@ class FlowModel:
         annotated = self._annotation_value(annotation, definition) if annotation is not None else UNKNOWN
         if annotation is not None and dotted_name(annotation) in _SCALAR_ANNOTATIONS:
             return UNKNOWN
+        if annotated.is_module_like and param.default is not None:
+            default = self._default_values(definition).get(param.name.value)
+            if default is not None and default.reference is not None:
+                # `act_layer: nn.Module = nn.GELU`: a class (or factory), annotated as if an instance.
+                return UNKNOWN
         if is_forward:
             name = param.name.value.lower()
             if any(word in name for word in _HOST_PARAMETER_WORDS) or param.default is not None:
