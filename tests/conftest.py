@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +41,26 @@ def run_cli(*args: str, cwd: Path | None = None, stdin: str | None = None,
 @pytest.fixture
 def cli():
     return run_cli
+
+
+# What the real-editor tests open as train.py: line 5 throws away a move that line 6 needs
+# (a safe fix); line 7 loads a checkpoint after a non-ASCII name.
+EDITOR_PROGRAM = ('import torch\n\n# café\nx = torch.randn(3)\nx.to("cuda")\n'
+                  'y = x + torch.ones(3, device="cuda")\nψ = torch.load("w.pt")\n')
+
+
+def run_editor_session(command: list[str], folder: Path) -> dict[str, Any]:
+    """Run a real editor's scripted session (tests/editors/) on EDITOR_PROGRAM in `folder`:
+    the script starts `torchdevlint server` from $TORCHDEVLINT_SERVER and writes what it saw
+    as JSON to $TORCHDEVLINT_RESULT, which is returned."""
+    (folder / "train.py").write_text(EDITOR_PROGRAM, encoding="utf-8")
+    result = folder / "seen.json"
+    environment = {**os.environ,
+                   "TORCHDEVLINT_SERVER": json.dumps([sys.executable, "-m", "torchdevlint", "server"]),
+                   "TORCHDEVLINT_RESULT": str(result)}
+    subprocess.run(command, cwd=folder, env=environment, timeout=90, check=True, capture_output=True)
+    seen: dict[str, Any] = json.loads(result.read_text(encoding="utf-8"))
+    return seen
 
 
 def cuda_available() -> bool:

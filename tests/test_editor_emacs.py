@@ -6,23 +6,17 @@ tested over stdio in test_server.py, and this checks that a real client agrees w
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_editor_session
 
 pytest.importorskip("pygls")
 
 EMACS = shutil.which("emacs")
 SESSION = Path(__file__).parent / "editors" / "eglot_session.el"
-# Line 5 throws away a move that line 6 needs (a safe fix); line 7 loads a checkpoint after
-# a non-ASCII name.
-PROGRAM = ('import torch\n\n# café\nx = torch.randn(3)\nx.to("cuda")\n'
-           'y = x + torch.ones(3, device="cuda")\nψ = torch.load("w.pt")\n')
 
 
 def _has_eglot() -> bool:
@@ -38,14 +32,7 @@ pytestmark = pytest.mark.skipif(not _has_eglot(), reason="needs Emacs with Eglot
 
 def test_eglot_shows_findings_and_applies_a_quick_fix(tmp_path: Path) -> None:
     assert EMACS is not None
-    (tmp_path / "train.py").write_text(PROGRAM, encoding="utf-8")
-    result = tmp_path / "seen.json"
-    environment = {**os.environ,
-                   "TORCHDEVLINT_SERVER": json.dumps([sys.executable, "-m", "torchdevlint", "server"]),
-                   "TORCHDEVLINT_RESULT": str(result)}
-    subprocess.run([EMACS, "--batch", "-Q", "-l", str(SESSION)], cwd=tmp_path, env=environment, timeout=90,
-                   check=True, capture_output=True)
-    seen = json.loads(result.read_text(encoding="utf-8"))
+    seen = run_editor_session([EMACS, "--batch", "-Q", "-l", str(SESSION)], tmp_path)
 
     assert "error" not in seen, seen.get("error")
     assert seen["published"] is True

@@ -6,14 +6,11 @@ tested over stdio in test_server.py, and this checks that a real client agrees w
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_editor_session
 
 pytest.importorskip("pygls")
 
@@ -21,22 +18,12 @@ NEOVIM = shutil.which("nvim")
 pytestmark = pytest.mark.skipif(NEOVIM is None, reason="needs Neovim (nvim) on the PATH")
 
 SESSION = Path(__file__).parent / "editors" / "neovim_session.lua"
-# Line 5 (0-based 4) throws away a move that line 6 needs (a safe fix); line 7 loads a
-# checkpoint after a non-ASCII name.
-PROGRAM = ('import torch\n\n# café\nx = torch.randn(3)\nx.to("cuda")\n'
-           'y = x + torch.ones(3, device="cuda")\nψ = torch.load("w.pt")\n')
 
 
 def test_neovim_shows_findings_applies_a_quick_fix_and_honours_noqa(tmp_path: Path) -> None:
     assert NEOVIM is not None
-    (tmp_path / "train.py").write_text(PROGRAM, encoding="utf-8")
-    result = tmp_path / "seen.json"
-    environment = {**os.environ,
-                   "TORCHDEVLINT_SERVER": json.dumps([sys.executable, "-m", "torchdevlint", "server"]),
-                   "TORCHDEVLINT_RESULT": str(result)}
-    subprocess.run([NEOVIM, "--headless", "-u", "NONE", "-i", "NONE", "train.py", "-c", f"luafile {SESSION}"],
-                   cwd=tmp_path, env=environment, timeout=90, check=True, capture_output=True)
-    seen = json.loads(result.read_text(encoding="utf-8"))
+    seen = run_editor_session([NEOVIM, "--headless", "-u", "NONE", "-i", "NONE", "train.py",
+                               "-c", f"luafile {SESSION}"], tmp_path)
 
     assert "error" not in seen, seen.get("error")
     assert seen["published"] is True
