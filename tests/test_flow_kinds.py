@@ -140,3 +140,92 @@ def test_unknown_stays_unknown(source: str) -> None:
 def test_rebinding_an_imported_name_forgets_the_import() -> None:
     (info,) = kinds_of("import torch\nfrom torch import zeros\nzeros = lambda n: [0] * n\nprobe(zeros(3))\n")
     assert not info.is_tensor_like
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "torch.sqrt(torch.tensor(2.0 / math.pi))",
+        "torch.sqrt(torch.tensor(2.0 / torch.pi))",
+        "torch.tensor(8.0).sqrt()",
+        "torch.exp(torch.tensor(0.5)).float()",
+        "torch.log(torch.tensor(3.0)).abs().clone()",
+        "torch.tensor(math.sqrt(2.0 / math.pi)) * 2",
+        "torch.ones(4, 4).sum()",
+        "torch.rand(3).mean()",
+        "torch.pow(torch.tensor(2.0), torch.tensor(0.5))",
+    ],
+)
+def test_zero_dim_tensors_stay_zero_dim_through_math(expression: str) -> None:
+    (value,) = kinds_of(f"import math\nimport torch\nprobe({expression})\n")
+    assert value.is_tensor and value.on_host and value.zero_dim, value.describe()
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["torch.stack([torch.tensor(1.0), torch.tensor(2.0)])", "torch.tensor(2.0).expand(3)", "torch.tensor(2.0).repeat(4)",
+     "torch.tensor(2.0).unsqueeze(0)", "torch.ones(2, 2) * torch.tensor(2.0)", "torch.ones(2).sum(0).tril()"],
+)
+def test_what_gives_a_tensor_dimensions_is_not_zero_dim(expression: str) -> None:
+    (value,) = kinds_of(f"import torch\nprobe({expression})\n")
+    assert value.is_tensor and value.on_host and not value.zero_dim, value.describe()
+
+
+def test_split_chunk_and_unbind_give_tensors_where_their_input_is() -> None:
+    q, part, row, first = kinds_of(
+        """
+        import torch
+        x = torch.zeros(2, 12)
+        q, k, v = x.split(4, dim=1)
+        probe(q)
+        for part in torch.chunk(x, 3):
+            probe(part)
+        rows = x.unbind(0)
+        probe(rows[1])
+        probe(x.cuda().split(2)[0])
+        """
+    )
+    assert q.is_tensor and q.on_host
+    assert part.is_tensor and part.on_host
+    assert row.is_tensor and row.on_host
+    assert first.is_tensor and first.on_accelerator
+
+
+@pytest.mark.parametrize(
+    ("expression", "kind"),
+    [("x.size(0)", Kind.SCALAR), ("x.numel()", Kind.SCALAR), ("x.dim()", Kind.SCALAR), ("x.is_floating_point()", Kind.SCALAR),
+     ("torch.numel(x)", Kind.SCALAR), ("math.sqrt(2.0)", Kind.SCALAR), ("math.pi", Kind.SCALAR), ("torch.pi", Kind.SCALAR)],
+)
+def test_numbers_torch_and_math_return(expression: str, kind: Kind) -> None:
+    (value,) = kinds_of(f"import math\nimport torch\nx = torch.zeros(2)\nprobe({expression})\n")
+    assert value.kinds == {kind}, value.describe()
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["torch.rand(4) > 0.5", "~(torch.rand(4) > 0.5)", "-torch.ones(3)", "torch.ones(4, 4).tril() == 0",
+     "torch.linspace(0, 1, 5)", "torch.normal(0.0, 1.0, size=(3,))", "torch.full((2,), 1.0).bool()"],
+)
+def test_unary_and_comparison_operators_and_factories_from_numbers_keep_host_tensors(expression: str) -> None:
+    (value,) = kinds_of(f"import torch\nprobe({expression})\n")
+    assert value.is_tensor and value.on_host and not value.zero_dim, value.describe()
+
+
+def test_a_like_factory_of_a_value_of_unknown_kind_is_not_placed() -> None:
+    (noise,) = kinds_of("import torch\ndef f(x):\n    probe(torch.randn_like(x))\n")
+    assert noise.is_tensor and noise.places is None, noise.describe()
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["torch.where(x > 0, x, torch.zeros(3))", "x.where(x > 0, x)", "x.type(torch.FloatTensor)", "torch.einsum('i,i->i', x, x)"],
+)
+def test_names_whose_overloads_disagree_give_a_tensor_where_the_call_says_so(expression: str) -> None:
+    (value,) = kinds_of(f"import torch\nx = torch.ones(3)\nprobe({expression})\n")
+    assert value.is_tensor and value.on_host, value.describe()
+
+
+@pytest.mark.parametrize("expression", ["x.type()", "torch.where(x > 0)"])
+def test_overloads_that_give_no_single_tensor_are_not_tensors(expression: str) -> None:
+    (value,) = kinds_of(f"import torch\nx = torch.ones(3)\nprobe({expression})\n")
+    assert not value.is_tensor, value.describe()

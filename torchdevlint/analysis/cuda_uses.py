@@ -13,7 +13,7 @@ from enum import Enum
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES, asks_for_gpu, calls_in, device_literal, mentions_any
 from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
 from torchdevlint.analysis.flow.model import FlowModel

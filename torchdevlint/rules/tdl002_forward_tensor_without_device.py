@@ -17,9 +17,12 @@ class ForwardTensorWithoutDevice(Rule):
     ## What it does
     Finds tensor factories (`torch.zeros`, `ones`, `empty`, `full`, `rand`, `randn`,
     `randint`, `arange`, `linspace`, `eye`, `tensor`, …) called without `device=` in the
-    methods of an `nn.Module` (`forward`, `init_hidden`, mask builders) or in same-file helper
-    functions, whose CPU result then meets the model's data: its inputs, submodules,
-    parameters or buffers, or is returned from `forward`.
+    methods of an `nn.Module` (`forward`, `init_hidden`, mask builders), in lambdas and
+    comprehensions there, or in same-file helper functions, whose CPU result then meets the
+    model's data: its inputs, submodules, parameters or buffers (an LSTM's `(h0, c0)`, a
+    causal mask in `scores.masked_fill(mask == 0, ...)` beside the parts of a `split`), or is
+    returned from `forward`. Which torch calls check their tensors' devices, and what they
+    return, comes from torch's own operator schemas.
 
     ## Why is this bad?
     Such a tensor is always created on the CPU. Once the model is moved to a GPU, its inputs
@@ -30,7 +33,8 @@ class ForwardTensorWithoutDevice(Rule):
     Not reported: tensors moved before they meet the model's data (`h = h.to(device)`, a
     factory moved at the end of its chain, `if use_gpu: h = h.cuda()`), `*_like` factories
     and `Tensor.new_*`, tensors used only as indices, for their shape or dtype, or as the
-    CPU lengths of `pack_padded_sequence`, 0-dimensional tensors in arithmetic, and tensors
+    CPU lengths of `pack_padded_sequence`, 0-dimensional tensors in arithmetic (also after
+    element-wise math and full reductions: `torch.sqrt(torch.tensor(2.0 / math.pi)) * x`), and tensors
     made in `__init__` (TDL010 covers attributes). `torchdevlint debug flow FILE` shows where
     the analysis puts each value.
 
@@ -168,6 +172,21 @@ class ForwardTensorWithoutDevice(Rule):
             """,
             name="moved-at-the-end-of-its-chain",
         ),
+        Valid(
+            """
+            import math
+            import torch
+            import torch.nn as nn
+            class NewGELU(nn.Module):
+                def forward(self, x):
+                    inner = torch.sqrt(torch.tensor(2.0 / math.pi)) * (x + 0.044715 * torch.pow(x, 3.0))
+                    return 0.5 * x * (1.0 + torch.tanh(inner))
+            class Scaled(nn.Module):
+                def forward(self, x):
+                    return x / torch.tensor(64.0).sqrt().float() + torch.exp(torch.tensor(torch.pi)).abs()
+            """,
+            name="zero-dim-constants-through-math",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -282,6 +301,78 @@ class ForwardTensorWithoutDevice(Rule):
             applicability=Applicability.UNSAFE,
             count=2,
             name="hidden-state-from-a-helper-method",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            class SelfAttention(nn.Module):
+                def __init__(self, width):
+                    super().__init__()
+                    self.qkv = nn.Linear(width, 3 * width)
+                    self.width = width
+                def forward(self, x: torch.Tensor):
+                    q, k, v = self.qkv(x).split(self.width, dim=2)
+                    scores = q @ k.transpose(1, 2)
+                    mask = torch.ones(x.size(1), x.size(1)).tril()
+                    return scores.masked_fill(mask == 0, float("-inf")).softmax(-1) @ v
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class SelfAttention(nn.Module):
+                def __init__(self, width):
+                    super().__init__()
+                    self.qkv = nn.Linear(width, 3 * width)
+                    self.width = width
+                def forward(self, x: torch.Tensor):
+                    q, k, v = self.qkv(x).split(self.width, dim=2)
+                    scores = q @ k.transpose(1, 2)
+                    mask = torch.ones(x.size(1), x.size(1), device=x.device).tril()
+                    return scores.masked_fill(mask == 0, float("-inf")).softmax(-1) @ v
+            """,
+            applicability=Applicability.SAFE,
+            name="causal-mask-beside-parts-of-a-split",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            class Padder(nn.Module):
+                def forward(self, x: torch.Tensor):
+                    blank = lambda n: torch.zeros(n, x.size(1))
+                    return torch.cat([x, blank(2)])
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Padder(nn.Module):
+                def forward(self, x: torch.Tensor):
+                    blank = lambda n: torch.zeros(n, x.size(1), device=x.device)
+                    return torch.cat([x, blank(2)])
+            """,
+            applicability=Applicability.SAFE,
+            name="factory-in-a-lambda-in-forward",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            class Dropout(nn.Module):
+                def forward(self, x: torch.Tensor):
+                    keep = torch.rand(x.shape) > 0.5
+                    return x * keep
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Dropout(nn.Module):
+                def forward(self, x: torch.Tensor):
+                    keep = torch.rand(x.shape, device=x.device) > 0.5
+                    return x * keep
+            """,
+            applicability=Applicability.SAFE,
+            name="comparison-of-a-random-tensor",
         ),
         Invalid(
             """

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.flow.interpreter import Held
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability

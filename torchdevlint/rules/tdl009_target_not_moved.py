@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.flow.interpreter import FunctionFlow, MeetingKind, place_key
 from torchdevlint.analysis.flow.model import HostMeeting
 from torchdevlint.diagnostics import Applicability
@@ -40,6 +40,11 @@ class TargetNotMoved(Rule):
     the batch is on the host, so its other items are taken for host tensors. Those items are
     not reported where they go into a model with parameters (a model may well take a host
     list such as `lengths`).
+
+    Code that moves the model and its data under separate tests of the device choice (`if
+    torch.cuda.is_available(): model.cuda()`, and later `if torch.cuda.is_available(): x =
+    x.cuda()`) is also read as a GPU machine runs it, every such test true together: a target
+    none of them moves meets the model's output there.
 
     ## Why is this bad?
     The model's output is on the GPU and the target is not: the loss fails with "Expected all
@@ -165,8 +170,58 @@ class TargetNotMoved(Rule):
             """,
             name="factories-on-the-default-device-the-program-sets",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            features = torch.randn(64, 13)
+            prices = torch.randn(64, 1)
+            model = nn.Linear(13, 1)
+            if torch.cuda.is_available():
+                model.cuda()
+            criterion = nn.MSELoss()
+            for epoch in range(5):
+                inputs, targets = features, prices
+                if torch.cuda.is_available():
+                    inputs, targets = inputs.cuda(), targets.cuda()
+                loss = criterion(model(inputs), targets)
+            """,
+            name="model-and-all-data-moved-under-the-same-guard",
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            features = torch.randn(64, 13)
+            prices = torch.randn(64, 1)
+            model = nn.Linear(13, 1)
+            if torch.cuda.is_available():
+                model.cuda()
+            criterion = nn.MSELoss()
+            for epoch in range(5):
+                inputs = features
+                if torch.cuda.is_available():
+                    inputs = inputs.cuda()
+                loss = criterion(model(inputs), prices)
+            """,
+            name="targets-left-behind-by-the-guards-a-gpu-takes-together",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def initial_state(batch):
+                return torch.zeros(1, batch, 16)
+            def predict(rnn: nn.GRU, sequence):
+                sequence = sequence.to(device)
+                state = initial_state(sequence.size(1))
+                return rnn(sequence, state)
+            """,
+            name="helper-state-beside-an-input-of-unknown-kind-moved-to-the-device",
+        ),
         Invalid(
             """
             import torch

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
 from torchdevlint.analysis.tree import keyword_argument

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.rule import Invalid, Rule, Valid
 
 # The functional form replicates, scatters, applies and gathers in one call.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.brains.torch_api import DeviceCheck, Result, TorchOp
 from torchdevlint.analysis.devices import (
     AVAILABILITY_CHECKS,
     LEGACY_CUDA_TENSOR_TYPES,
@@ -68,6 +69,7 @@ _MODULE_API = frozenset(
      "register_forward_pre_hook", "register_full_backward_hook", "extra_repr", "log", "log_dict", "save_hyperparameters"}
 )
 _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
+_CHECKED = frozenset({DeviceCheck.SAME, DeviceCheck.ITERATOR})
 _HOST_ONLY = frozenset({HOST_PLACE})
 _UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
 _MODEL_OUTPUT_ONLY = frozenset({Kind.MODEL_OUTPUT})
@@ -279,8 +281,11 @@ class Interpreter:
 
     def __init__(self, oracle: Oracle, scope: cst.CSTNode, env: Env, *, owner: cst.ClassDef | None,
                  self_name: str | None, module_method: bool, deadline: Deadline,
-                 replacements: Mapping[int, cst.BaseSmallStatement] | None = None) -> None:
+                 replacements: Mapping[int, cst.BaseSmallStatement] | None = None, gpu_world: bool = False) -> None:
         self.oracle = oracle
+        # Interpreting the body as a GPU machine runs it: every test of the device choice
+        # (`torch.cuda.is_available()`, `args.use_gpu`) takes its GPU side, all together.
+        self.gpu_world = gpu_world
         # Statements interpreted as if written otherwise (to see what a fix would change).
         self.replacements = replacements or {}
         self.flow = FunctionFlow(scope)
@@ -300,6 +305,8 @@ class Interpreter:
         self._unpacked_together: dict[str, tuple[str, ...]] = {}
         # Names whose host placement was inferred from a moved sibling, until bound again.
         self._inferred_on_host: set[str] = set()
+        # Names bound to a lambda here, until bound again: calling one evaluates its body.
+        self._lambdas: dict[str, cst.Lambda] = {}
 
     # ---- driver --------------------------------------------------------------------
 
@@ -314,12 +321,26 @@ class Interpreter:
             env.setdefault(DEFAULT_DEVICE, default_device)
         final = self._block(body, env)
         self.flow.final = final
+        if not self.gpu_world and (self.flow.cpu_mode_tests or self.flow.gpu_setting_tests):
+            self._meetings_of_the_gpu_world(body)
         if isinstance(self.flow.node, cst.FunctionDef):
             # Falling off the end returns None.
             if final is not None:
                 self._returns.append(SCALAR)
             self.flow.returns = join_all(self._returns)
         return self.flow
+
+    def _meetings_of_the_gpu_world(self, body: Sequence[cst.CSTNode]) -> None:
+        """Branches on the device choice are taken together on a GPU machine: the model moved
+        under one `if torch.cuda.is_available():` meets the targets another one left behind.
+        Joining each branch with its untaken side forgets that; the GPU world does not."""
+        world = Interpreter(self.oracle, self.flow.node, self.env0, owner=self.owner, self_name=self.self_name,
+                            module_method=self.module_method, deadline=self.deadline,
+                            replacements=self.replacements, gpu_world=True)
+        for key, meeting in world.run(body).meetings.items():
+            current = self.flow.meetings.get(key)
+            if meeting.host_operands_meeting_device() and (current is None or not current.host_operands_meeting_device()):
+                self.flow.meetings[key] = meeting
 
     def _block(self, statements: Sequence[cst.CSTNode], env: Env | None) -> Env | None:
         for statement in statements:
@@ -349,6 +370,9 @@ class Interpreter:
             return current
         if type(node) is cst.If:
             taken = self._cpu_mode_truth(node.test, env)
+            if self.gpu_world and taken is not None and (cpu_mode.names_the_cpu_mode(node.test)
+                                                         or cpu_mode.names_a_gpu_setting(node.test)):
+                return self._gpu_side(node, env, taken)
             body = self._block(node.body.body, self._branch(env, taken is False))
             orelse_node = node.orelse
             other_in = self._branch(env, taken is True)
@@ -415,6 +439,17 @@ class Interpreter:
         if type(node) is cst.ClassDef:
             return self._class(node, env)
         return env
+
+    def _gpu_side(self, node: cst.If, env: Env, taken_in_cpu_mode: bool) -> Env | None:
+        """The branch a GPU machine takes: the one the CPU mode does not."""
+        if not taken_in_cpu_mode:
+            return self._block(node.body.body, env)
+        orelse = node.orelse
+        if orelse is None:
+            return env
+        if type(orelse) is cst.If:
+            return self._statement(orelse, env)
+        return self._block(orelse.body.body, env)
 
     # ---- the CPU mode ----------------------------------------------------------------
 
@@ -644,6 +679,7 @@ class Interpreter:
 
     def _set(self, key: str, value: Value, env: Env) -> None:
         self._unpacked_together.pop(key, None)
+        self._lambdas.pop(key, None)
         self._inferred_on_host.discard(key)
         if value.is_device and value.device is not None and value.device.kind is PlaceKind.DEVICE and not value.device.symbol:
             value = replace(value, device=replace(value.device, symbol=key))
@@ -734,6 +770,8 @@ class Interpreter:
                 self._bind(element.value, element_value, env)
             return
         self._bind(target, value, env)
+        if type(value_node) is cst.Lambda and type(target) is cst.Name:
+            self._lambdas[target.value] = value_node
 
     # ---- expression statements -----------------------------------------------------
 
@@ -901,6 +939,21 @@ class Interpreter:
         self._evaluate(node.body, lambda_env)
         return OTHER
 
+    def _lambda_call(self, function: cst.Lambda, node: cst.Call, arguments: list[Value], env: Env) -> Value:
+        """`make = lambda n: torch.zeros(n, d)` ... `make(4)`: its body, with these arguments."""
+        lambda_env = dict(env)
+        parameters = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+        for parameter in parameters:
+            lambda_env[parameter.name.value] = UNKNOWN
+        positional = [value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is None and not arg.star]
+        if len(positional) == len(node.args):
+            for parameter, value in zip(parameters, positional, strict=False):
+                lambda_env[parameter.name.value] = value
+        for arg, value in zip(node.args, arguments, strict=True):
+            if arg.keyword is not None:
+                lambda_env[arg.keyword.value] = value
+        return self._evaluate(function.body, lambda_env)
+
     def _await_or_yield(self, node: cst.Await | cst.Yield, env: Env) -> Value:
         inner_node = node.expression if isinstance(node, cst.Await) else node.value
         if isinstance(inner_node, cst.BaseExpression):
@@ -994,7 +1047,8 @@ class Interpreter:
         base = self._evaluate(node.value, env)
         attr = node.attr.value
         if base.reference is not None and base.reference.definition is None:
-            return reference(f"{base.reference.qualified}.{attr}")
+            qualified = f"{base.reference.qualified}.{attr}"
+            return SCALAR if qualified in torch_api.NUMBER_CONSTANTS else reference(qualified)
         if base.instance_of is not None:
             known = self.oracle.attribute_value(base.instance_of, attr, base)
             if known is not None:
@@ -1131,6 +1185,8 @@ class Interpreter:
             return self._builtin_container("iter", node, arguments)
         if qualified is not None:
             return self._torch_call(node, qualified, arguments, env)
+        if type(callee_node) is cst.Name and callee_node.value in self._lambdas:
+            return self._lambda_call(self._lambdas[callee_node.value], node, arguments, env)
         if callee.reference is not None and callee.reference.definition is not None:
             return _on_default_device(self._same_file_call(node, callee, arguments), env)
         if callee.is_module_like:
@@ -1210,6 +1266,11 @@ class Interpreter:
         for arg, value in zip(node.args, arguments, strict=True):
             if self._inferred_on_host and self._inferred_batch_item(arg.value) and module.places != _ANYWHERE_ONLY:
                 continue  # a model may well take a batch's host list (`lengths`) on purpose
+            if value.kinds == _UNKNOWN_ONLY and value.places is not None and value.on_accelerator:
+                # `model(x.to(device), h)`: whatever `x` is, a model's input moved to the device
+                # holds tensors there, which the model's other inputs meet.
+                operands.append(Operand(arg.value, tensor(value.places)))
+                continue
             operands.extend(_tensor_operands(arg.value, value))
         if Kind.WRAPPED_MODULE not in module.kinds:
             # DataParallel and DDP move their inputs to their device themselves.
@@ -1372,7 +1433,9 @@ class Interpreter:
             return tensor(receiver.places)
         if method == "type_as" and arguments:
             return tensor(arguments[0].places) if arguments[0].is_tensor_like else tensor(None)
-        if method in torch_api.TENSOR_METHODS_WITH_TENSOR_OPERANDS and method not in torch_api.SHAPE_ONLY_TENSOR_METHODS:
+        op = torch_api.method_op(method)
+        checked = op is not None and op.device_check in _CHECKED
+        if (checked or method in torch_api.HAND_CHECKED_METHODS) and method not in torch_api.SHAPE_ONLY_TENSOR_METHODS:
             tensors = [Operand(arg.value, value) for arg, value in zip(node.args, arguments, strict=True)
                        if value.is_tensor_like and arg.keyword is None]
             if tensors:
@@ -1380,14 +1443,26 @@ class Interpreter:
         grad = receiver.grad and method not in torch_api.GRADLESS_METHODS
         if _returns_values_and_indices(method, bool(node.args)) and not any(v.is_tensor_like for v in arguments):
             return _values_and_indices(receiver, grad)
-        if method in torch_api.TENSOR_RETURNING_METHODS or method in torch_api.TENSOR_METHODS_WITH_TENSOR_OPERANDS:
-            zero_dim = method in torch_api.FULL_REDUCTIONS and not node.args
-            if method in ("max", "min") and node.args:
-                return UNKNOWN
-            return tensor(receiver.places, origins=receiver.origins, grad=grad,
-                          zero_dim=zero_dim or (receiver.zero_dim and method not in ("expand", "repeat", "view", "reshape")))
-        if method in torch_api.FULL_REDUCTIONS and not node.args:
+        full_reduction = (op is not None and op.reduction or method in torch_api.HAND_REDUCTIONS) and not node.args
+        if full_reduction:
             return tensor(receiver.places, origins=receiver.origins, zero_dim=True, grad=grad)
+        if op is None or method in ("max", "min") and node.args:
+            return UNKNOWN
+        if op.result is Result.TENSOR or _one_tensor_given_arguments(op, method, len(node.args)):
+            operands = [receiver, *(value for value in arguments if value.is_tensor_like)]
+            zero_dim = receiver.zero_dim and (
+                op.pointwise and all(value.zero_dim for value in operands) or method in torch_api.SHAPE_KEEPING_METHODS)
+            return tensor(receiver.places, origins=receiver.origins, grad=grad, zero_dim=zero_dim)
+        return self._other_result(op, receiver.places, receiver.origins, grad)
+
+    @staticmethod
+    def _other_result(op: TorchOp, places: frozenset[Place] | None, origins: frozenset[int], grad: bool) -> Value:
+        """What a torch call returns besides one Tensor: Tensors where its inputs are, a number."""
+        if op.result is Result.TENSORS:
+            # `q, k, v = x.split(c, dim=2)`, `for part in x.chunk(4)`: each part where `x` is.
+            return Value(frozenset({Kind.CONTAINER}), places, origins, grad=grad)
+        if op.result in (Result.NUMBER, Result.NONE):
+            return SCALAR
         return UNKNOWN
 
     @staticmethod
@@ -1534,7 +1609,11 @@ class Interpreter:
             return tensor([HOST_PLACE])
         if qualified in ("torch.from_numpy",):
             return tensor([HOST_PLACE], float64=bool(positional) and positional[0].float64)
-        if qualified in torch_api.TENSOR_FACTORIES or qualified in ("torch.as_tensor",):
+        op = torch_api.function_op(qualified)
+        # `torch.linspace(0, 1, n)`, `torch.normal(0.0, 1.0, size=(n,))`: made from numbers.
+        from_numbers = op is not None and op.like_factory and bool(positional) and positional[0].kinds == {Kind.SCALAR} \
+            and not any(value.is_tensor_like for value in positional)
+        if torch_api.is_tensor_factory(qualified) or from_numbers:
             made = self._factory(node, qualified, positional, keywords, has_splat, env.get(DEFAULT_DEVICE))
             dtype = keywords.get("dtype")
             if dtype is not None:
@@ -1542,11 +1621,6 @@ class Interpreter:
             else:
                 float64 = qualified in torch_api.FROM_NUMPY and bool(positional) and positional[0].float64
             return replace(made, float64=float64) if float64 else made
-        if qualified.endswith("_like") and qualified.startswith("torch."):
-            source = positional[0] if positional else UNKNOWN
-            if "device" in keywords:
-                return tensor(self._device_argument(keywords["device"], node))
-            return tensor(source.places) if source.is_tensor_like else tensor(None)
         if torch_api.loads_pretrained_model(qualified):
             return _on_default_device(Value(frozenset({Kind.MODULE}), frozenset({HOST_PLACE})), env)
         if torch_api.is_module_constructor(qualified):
@@ -1580,8 +1654,12 @@ class Interpreter:
             if key is not None and key in env:
                 env[key] = replace(env[key], holds=frozenset())
             return SCALAR
-        if torch_api.is_tensor_function(qualified) or qualified.startswith("torch.nn.functional."):
-            return self._tensor_function(node, qualified, arguments)
+        if qualified.startswith(torch_api.PYTHON_NUMBER_MODULES):
+            return SCALAR
+        if op is not None and op.like_factory and "device" in keywords:
+            return tensor(self._device_argument(keywords["device"], node))
+        if op is not None or qualified in torch_api.NN_TENSOR_CLASSES or qualified.startswith("torch.nn.functional."):
+            return self._tensor_function(node, qualified, op, arguments)
         if qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES and qualified.startswith("torch."):
             return reference(qualified)
         return UNKNOWN
@@ -1616,7 +1694,7 @@ class Interpreter:
                                                and positional[0].is_tensor_like):
             # The program chose where factories put tensors: there, where the model knows it.
             return tensor(None if default_device.device is None else [default_device.device])
-        zero_dim = qualified in ("torch.tensor", "torch.as_tensor") and bool(positional) and positional[0].kinds == {Kind.SCALAR}
+        zero_dim = qualified in torch_api.SCALAR_TENSOR_FACTORIES and bool(positional) and positional[0].kinds == {Kind.SCALAR}
         if qualified == "torch.as_tensor" and positional and positional[0].is_tensor_like:
             return tensor(positional[0].places)
         self.flow.origins[id(node)] = node
@@ -1657,7 +1735,7 @@ class Interpreter:
                     return HOST_PLACE if found == {"cpu"} else Place(PlaceKind.DEVICE, "", found)
         return Place(PlaceKind.DEVICE, "", None)
 
-    def _tensor_function(self, node: cst.Call, qualified: str, arguments: list[Value]) -> Value:
+    def _tensor_function(self, node: cst.Call, qualified: str, op: TorchOp | None, arguments: list[Value]) -> Value:
         last = qualified.rpartition(".")[2]
         host_only = torch_api.HOST_ARGUMENT_FUNCTIONS.get(last)
         operands: list[Operand] = []
@@ -1668,15 +1746,21 @@ class Interpreter:
             if arg.keyword is not None and arg.keyword.value in ("device", "dtype", "out"):
                 continue
             operands.extend(_tensor_operands(arg.value, value))
-        if len(operands) > 1:
+        if len(operands) > 1 and not (op is not None and op.device_check is DeviceCheck.UNCHECKED):
             self._record_meeting(node, MeetingKind.CALL, operands)
         if _returns_values_and_indices(last, len(node.args) > 1) and len(operands) == 1:
             return _values_and_indices(operands[0].value, operands[0].value.grad)
-        if last in ("max", "min", "sort", "topk", "unique", "split", "chunk", "unbind", "broadcast_tensors", "meshgrid"):
+        if last in ("max", "min", "sort", "topk", "unique"):
             return UNKNOWN
+        if op is not None and op.result is not Result.TENSOR and not _one_tensor_given_arguments(op, last, len(node.args) - 1):
+            joined = _combined_tensor([operand.value for operand in operands]) if operands else tensor(None)
+            return self._other_result(op, joined.places, joined.origins, joined.grad)
         if not operands:
             return tensor(None)
-        return _combined_tensor([operand.value for operand in operands])
+        combined = _combined_tensor([operand.value for operand in operands])
+        zero_dim = combined.zero_dim and (op is None or op.pointwise or last in torch_api.SHAPE_KEEPING_METHODS) or \
+            op is not None and op.reduction and len(node.args) == 1
+        return replace(combined, zero_dim=zero_dim)
 
     # ---- iteration -----------------------------------------------------------------
 
@@ -1750,6 +1834,12 @@ def _tensor_operands(node: cst.BaseExpression, value: Value) -> list[Operand]:
     if value.places is not None:
         return [Operand(node, tensor(value.places, origins=value.origins, grad=value.grad))]
     return []
+
+
+def _one_tensor_given_arguments(op: TorchOp, name: str, beside_the_tensor: int) -> bool:
+    """`torch.where(c, x, y)`, `x.type(torch.FloatTensor)`: the overloads that take more than the
+    tensor give one Tensor (`torch.where(c)` gives several, `x.type()` a string)."""
+    return op.result is Result.MIXED and name in torch_api.TENSOR_RESULT_WHEN_MIXED and beside_the_tensor > 0
 
 
 def _returns_values_and_indices(name: str, given_more_than_the_tensor: bool) -> bool:

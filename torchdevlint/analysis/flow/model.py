@@ -18,7 +18,7 @@ from enum import Enum
 
 import libcst as cst
 
-from torchdevlint.analysis import torch_api
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.flow import cpu_mode
 from torchdevlint.analysis.flow.call_sites import (
     CallSite,
@@ -407,7 +407,7 @@ class FlowModel:
         return OriginSite(
             call,
             scope,
-            is_factory=qualified in torch_api.TENSOR_FACTORIES,
+            is_factory=qualified is not None and torch_api.takes_device(qualified),
             module_class=owner if owner is not None and self.is_module_class(owner) else None,
             in_method=owner is not None,
         )

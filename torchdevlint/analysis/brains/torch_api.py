@@ -1,73 +1,107 @@
 """What the analysis knows about the torch API, as fully qualified names.
 
-Whitelists on purpose: a name missing here makes a value "unknown", and rules stay
-silent on unknown values. Precision before recall.
+Operators, Tensor methods and `torch.nn.functional` are looked up in `torch_ops`, generated
+from torch's own metadata (see `TorchOp`); the rest is what torch states nowhere as data.
+Whitelists on purpose: a name missing here makes a value "unknown", and rules stay silent on
+unknown values. Precision before recall.
 """
 
 from __future__ import annotations
 
-# Factories that allocate a new tensor on the default (CPU) device unless given `device=`.
-TENSOR_FACTORIES: frozenset[str] = frozenset(
-    f"torch.{name}"
-    for name in (
-        "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
-        "arange", "range", "linspace", "logspace", "eye", "tensor", "empty_strided",
-        "tril_indices", "triu_indices", "bartlett_window", "blackman_window",
-        "hamming_window", "hann_window", "kaiser_window", "sparse_coo_tensor",
-    )
-)
+from dataclasses import dataclass
+from enum import Enum
+from functools import cache
 
-# Functions that return one Tensor (not a tuple, not a Python number).
-_TENSOR_FUNCTIONS = (
-    "as_tensor", "from_numpy", "cat", "concat", "concatenate", "stack", "hstack", "vstack",
-    "dstack", "matmul", "mm", "bmm", "einsum", "where", "clamp", "clip", "exp", "log",
-    "sigmoid", "tanh", "relu", "softmax", "log_softmax", "flatten", "reshape", "squeeze",
-    "unsqueeze", "transpose", "permute", "abs", "sqrt", "mean", "sum", "prod", "argmax",
-    "argmin", "gather", "index_select", "masked_fill", "outer", "cumsum", "diag", "tril",
-    "triu", "roll", "flip", "repeat_interleave", "pow", "mul", "add", "sub", "div",
-    "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
-    "randint_like", "normal", "bernoulli", "multinomial", "cdist", "norm", "square", "erf",
-    "sin", "cos", "floor", "ceil", "round", "sign", "logsumexp", "cross", "dot", "addmm",
-    "baddbmm", "tensordot", "kron", "pdist", "cosine_similarity", "pairwise_distance",
-    "nan_to_num", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not",
-    "eq", "ne", "gt", "lt", "ge", "le", "maximum", "minimum", "bucketize", "searchsorted",
-    "take", "take_along_dim", "narrow", "movedim", "atleast_1d", "atleast_2d", "bincount",
-    "histc", "clone", "detach", "t", "conj", "real", "imag", "view_as_real", "view_as_complex",
-    "polar", "complex", "fft", "rfft",
-)
-TENSOR_RETURNING_FUNCTIONS: frozenset[str] = (
-    TENSOR_FACTORIES
-    | frozenset(f"torch.{name}" for name in _TENSOR_FUNCTIONS)
-    | frozenset(f"torch.Tensor.{name}" for name in ("to", "cuda", "cpu", "float", "half"))
-)
+from torchdevlint.analysis.brains import torch_ops
 
-# torch.nn.functional returns a tensor except for these.
-NON_TENSOR_FUNCTIONAL: frozenset[str] = frozenset(
-    {"max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
-     "multi_head_attention_forward", "scaled_dot_product_attention_math"}
-)
 
-# Tensor methods that return a Tensor.
-TENSOR_RETURNING_METHODS: frozenset[str] = frozenset(
-    {
-        "to", "cuda", "cpu", "float", "half", "double", "bfloat16", "long", "int", "short",
-        "byte", "char", "bool", "type", "pin_memory", "contiguous", "detach", "clone",
-        "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "unsqueeze",
-        "squeeze", "flatten", "unflatten", "expand", "expand_as", "repeat", "sum", "mean",
-        "std", "var", "prod", "abs", "exp", "log", "sqrt", "pow", "clamp", "clip",
-        "sigmoid", "tanh", "relu", "softmax", "log_softmax", "argmax", "argmin", "matmul",
-        "mm", "bmm", "masked_fill", "gather", "index_select", "narrow", "flip", "roll",
-        "cumsum", "norm", "neg", "mul", "add", "sub", "div", "type_as", "new_zeros",
-        "new_ones", "new_empty", "new_full", "new_tensor", "float_power", "squeeze_",
-        "unsqueeze_", "to_dense", "to_sparse", "requires_grad_", "nan_to_num", "round",
-        "floor", "ceil", "eq", "ne", "gt", "lt", "ge", "le", "logical_not", "any", "all",
-        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "log2", "log10", "log1p", "expm1",
-        "rsqrt", "reciprocal", "sign", "trunc", "frac", "cumprod", "tril", "triu", "diag", "square",
-        "clamp_min", "clamp_max", "amax", "amin", "logsumexp", "masked_select", "index_fill", "scatter",
-        "scatter_add", "where", "maximum", "minimum", "lerp", "addmm", "baddbmm", "outer", "dot",
-        "logical_and", "logical_or", "isnan", "isinf", "nonzero", "sort_values", "movedim",
-        "swapaxes", "swapdims", "mT", "abs_", "clamp_", "fill_", "zero_", "normal_", "uniform_",
-    }
+class Result(Enum):
+    """What a torch function or Tensor method returns, as its stubs declare it."""
+
+    TENSOR = "t"
+    # A tuple, list or named tuple of Tensors (`split`, `chunk`, `unbind`, `topk`).
+    TENSORS = "s"
+    NUMBER = "n"
+    NONE = "0"
+    OTHER = "o"
+    # The overloads disagree (`max(t)` is a Tensor, `max(t, 1)` a named tuple).
+    MIXED = "m"
+
+
+class DeviceCheck(Enum):
+    """How CUDA checks an operator's Tensor arguments (native_functions.yaml's `device_check`)."""
+
+    # All on one device, 0-dim CPU tensors included.
+    SAME = "X"
+    # TensorIterator's check: one device, except that 0-dim CPU tensors are read as numbers.
+    ITERATOR = "I"
+    # Not checked: the operator takes arguments on other devices on purpose.
+    UNCHECKED = "N"
+
+
+@dataclass(frozen=True)
+class TorchOp:
+    """One torch function, `torch.nn.functional` function or Tensor method (see `torch_ops`)."""
+
+    result: Result
+    # Makes a tensor from sizes or data, on `device=` or the default device.
+    factory: bool
+    # Takes `device=` and Tensor inputs: where its inputs are, unless told (`zeros_like`, `normal`).
+    like_factory: bool
+    # Element-wise: 0-dim inputs make a 0-dim result.
+    pointwise: bool
+    reduction: bool
+    # None where torch states nothing (a function written in Python, like most of F).
+    device_check: DeviceCheck | None
+
+
+_CHECKS = {check.value: check for check in DeviceCheck}
+
+
+@cache
+def _decode(entry: str) -> TorchOp:
+    flags = entry[1:]
+    check = next((_CHECKS[flag] for flag in flags if flag in _CHECKS), None)
+    return TorchOp(Result(entry[0]), "F" in flags, "L" in flags, "P" in flags, "R" in flags, check)
+
+
+def function_op(qualified: str) -> TorchOp | None:
+    """`torch.sqrt`, `torch.nn.functional.relu`; None for names torch does not declare."""
+    head, _, last = qualified.rpartition(".")
+    if last.startswith("_"):
+        return None
+    if head == "torch":
+        entry = torch_ops.FUNCTIONS.get(last)
+    elif head == "torch.nn.functional":
+        entry = torch_ops.FUNCTIONAL.get(last) or torch_ops.FUNCTIONS.get(last)
+    else:
+        return None
+    return None if entry is None else _decode(entry)
+
+
+def method_op(name: str) -> TorchOp | None:
+    """A Tensor method: `x.sqrt()`, `x.split(4)`."""
+    entry = torch_ops.METHODS.get(name)
+    return None if entry is None or name.startswith("_") else _decode(entry)
+
+
+def is_tensor_factory(qualified: str) -> bool:
+    """`torch.zeros`, `torch.arange`, `torch.tensor`: a new tensor, on the host unless told."""
+    op = function_op(qualified)
+    return op is not None and op.factory and op.result is Result.TENSOR and qualified.startswith("torch.") \
+        and qualified.count(".") == 1
+
+
+def takes_device(qualified: str) -> bool:
+    """A factory of either kind: `device=` says where its tensor is made."""
+    op = function_op(qualified)
+    return op is not None and (op.factory or op.like_factory) and qualified.count(".") == 1
+
+
+# Math on Python numbers: `math.sqrt(2 / math.pi)` is a float, whatever wraps it after.
+PYTHON_NUMBER_MODULES = ("math.", "cmath.")
+NUMBER_CONSTANTS: frozenset[str] = frozenset(
+    f"{module}.{name}" for module in ("math", "torch", "numpy") for name in ("pi", "e", "inf", "nan", "tau")
 )
 
 # Methods whose result is a moved or re-typed copy; calling one as a statement throws it away.
@@ -200,14 +234,6 @@ def is_module_constructor(qualified_name: str) -> bool:
     return head.startswith("torchmetrics") and last[:1].isupper()
 
 
-def is_tensor_function(qualified_name: str) -> bool:
-    if qualified_name in TENSOR_RETURNING_FUNCTIONS or qualified_name in NN_TENSOR_CLASSES:
-        return True
-    head, _, last = qualified_name.rpartition(".")
-    if head == "torch.nn.functional":
-        return not last.startswith("_") and last not in NON_TENSOR_FUNCTIONAL
-    return False
-
 
 # ---- tables the device-flow model reads ------------------------------------------------
 
@@ -241,20 +267,27 @@ DTYPE_NAMES: frozenset[str] = frozenset(
      "long", "int16", "short", "int8", "uint8", "bool", "complex64", "complex128", "cfloat", "cdouble"}
 )
 
-# Tensor methods whose tensor arguments must be on the receiver's device.
-TENSOR_METHODS_WITH_TENSOR_OPERANDS: frozenset[str] = frozenset(
-    {"add", "sub", "mul", "div", "matmul", "mm", "bmm", "dot", "eq", "ne", "gt", "lt", "ge", "le",
-     "masked_fill", "masked_fill_", "add_", "sub_", "mul_", "div_", "type_as", "expand_as", "view_as",
-     "where", "maximum", "minimum", "pow", "gather", "index_select", "scatter", "scatter_", "scatter_add",
-     "scatter_add_", "lerp", "lerp_", "addmm", "baddbmm", "cross", "outer"}
-)
+# What the generated tables cannot say, because torch states it nowhere as data:
+# Tensor methods whose Tensor arguments must be on the receiver's device though no operator
+# of that name is checked (`Tensor.where(condition, y)` is Python over `torch.where`).
+HAND_CHECKED_METHODS: frozenset[str] = frozenset({"where"})
 # Tensor methods that take a tensor only for its shape, dtype or device.
 SHAPE_ONLY_TENSOR_METHODS: frozenset[str] = frozenset({"expand_as", "view_as", "reshape_as", "type_as"})
-
-# Reductions whose result, called without arguments, has no dimensions.
-FULL_REDUCTIONS: frozenset[str] = frozenset(
-    {"sum", "mean", "prod", "std", "var", "max", "min", "norm", "any", "all", "amax", "amin", "median"}
+# Reductions of the whole tensor, called without a dimension, that no `reduction` tag marks.
+HAND_REDUCTIONS: frozenset[str] = frozenset({"median", "norm", "nanmedian"})
+# Methods and functions that keep a tensor's shape (copies, casts, gradient switches): a 0-dim
+# tensor stays 0-dim through them.
+SHAPE_KEEPING_METHODS: frozenset[str] = frozenset(
+    {"clone", "detach", "contiguous", "float", "half", "double", "bfloat16", "long", "int", "short", "byte", "char",
+     "bool", "type", "type_as", "requires_grad_", "detach_", "to", "cpu", "cuda", "pin_memory", "squeeze", "abs",
+     "clamp", "clip"}
 )
+# Names whose overloads disagree on their result, where those given more than the tensor give
+# one Tensor (`where(c)` gives Tensors, `where(c, x, y)` a Tensor; `x.type()` is a string).
+TENSOR_RESULT_WHEN_MIXED: frozenset[str] = frozenset({"where", "type"})
+# Factories that make a 0-dim tensor of one Python number.
+SCALAR_TENSOR_FACTORIES: frozenset[str] = frozenset({"torch.tensor", "torch.as_tensor", "torch.scalar_tensor",
+                                                    "torch.asarray"})
 
 # torch functions whose tensor arguments must be on one device (the rest of torch.* and
 # torch.nn.functional too, except for the host-only arguments below).
