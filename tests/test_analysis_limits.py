@@ -126,3 +126,25 @@ def test_a_non_positive_file_timeout_is_a_usage_error(tmp_path: Path) -> None:
     result = run_cli("check", "--file-timeout", "0", "a.py", cwd=tmp_path)
     assert result.returncode == 2
     assert "--file-timeout must be a positive number" in result.stderr
+
+
+def test_judging_the_fixes_of_many_moves_in_one_body_interprets_it_a_bounded_number_of_times(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchdevlint.analysis.flow.model import FIX_TRIALS_PER_SCOPE
+
+    moves = 3 * FIX_TRIALS_PER_SCOPE
+    source = "import torch\n\ndef body(device):\n" + "".join(
+        f"    t{i} = torch.zeros(3)\n    t{i}.to(device)\n" for i in range(moves))
+    runs = 0
+    original = Interpreter.run
+
+    def counting(self: Interpreter, body: object) -> object:
+        nonlocal runs
+        runs += 1
+        return original(self, body)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Interpreter, "run", counting)
+    diagnostics = lint_source(source, "many_moves.py", RULES)
+    assert [d.code for d in diagnostics].count("TDL001") == moves
+    # The body once, the module once, and one judgement per fix up to the budget.
+    assert runs <= FIX_TRIALS_PER_SCOPE + 4

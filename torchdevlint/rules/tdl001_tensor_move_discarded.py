@@ -62,6 +62,8 @@ class TensorMoveDiscarded(Rule):
     tensor goes next, or it goes somewhere the model cannot place. When the moved tensor
     would then meet data left on the CPU (a model that is never moved), no fix is offered:
     the statement is dead today, and assigning it would make the program fail on a GPU.
+    Each judgement interprets the function again, so in a function with more than 16 such
+    moves the later ones are not judged: their fixes are unsafe.
 
     A positional item (`batch[0] = batch[0].to(device)`) is always unsafe: a custom
     `collate_fn` may return a tuple, which does not take item assignment. For a

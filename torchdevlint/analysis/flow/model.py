@@ -97,6 +97,10 @@ class SavedStateDict:
     saved_where_made: bool
 
 
+# How many fixes of one body `fix_agreement` judges, each by interpreting the body again.
+FIX_TRIALS_PER_SCOPE = 16
+
+
 class FixAgreement(Enum):
     """What rewriting one statement would do to the places where tensors must meet."""
 
@@ -148,6 +152,8 @@ class FlowModel:
         self._definitions: dict[int, _Definition] = {}
         self._flows: dict[int, FunctionFlow] = {}
         self._in_progress: set[int] = set()
+        # Scope id -> how many fixes `fix_agreement` has judged there (see `FIX_TRIALS_PER_SCOPE`).
+        self._fix_trials: dict[int, int] = {}
         # Flows being interpreted (their values so far), for class bases read meanwhile.
         self._running: dict[int, FunctionFlow] = {}
         # Flows that used provisional answers, reused while the question that made them lasts.
@@ -440,6 +446,12 @@ class FlowModel:
         original = self.flow_for(scope)
         if original is None or id(scope) in self._in_progress:
             return FixAgreement.NO_EVIDENCE
+        trials = self._fix_trials.get(id(scope), 0)
+        if trials >= FIX_TRIALS_PER_SCOPE:
+            # Each judgement interprets the whole body again: past this many the cost would
+            # grow with the square of the body, so the rest stand unjudged (unsafe fixes).
+            return FixAgreement.NO_EVIDENCE
+        self._fix_trials[id(scope)] = trials + 1
         if isinstance(scope, cst.Module):
             env: Env = {}
             owner = None
