@@ -425,3 +425,20 @@ def test_code_the_cpu_mode_cannot_reach_is_marked_and_joins_back() -> None:
     assert "a = 1: not reached in the CPU mode" in facts
     assert "b = 2: not reached in the CPU mode" not in facts
     assert "c = 3: not reached in the CPU mode" in facts
+
+
+def test_operators_cuda_checks_for_one_device_take_no_0_dim_host_tensor() -> None:
+    facts = _facts(
+        """
+        import torch
+        import torch.nn as nn
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        table = nn.Embedding(10, 4).to(device)
+        first = torch.tensor(3)
+        row = torch.index_select(table.weight, 0, first)
+        scaled = table.weight * torch.tensor(2.0)
+        masked = table.weight.masked_fill(table.weight > 0, torch.tensor(0.0))
+        """
+    )
+    meetings = [fact for fact in facts if "meets" in fact]
+    assert meetings == ["host data `first` meets accelerator data `table.weight` (call checked for one device)"]

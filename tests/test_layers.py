@@ -84,6 +84,24 @@ def test_the_engine_never_reaches_verify_or_a_front_end() -> None:
         assert not reached & FRONT_ENDS, name
 
 
+def test_rules_read_the_analysis_through_its_results_never_its_interpreter_or_each_other() -> None:
+    rules = [name for name in modules() if name.startswith("torchdevlint.rules.")]
+    assert rules
+    for name in rules:
+        imported = modules()[name]
+        assert "torchdevlint.analysis.flow.interpreter" not in imported, f"{name} imports the interpreter"
+        others = {module for module in imported if module.startswith("torchdevlint.rules.")}
+        assert not others, f"{name} imports other rules: {others}"
+
+
+def test_the_brains_import_nothing_else_of_the_package() -> None:
+    brains = [name for name in modules() if name.startswith("torchdevlint.analysis.brains")]
+    assert "torchdevlint.analysis.brains.torch_ops" in brains
+    for name in brains:
+        outside = {module for module in modules()[name] if not module.startswith("torchdevlint.analysis.brains")}
+        assert not outside, f"{name} imports {outside}: the brains are the bottom layer"
+
+
 def test_only_verify_imports_torch() -> None:
     for name, path in sources().items():
         if name.startswith("torchdevlint.verify"):

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.interpreter import names_bound_by
 from torchdevlint.analysis.flow.memory import FlowMemory
+from torchdevlint.analysis.flow.results import names_bound_by
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.context import FileContext

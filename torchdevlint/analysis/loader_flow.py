@@ -21,7 +21,7 @@ from enum import Enum
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.interpreter import Held
+from torchdevlint.analysis.flow.results import Held
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.analysis.tree import child_nodes, keyword_argument
 from torchdevlint.context import FileContext

@@ -52,7 +52,9 @@ class TensorMoveDiscarded(Rule):
     `x` where it was. The next line still uses the CPU tensor, and the program fails later
     with "Expected all tensors to be on the same device". `nn.Module.to` *is* in place, so
     `model.to(device)` is fine and is never reported; nor are objects whose `.to` works in
-    place (Hugging Face `BatchEncoding`, torchmetrics metrics) or values of unknown kind.
+    place (Hugging Face `BatchEncoding`, torchmetrics metrics) or values of unknown kind. A
+    value of unknown kind (a parameter, a loader's batch) that the same function calls a
+    Tensor-only method on (`batch.view(...)`, `batch.size(0)`, `batch.numel()`) is a Tensor.
 
     ## Fix safety
     The fix assigns the result back (`x = x.to(device)`, also for `self.h` and
@@ -142,8 +144,38 @@ class TensorMoveDiscarded(Rule):
             """,
             name="in-place-methods",
         ),
+        Valid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def predict(model, encoded):
+                encoded.to(device)
+                return model(**encoded)
+            """,
+            name="batch-of-unknown-kind-never-used-as-a-tensor",
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def evaluate(model, loader):
+                for batch in loader:
+                    batch.to(device).float()
+                    scores = model(batch.view(batch.size(0), -1))
+            """,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def evaluate(model, loader):
+                for batch in loader:
+                    batch = batch.to(device).float()
+                    scores = model(batch.view(batch.size(0), -1))
+            """,
+            applicability=Applicability.UNSAFE,
+            name="batch-of-unknown-kind-used-as-a-tensor",
+        ),
         Invalid(
             """
             import torch

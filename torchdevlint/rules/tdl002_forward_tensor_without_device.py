@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.interpreter import Env, names_bound_by
 from torchdevlint.analysis.flow.model import OriginSite
+from torchdevlint.analysis.flow.results import Env, names_bound_by
 from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix

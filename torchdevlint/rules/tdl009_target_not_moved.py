@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
-from torchdevlint.analysis.flow.interpreter import FunctionFlow, MeetingKind, place_key
 from torchdevlint.analysis.flow.model import HostMeeting
+from torchdevlint.analysis.flow.results import FunctionFlow, MeetingKind, place_key
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -45,6 +45,10 @@ class TargetNotMoved(Rule):
     torch.cuda.is_available(): model.cuda()`, and later `if torch.cuda.is_available(): x =
     x.cuda()`) is also read as a GPU machine runs it, every such test true together: a target
     none of them moves meets the model's output there.
+
+    Host data indexed with indices on the device (`captions[order]` where `order` came from
+    the model's output) is reported too: the reverse, device data indexed from the host, is
+    allowed.
 
     ## Why is this bad?
     The model's output is on the GPU and the target is not: the loss fails with "Expected all
@@ -221,6 +225,20 @@ class TargetNotMoved(Rule):
                 return rnn(sequence, state)
             """,
             name="helper-state-beside-an-input-of-unknown-kind-moved-to-the-device",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(8, 1).to(device)
+            def rank(loader):
+                for images, captions in loader:
+                    images = images.to(device)
+                    scores, order = model(images).squeeze(1).sort(dim=0, descending=True)
+                    captions = captions[order]
+            """,
+            name="host-batch-indexed-by-an-order-computed-on-the-device",
         ),
         Invalid(
             """

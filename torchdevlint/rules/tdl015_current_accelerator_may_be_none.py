@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.interpreter import Held
+from torchdevlint.analysis.flow.results import Held
 from torchdevlint.analysis.flow.values import Off
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix

@@ -8,12 +8,11 @@ import libcst as cst
 
 from torchdevlint.analysis.loader_flow import (
     DatasetSource,
-    LoaderCall,
     LoaderFlow,
     PinMemory,
 )
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.loader_fixes import pin_memory_fix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 _BOTH = "DataLoader feeding the GPU loads batches in the main process (num_workers=0) into unpinned memory"
@@ -336,15 +335,3 @@ class DataloaderStarvesGpu(Rule):
                 elif missing_workers:
                     self.report(loader.call, message=_WORKERS)
 
-
-def pin_memory_fix(rule: Rule, *loaders: LoaderCall) -> PendingFix | None:
-    """`pin_memory=True` added to each loader; safe when every dataset yields CPU tensors."""
-    edits = [NodeEdit.insert_after(loader.call.args[-1], ", pin_memory=True") for loader in loaders if loader.call.args]
-    if not edits:
-        return None
-    safe = all(loader.host_dataset for loader in loaders)
-    return rule.make_fix(
-        *edits,
-        applicability=Applicability.SAFE if safe else Applicability.UNSAFE,
-        title="Pass pin_memory=True",
-    )

@@ -285,6 +285,13 @@ SHAPE_KEEPING_METHODS: frozenset[str] = frozenset(
 # Names whose overloads disagree on their result, where those given more than the tensor give
 # one Tensor (`where(c)` gives Tensors, `where(c, x, y)` a Tensor; `x.type()` is a string).
 TENSOR_RESULT_WHEN_MIXED: frozenset[str] = frozenset({"where", "type"})
+# Tensor methods no module, NumPy array, list or dict has: a value they are called on is a tensor.
+TENSOR_ONLY_METHODS: frozenset[str] = frozenset(
+    {"numel", "dim", "size", "unsqueeze", "permute", "contiguous", "detach", "numpy", "masked_fill", "masked_fill_",
+     "unsqueeze_", "squeeze_", "is_floating_point", "element_size", "new_zeros", "new_ones", "new_full", "new_empty",
+     "new_tensor", "type_as", "expand_as", "view_as", "softmax", "log_softmax", "argmax", "bmm", "matmul", "mm",
+     "sigmoid", "relu", "pin_memory", "get_device"}
+)
 # Factories that make a 0-dim tensor of one Python number.
 SCALAR_TENSOR_FACTORIES: frozenset[str] = frozenset({"torch.tensor", "torch.as_tensor", "torch.scalar_tensor",
                                                     "torch.asarray"})

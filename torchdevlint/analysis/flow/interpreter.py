@@ -9,9 +9,8 @@ node; every place where tensors must be on one device is recorded as a `Meeting`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from enum import Enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import libcst as cst
@@ -27,6 +26,16 @@ from torchdevlint.analysis.devices import (
     string_value,
 )
 from torchdevlint.analysis.flow import cpu_mode
+from torchdevlint.analysis.flow.results import (
+    Env,
+    FunctionFlow,
+    Held,
+    Meeting,
+    MeetingKind,
+    Operand,
+    names_bound_by,
+    place_key,
+)
 from torchdevlint.analysis.flow.values import (
     ANYWHERE_PLACE,
     CPU_MODE_UNREACHED,
@@ -51,9 +60,8 @@ from torchdevlint.analysis.flow.values import (
     tensor,
 )
 from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, dotted_name
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline
-
-Env = dict[str, Value]
 
 # Rounds of a loop body before the names still changing are given up as unknown.
 _LOOP_ROUNDS = 3
@@ -72,6 +80,7 @@ _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 _CHECKED = frozenset({DeviceCheck.SAME, DeviceCheck.ITERATOR})
 _HOST_ONLY = frozenset({HOST_PLACE})
 _UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
+_TENSOR_ONLY = frozenset({Kind.TENSOR})
 _MODEL_OUTPUT_ONLY = frozenset({Kind.MODEL_OUTPUT})
 _DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu", "xpu", "mps"})
 # Inputs of unknown kind moved somewhere (`model(x.to(device))`), and batches of them
@@ -108,110 +117,6 @@ _LEGACY_HOST_TENSOR_TYPES = frozenset(
 )
 
 
-class MeetingKind:
-    ARITHMETIC = "arithmetic"
-    CALL = "call"
-    MODULE_CALL = "module call"
-    RETURN = "return from forward"
-
-
-@dataclass(frozen=True)
-class Operand:
-    node: cst.CSTNode
-    value: Value
-
-
-@dataclass(frozen=True)
-class Meeting:
-    """An operation whose tensors must all be on one device."""
-
-    node: cst.CSTNode
-    kind: str
-    operands: tuple[Operand, ...]
-
-    def host_operands_meeting_device(self) -> list[tuple[Operand, Operand]]:
-        """(an operand on the host on every path, an operand on an accelerator on every path).
-
-        Host tensors without dimensions are exempt in arithmetic (PyTorch moves them).
-        """
-        pairs: list[tuple[Operand, Operand]] = []
-        devices = [o for o in self.operands if o.value.on_accelerator and (o.value.is_tensor_like or o.value.is_module_like)]
-        if not devices:
-            return pairs
-        for operand in self.operands:
-            value = operand.value
-            if not value.on_host:
-                continue
-            if value.is_tensor_like and not (value.zero_dim and self.kind is not MeetingKind.MODULE_CALL) or value.is_module_like:
-                pairs.append((operand, devices[0]))
-        return pairs
-
-    def agrees(self) -> bool:
-        """Every tensor and module here is in one place (the host, or one device the code
-        names), on every path."""
-        places: set[Place] = set()
-        for operand in self.operands:
-            value = operand.value
-            if not (value.is_tensor_like or value.is_module_like):
-                continue
-            if value.places is None:
-                return False
-            places |= value.places - {ANYWHERE_PLACE}
-        return len(places) == 1
-
-
-class Held(Enum):
-    """The calls a value can be traced to (see `Value.holds`)."""
-
-    # A wrapped model's `state_dict()`: keys prefixed `module.`.
-    WRAPPED_STATE_DICT = "wrapped state_dict()"
-    LOAD = "torch.load"
-    DATALOADER = "DataLoader"
-    # `torch.accelerator.current_accelerator()`: None on a CPU-only build.
-    CURRENT_ACCELERATOR = "current_accelerator()"
-
-
-@dataclass
-class FunctionFlow:
-    """What the model concluded for one function body."""
-
-    node: cst.CSTNode
-    values: dict[int, Value] = field(default_factory=dict)
-    # Environment before each statement (keyed by the statement's id).
-    before: dict[int, Env] = field(default_factory=dict)
-    # After each simple statement line that completes, and the statements themselves.
-    after: dict[int, Env] = field(default_factory=dict)
-    statements: dict[int, cst.CSTNode] = field(default_factory=dict)
-    meetings: dict[int, Meeting] = field(default_factory=dict)
-    returns: Value | None = None
-    # `self.<attr> = value` in this method: attribute -> joined value.
-    attribute_writes: dict[str, Value] = field(default_factory=dict)
-    # Names bound by `def`/`class` statements in this body -> their nodes.
-    definitions: dict[str, cst.CSTNode] = field(default_factory=dict)
-    # Where host data in this body comes from: id -> a tensor factory call without `device=`,
-    # or a `.cpu()`/`.to("cpu")` call (values brought back on purpose).
-    origins: dict[int, cst.Call] = field(default_factory=dict)
-    # Checkpoint calls made in this body (see `Value.holds`), and each `torch.save` with the
-    # value it saves.
-    held: dict[int, tuple[Held, cst.Call]] = field(default_factory=dict)
-    saves: list[tuple[cst.Call, Value]] = field(default_factory=list)
-    # `.to(...)`, `.cuda()`, `.cpu()` calls (by id): where each sends its receiver, None where
-    # the code does not say (or `.to` changes only the dtype).
-    moves: dict[int, Place | None] = field(default_factory=dict)
-    # Places whose tensor move was a statement of its own, its result thrown away.
-    discarded_moves: set[str] = field(default_factory=set)
-    # Tests of the device choice whose answer the CPU mode knows (by id), reached in that
-    # mode: whether the CPU mode carries on past them (False for `if not
-    # torch.cuda.is_available(): sys.exit()`). A distributed-only test is no such choice.
-    cpu_mode_tests: dict[int, bool] = field(default_factory=dict)
-    # The same for tests of a GPU setting alone (`if opt.use_gpu:`): a CPU mode, unless the
-    # setting means something else (where to keep features in a multi-GPU program).
-    gpu_setting_tests: dict[int, bool] = field(default_factory=dict)
-    # Calls (by id) the CPU mode never reaches.
-    calls_unreached_in_cpu_mode: set[int] = field(default_factory=set)
-    final: Env | None = None
-
-
 class Oracle(Protocol):
     """What the interpreter asks the file-wide model."""
 
@@ -228,27 +133,6 @@ class Oracle(Protocol):
     def stuck_switches(self) -> frozenset[str]: ...
     @property
     def entry_default_device(self) -> Value | None: ...
-
-
-def names_bound_by(node: cst.BaseExpression) -> Iterator[cst.Name]:
-    """The names an assignment target binds (`x`, `a, (b, *c)`)."""
-    if isinstance(node, cst.Name):
-        yield node
-    elif isinstance(node, (cst.Tuple, cst.List)):
-        for element in node.elements:
-            yield from names_bound_by(element.value)
-    elif isinstance(node, cst.StarredElement):
-        yield from names_bound_by(node.value)
-
-
-def place_key(node: cst.BaseExpression) -> str | None:
-    """The environment key of an assignable place: `x`, `self.h`."""
-    # Exact type tests: isinstance on LibCST's ABCs is slow, and this runs for every name.
-    if type(node) is cst.Name:
-        return node.value
-    if type(node) is cst.Attribute and type(node.value) is cst.Name:
-        return f"{node.value.value}.{node.attr.value}"
-    return None
 
 
 def _on_default_device(value: Value, env: Env) -> Value:
@@ -307,6 +191,9 @@ class Interpreter:
         self._inferred_on_host: set[str] = set()
         # Names bound to a lambda here, until bound again: calling one evaluates its body.
         self._lambdas: dict[str, cst.Lambda] = {}
+        # Names this body calls a Tensor-only method on (`x.view(-1)`, `x.numel()`): whatever
+        # of unknown kind they are bound to here must be a tensor, or that call fails.
+        self._used_as_tensor = _names_used_as_tensors(scope)
 
     # ---- driver --------------------------------------------------------------------
 
@@ -315,6 +202,8 @@ class Interpreter:
                 self._disables_grad(d.decorator, self.env0) for d in self.flow.node.decorators):
             self._grad_off += 1
         env = dict(self.env0)
+        for name in self._used_as_tensor & env.keys():
+            env[name] = _as_tensor_by_use(env[name])
         env.setdefault(CURRENT_CUDA_DEVICE, self.oracle.entry_cuda_device)
         default_device = self.oracle.entry_default_device
         if default_device is not None:
@@ -684,7 +573,7 @@ class Interpreter:
         if value.is_device and value.device is not None and value.device.kind is PlaceKind.DEVICE and not value.device.symbol:
             value = replace(value, device=replace(value.device, symbol=key))
         self._forget(key, env)
-        env[key] = value
+        env[key] = _as_tensor_by_use(value) if key in self._used_as_tensor else value
 
     @staticmethod
     def _forget(key: str, env: Env) -> None:
@@ -1087,7 +976,12 @@ class Interpreter:
         base = self._evaluate(node.value, env)
         for element in node.slice:
             if isinstance(element.slice, cst.Index):
-                self._evaluate(element.slice.value, env)
+                index_value = self._evaluate(element.slice.value, env)
+                if base.is_tensor_like and base.on_host and index_value.is_tensor_like and index_value.on_accelerator:
+                    # Host data indexed by device indices fails ("indices should be either on cpu
+                    # or on the same device as the indexed tensor"); the reverse is allowed.
+                    self._record_meeting(node, MeetingKind.ARITHMETIC,
+                                         [Operand(node.value, base), Operand(element.slice.value, index_value)])
             elif isinstance(element.slice, cst.Slice):
                 for part in (element.slice.lower, element.slice.upper, element.slice.step):
                     if part is not None:
@@ -1439,7 +1333,8 @@ class Interpreter:
             tensors = [Operand(arg.value, value) for arg, value in zip(node.args, arguments, strict=True)
                        if value.is_tensor_like and arg.keyword is None]
             if tensors:
-                self._record_meeting(node, MeetingKind.ARITHMETIC, [Operand(node.func, receiver), *tensors])
+                kind = MeetingKind.EXACT if op is not None and op.device_check is DeviceCheck.SAME else MeetingKind.ARITHMETIC
+                self._record_meeting(node, kind, [Operand(node.func, receiver), *tensors])
         grad = receiver.grad and method not in torch_api.GRADLESS_METHODS
         if _returns_values_and_indices(method, bool(node.args)) and not any(v.is_tensor_like for v in arguments):
             return _values_and_indices(receiver, grad)
@@ -1747,7 +1642,8 @@ class Interpreter:
                 continue
             operands.extend(_tensor_operands(arg.value, value))
         if len(operands) > 1 and not (op is not None and op.device_check is DeviceCheck.UNCHECKED):
-            self._record_meeting(node, MeetingKind.CALL, operands)
+            kind = MeetingKind.EXACT if op is not None and op.device_check is DeviceCheck.SAME else MeetingKind.CALL
+            self._record_meeting(node, kind, operands)
         if _returns_values_and_indices(last, len(node.args) > 1) and len(operands) == 1:
             return _values_and_indices(operands[0].value, operands[0].value.grad)
         if last in ("max", "min", "sort", "topk", "unique"):
@@ -1834,6 +1730,44 @@ def _tensor_operands(node: cst.BaseExpression, value: Value) -> list[Operand]:
     if value.places is not None:
         return [Operand(node, tensor(value.places, origins=value.origins, grad=value.grad))]
     return []
+
+
+# Scope id -> (the scope, the names it uses as tensors): a body is interpreted many times (its
+# call sites' arguments, the GPU world, fix judgements) and its text never changes. Kept small:
+# ids are reused once a file's trees are freed, hence the identity check.
+_TENSOR_USES: dict[int, tuple[cst.CSTNode, frozenset[str]]] = {}
+_TENSOR_USES_KEPT = 4096
+
+
+def _names_used_as_tensors(scope: cst.CSTNode) -> frozenset[str]:
+    """Names the body (not its nested functions) calls a Tensor-only method on."""
+    known = _TENSOR_USES.get(id(scope))
+    if known is not None and known[0] is scope:
+        return known[1]
+    found: set[str] = set()
+    stack: list[cst.CSTNode] = list(scope.body.body if isinstance(scope, cst.FunctionDef) else
+                                    scope.body if isinstance(scope, cst.Module) else [])
+    while stack:
+        node = stack.pop()
+        node_type = type(node)
+        if node_type is cst.FunctionDef or node_type is cst.ClassDef or node_type is cst.Lambda:
+            continue
+        if node_type is cst.Call:
+            assert isinstance(node, cst.Call)
+            func = node.func
+            if type(func) is cst.Attribute and type(func.value) is cst.Name and func.attr.value in torch_api.TENSOR_ONLY_METHODS:
+                found.add(func.value.value)
+        stack.extend(child_nodes(node))
+    if len(_TENSOR_USES) >= _TENSOR_USES_KEPT:
+        _TENSOR_USES.clear()
+    result = frozenset(found)
+    _TENSOR_USES[id(scope)] = (scope, result)
+    return result
+
+
+def _as_tensor_by_use(value: Value) -> Value:
+    """A value of unknown kind the body uses as a tensor is one, where it was (see `_used_as_tensor`)."""
+    return replace(value, kinds=_TENSOR_ONLY) if value.kinds == _UNKNOWN_ONLY else value
 
 
 def _one_tensor_given_arguments(op: TorchOp, name: str, beside_the_tensor: int) -> bool:

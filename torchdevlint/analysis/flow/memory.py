@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis.flow.call_sites import StatementNameUses, statement_name_uses
-from torchdevlint.analysis.flow.interpreter import Env, FunctionFlow, Oracle
+from torchdevlint.analysis.flow.interpreter import Oracle
+from torchdevlint.analysis.flow.results import Env, FunctionFlow
 from torchdevlint.analysis.flow.values import Value
 
 # One question the interpreter asked and the answer it had: (the Oracle member, its arguments).

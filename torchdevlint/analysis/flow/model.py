@@ -29,8 +29,9 @@ from torchdevlint.analysis.flow.call_sites import (
     refined,
     takes_call_site_arguments,
 )
-from torchdevlint.analysis.flow.interpreter import Env, FunctionFlow, Held, Interpreter, Meeting, Operand, Oracle
+from torchdevlint.analysis.flow.interpreter import Interpreter, Oracle
 from torchdevlint.analysis.flow.memory import FlowMemory, FlowRecord, RecordingOracle, answers_again, recordable
+from torchdevlint.analysis.flow.results import Env, FunctionFlow, Held, Meeting, Operand
 from torchdevlint.analysis.flow.values import (
     CPU_MODE_UNREACHED,
     HOST_PLACE,

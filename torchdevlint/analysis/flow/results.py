@@ -1,0 +1,147 @@
+"""What the flow model concludes, in the types rules read: a body's `FunctionFlow`, the
+`Meeting`s of its tensors, the calls a value is traced to (`Held`), and the environment keys
+of assignable places. The interpreter writes these; rules import them from here, never the
+interpreter itself (`tests/test_layers.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+
+import libcst as cst
+
+from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Place, Value
+
+Env = dict[str, Value]
+
+
+class MeetingKind:
+    ARITHMETIC = "arithmetic"
+    CALL = "call"
+    # An operator CUDA checks for one device, 0-dim CPU tensors included (`torch.cat`,
+    # `index_select`, `F.embedding`): TensorIterator's leave for them does not apply.
+    EXACT = "call checked for one device"
+    MODULE_CALL = "module call"
+    RETURN = "return from forward"
+
+
+_ZERO_DIM_CHECKED = frozenset({MeetingKind.MODULE_CALL, MeetingKind.EXACT})
+
+
+@dataclass(frozen=True)
+class Operand:
+    node: cst.CSTNode
+    value: Value
+
+
+@dataclass(frozen=True)
+class Meeting:
+    """An operation whose tensors must all be on one device."""
+
+    node: cst.CSTNode
+    kind: str
+    operands: tuple[Operand, ...]
+
+    def host_operands_meeting_device(self) -> list[tuple[Operand, Operand]]:
+        """(an operand on the host on every path, an operand on an accelerator on every path).
+
+        Host tensors without dimensions are exempt in arithmetic (PyTorch moves them).
+        """
+        pairs: list[tuple[Operand, Operand]] = []
+        devices = [o for o in self.operands if o.value.on_accelerator and (o.value.is_tensor_like or o.value.is_module_like)]
+        if not devices:
+            return pairs
+        for operand in self.operands:
+            value = operand.value
+            if not value.on_host:
+                continue
+            if value.is_tensor_like and not (value.zero_dim and self.kind not in _ZERO_DIM_CHECKED) or value.is_module_like:
+                pairs.append((operand, devices[0]))
+        return pairs
+
+    def agrees(self) -> bool:
+        """Every tensor and module here is in one place (the host, or one device the code
+        names), on every path."""
+        places: set[Place] = set()
+        for operand in self.operands:
+            value = operand.value
+            if not (value.is_tensor_like or value.is_module_like):
+                continue
+            if value.places is None:
+                return False
+            places |= value.places - {ANYWHERE_PLACE}
+        return len(places) == 1
+
+
+class Held(Enum):
+    """The calls a value can be traced to (see `Value.holds`)."""
+
+    # A wrapped model's `state_dict()`: keys prefixed `module.`.
+    WRAPPED_STATE_DICT = "wrapped state_dict()"
+    LOAD = "torch.load"
+    DATALOADER = "DataLoader"
+    # `torch.accelerator.current_accelerator()`: None on a CPU-only build.
+    CURRENT_ACCELERATOR = "current_accelerator()"
+
+
+@dataclass
+class FunctionFlow:
+    """What the model concluded for one function body."""
+
+    node: cst.CSTNode
+    values: dict[int, Value] = field(default_factory=dict)
+    # Environment before each statement (keyed by the statement's id).
+    before: dict[int, Env] = field(default_factory=dict)
+    # After each simple statement line that completes, and the statements themselves.
+    after: dict[int, Env] = field(default_factory=dict)
+    statements: dict[int, cst.CSTNode] = field(default_factory=dict)
+    meetings: dict[int, Meeting] = field(default_factory=dict)
+    returns: Value | None = None
+    # `self.<attr> = value` in this method: attribute -> joined value.
+    attribute_writes: dict[str, Value] = field(default_factory=dict)
+    # Names bound by `def`/`class` statements in this body -> their nodes.
+    definitions: dict[str, cst.CSTNode] = field(default_factory=dict)
+    # Where host data in this body comes from: id -> a tensor factory call without `device=`,
+    # or a `.cpu()`/`.to("cpu")` call (values brought back on purpose).
+    origins: dict[int, cst.Call] = field(default_factory=dict)
+    # Checkpoint calls made in this body (see `Value.holds`), and each `torch.save` with the
+    # value it saves.
+    held: dict[int, tuple[Held, cst.Call]] = field(default_factory=dict)
+    saves: list[tuple[cst.Call, Value]] = field(default_factory=list)
+    # `.to(...)`, `.cuda()`, `.cpu()` calls (by id): where each sends its receiver, None where
+    # the code does not say (or `.to` changes only the dtype).
+    moves: dict[int, Place | None] = field(default_factory=dict)
+    # Places whose tensor move was a statement of its own, its result thrown away.
+    discarded_moves: set[str] = field(default_factory=set)
+    # Tests of the device choice whose answer the CPU mode knows (by id), reached in that
+    # mode: whether the CPU mode carries on past them (False for `if not
+    # torch.cuda.is_available(): sys.exit()`). A distributed-only test is no such choice.
+    cpu_mode_tests: dict[int, bool] = field(default_factory=dict)
+    # The same for tests of a GPU setting alone (`if opt.use_gpu:`): a CPU mode, unless the
+    # setting means something else (where to keep features in a multi-GPU program).
+    gpu_setting_tests: dict[int, bool] = field(default_factory=dict)
+    # Calls (by id) the CPU mode never reaches.
+    calls_unreached_in_cpu_mode: set[int] = field(default_factory=set)
+    final: Env | None = None
+
+
+def names_bound_by(node: cst.BaseExpression) -> Iterator[cst.Name]:
+    """The names an assignment target binds (`x`, `a, (b, *c)`)."""
+    if isinstance(node, cst.Name):
+        yield node
+    elif isinstance(node, (cst.Tuple, cst.List)):
+        for element in node.elements:
+            yield from names_bound_by(element.value)
+    elif isinstance(node, cst.StarredElement):
+        yield from names_bound_by(node.value)
+
+
+def place_key(node: cst.BaseExpression) -> str | None:
+    """The environment key of an assignable place: `x`, `self.h`."""
+    # Exact type tests: isinstance on LibCST's ABCs is slow, and this runs for every name.
+    if type(node) is cst.Name:
+        return node.value
+    if type(node) is cst.Attribute and type(node.value) is cst.Name:
+        return f"{node.value.value}.{node.attr.value}"
+    return None
