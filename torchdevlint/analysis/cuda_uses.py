@@ -7,18 +7,17 @@ CPU mode that the flow model's tests (`FlowModel.offers_cpu_mode`) do not show.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 import libcst as cst
 
-from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES, asks_for_gpu, calls_in, device_literal, mentions_any
 from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
 from torchdevlint.analysis.flow.model import FlowModel
 from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, ImportTable
-from torchdevlint.edits import NodeEdit
 
 # Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
 CPU_FALLBACK_CHECKS = frozenset(
@@ -26,10 +25,6 @@ CPU_FALLBACK_CHECKS = frozenset(
 )
 # Calls that take a device type but fall back (or only warn) without a GPU.
 _TOLERANT_CALLEES = ("torch.amp.", "torch.cuda.amp.", "torch.cpu.amp.", "torch.autocast", "torch.cuda.")
-# Words in a test, a flag, a decorator or a helper's name that make it about the device. A
-# distributed run (`if dist.is_initialized():`, `world_size > 1`) counts too: multi-process
-# training code is written for NCCL, which needs GPUs.
-_DEVICE_WORDS = ("cuda", "gpu", "device", "accel", "cpu", "avail", "mps", "xpu", "dist", "world_size", "rank")
 
 
 class UseKind(Enum):
@@ -79,32 +74,6 @@ def cuda_uses(call: cst.Call, imports: ImportTable, constructor_aliases: frozens
             if literal is not None and literal.type == "cuda":
                 uses.append(CudaUse(arg.value, UseKind.DEVICE_ARGUMENT, literal.index))
     return uses
-
-
-def route_through(use: CudaUse, device: str, code_for_node: Callable[[cst.CSTNode], str]) -> tuple[NodeEdit, ...]:
-    """The edits that send a use through a device variable: `.cuda()` -> `.to(device)`,
-    `"cuda"` -> `device`, `torch.cuda.FloatTensor(...)` -> `torch.FloatTensor(...).to(device)`.
-    None for a GPU named by number (`.cuda(1)`, `"cuda:1"`), code over several lines, or a use
-    no variable can stand in for (a `torch.cuda` call, a constructor through another name)."""
-    if use.kind is UseKind.DEVICE_ARGUMENT:
-        if use.index is None and "\n" not in code_for_node(use.node):
-            return (NodeEdit(use.node, device),)
-        return ()
-    if use.kind is UseKind.MOVE:
-        call = cst.ensure_type(use.node, cst.Call)
-        func = cst.ensure_type(call.func, cst.Attribute)
-        if any(arg.keyword is None for arg in call.args):
-            return ()
-        if call.args:
-            return NodeEdit(func.attr, "to"), NodeEdit.insert_before(call.args[0], f"{device}, ")
-        receiver = code_for_node(func.value)
-        return () if "\n" in receiver else (NodeEdit(call, f"{receiver}.to({device})"),)
-    if use.kind is UseKind.LEGACY_CONSTRUCTOR:
-        call = cst.ensure_type(use.node, cst.Call)
-        named = call.func
-        if isinstance(named, cst.Attribute) and isinstance(named.value, cst.Attribute):
-            return NodeEdit(named.value, code_for_node(named.value.value)), NodeEdit.insert_after(call, f".to({device})")
-    return ()
 
 
 def names_a_constructor_alias(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> str | None:
@@ -159,7 +128,7 @@ def ends_block(body: cst.BaseSuite) -> bool:
 
 def is_device_test(test: cst.CSTNode, imports: ImportTable) -> bool:
     """A test about the device: it names one (`use_cuda`, `args.gpu`, `"cpu"`) or asks for one."""
-    return mentions_any(test, _DEVICE_WORDS, strings=True) or asks_for_gpu(test, imports)
+    return mentions_any(test, naming.DEVICE_CONTEXT_WORDS, strings=True) or asks_for_gpu(test, imports)
 
 
 def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], imports: ImportTable,
@@ -180,7 +149,7 @@ def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], import
         elif isinstance(ancestor, (cst.Try, cst.TryStar)) and child is ancestor.body and ancestor.handlers:
             return True
         elif isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-            if mentions_any(ancestor.name, _DEVICE_WORDS) or any(
+            if mentions_any(ancestor.name, naming.DEVICE_CONTEXT_WORDS) or any(
                     is_device_test(d.decorator, imports) for d in ancestor.decorators):
                 return True
         elif isinstance(ancestor, (cst.Decorator, cst.Param)):

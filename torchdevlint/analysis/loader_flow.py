@@ -18,13 +18,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 import libcst as cst
 
+from torchdevlint.analysis.flow.model import FlowModel
 from torchdevlint.analysis.flow.results import Held
 from torchdevlint.analysis.flow.values import Kind
+from torchdevlint.analysis.names import ImportTable
 from torchdevlint.analysis.tree import child_nodes, keyword_argument
-from torchdevlint.context import FileContext
+
+
+class WalkContext(Protocol):
+    """What the loader analysis reads of the walk that feeds it (a rule's `FileContext`)."""
+
+    @property
+    def flow(self) -> FlowModel: ...
+
+    @property
+    def imports(self) -> ImportTable: ...
+
+    def ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]: ...
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
 _NUM_WORKERS_POSITION = 5
@@ -128,7 +142,7 @@ class LoaderFlow:
     """A shared analysis (`context.shared(LoaderFlow)`), fed by the walk; read `feeding_loops()`
     at leave_Module."""
 
-    def __init__(self, context: FileContext) -> None:
+    def __init__(self, context: WalkContext) -> None:
         self.context = context
         self._loaders: dict[int, LoaderCall] = {}
         self._open_loops: list[BatchLoop] = []

@@ -15,7 +15,6 @@ from torchdevlint.analysis.cuda_uses import (
     is_device_test,
     kept_for_the_gpu,
     names_a_constructor_alias,
-    route_through,
     shows_cpu_mode,
 )
 from torchdevlint.analysis.devices import (
@@ -25,6 +24,7 @@ from torchdevlint.analysis.devices import (
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.shared_fixes import route_through
 
 
 @dataclass(frozen=True)

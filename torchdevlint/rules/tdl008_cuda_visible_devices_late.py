@@ -8,6 +8,7 @@ from enum import Enum
 
 import libcst as cst
 
+from torchdevlint.analysis.brains.argparse_options import read_option
 from torchdevlint.analysis.devices import (
     CUDA_INITIALISING_FUNCTIONS,
     device_literal,
@@ -313,14 +314,10 @@ class CudaVisibleDevicesLate(Rule):
     # ---- argparse options ------------------------------------------------------------------
 
     def _record_option(self, call: cst.Call) -> None:
-        names = [string_value(arg.value) for arg in call.args if arg.keyword is None]
-        dest_arg = keyword_argument(call, "dest")
-        dest = string_value(dest_arg.value) if dest_arg is not None else None
+        option = read_option(call)
+        dest = option.dest if option is not None else None
         if dest is None:
-            flags = [n for n in names if n is not None and n.startswith("--")] or [n for n in names if n is not None]
-            if not flags:
-                return
-            dest = flags[0].lstrip("-").replace("-", "_")
+            return
         kind = self._option_kind(call)
         previous = self._options.get(dest, kind)
         self._options[dest] = kind if previous == kind else None
@@ -444,7 +441,7 @@ class CudaVisibleDevicesLate(Rule):
 
     def leave_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "add_argument":
+        if read_option(node) is not None:
             self._record_option(node)
         qualified = self.context.imports.qualified_name(func)
         key = string_value(node.args[0].value) if node.args and node.args[0].keyword is None else None

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import naming
+from torchdevlint.analysis.brains.argparse_options import read_option
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
-# Option names that choose where the program runs.
-_DEVICE_FLAG_WORDS = ("cuda", "gpu", "cpu", "device", "mps", "xpu", "accelerator")
 # Keywords `store_true` and `BooleanOptionalAction` accept as they are.
 _KEPT_KEYWORDS = frozenset({"type", "default", "help", "dest", "required"})
 
@@ -132,10 +132,9 @@ class ArgparseBoolDeviceFlag(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument"):
-            return
+        option = read_option(node)
         kind = keyword_argument(node, "type")
-        if kind is None or not (isinstance(kind.value, cst.Name) and kind.value.value == "bool"):
+        if option is None or kind is None or option.type_name != "bool":
             return
         if self.context.binding_scope("bool") is not None or not self.context.imports.imports_from("argparse"):
             return
@@ -144,11 +143,14 @@ class ArgparseBoolDeviceFlag(Rule):
         self.report(node, fix=self._fix(node, kind))
 
     def _is_device_flag(self, call: cst.Call) -> bool:
-        names = [string_value(arg.value) for arg in call.args if arg.keyword is None]
-        dest = keyword_argument(call, "dest")
+        option = read_option(call)
+        if option is None:
+            return False
+        names = list(option.names)
+        dest = option.keywords.get("dest")
         if dest is not None:
-            names.append(string_value(dest.value))
-        return any(name is not None and any(word in name.lower() for word in _DEVICE_FLAG_WORDS) for name in names)
+            names.append(string_value(dest))
+        return any(name is not None and any(word in name.lower() for word in naming.DEVICE_FLAG_WORDS) for name in names)
 
     def _fix(self, call: cst.Call, kind: cst.Arg) -> PendingFix | None:
         if any(arg.star or arg.keyword is not None and arg.keyword.value not in _KEPT_KEYWORDS for arg in call.args):

@@ -12,8 +12,8 @@ from torchdevlint.analysis.loader_flow import (
     PinMemory,
 )
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.loader_fixes import pin_memory_fix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.shared_fixes import pin_memory_fix
 
 _BOTH = "DataLoader feeding the GPU loads batches in the main process (num_workers=0) into unpinned memory"
 _PIN = "DataLoader feeding the GPU leaves pin_memory off; host-to-device copies cannot overlap compute"

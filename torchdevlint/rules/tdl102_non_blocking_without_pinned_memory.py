@@ -6,8 +6,8 @@ import libcst as cst
 
 from torchdevlint.analysis.loader_flow import LoaderFlow, PinMemory
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.loader_fixes import pin_memory_fix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.shared_fixes import pin_memory_fix
 
 
 class NonBlockingWithoutPinnedMemory(Rule):

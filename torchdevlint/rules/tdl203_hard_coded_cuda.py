@@ -12,13 +12,13 @@ from torchdevlint.analysis.cuda_uses import (
     cuda_uses,
     kept_for_the_gpu,
     names_a_constructor_alias,
-    route_through,
     shows_cpu_mode,
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.shared_fixes import route_through
 
 _DEVICE_NAME = "device"
 

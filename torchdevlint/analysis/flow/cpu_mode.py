@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import naming
+from torchdevlint.analysis.brains.argparse_options import read_option
 from torchdevlint.analysis.devices import integer_value, string_value
 from torchdevlint.analysis.flow.values import SWITCHED_OFF, ModeConstant, Off
 from torchdevlint.analysis.names import dotted_name
@@ -29,11 +31,6 @@ from torchdevlint.analysis.tree import child_nodes
 __all__ = ["Off", "compare", "conjunction", "device_type", "disjunction", "literal_constant", "names_a_gpu_setting", "names_the_cpu_mode",
            "negation", "option_offers_cpu_mode", "setting_in_cpu_mode", "stuck_switch", "truth"]
 
-_GPU_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu",
-                        "distributed", "ddp", "world", "multigpu", "cudnn"})
-_NEGATIONS = frozenset({"no", "not", "disable", "disabled", "without", "nocuda", "nogpu"})
-_DEVICE_WORDS = frozenset({"device", "dev"})
-_CPU_MODE_WORDS = frozenset({"cpu", "available"})
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
 
@@ -48,11 +45,11 @@ def setting_in_cpu_mode(name: str) -> ModeConstant | None:
     if not words:
         return None
     found = set(words)
-    if "cpu" in found or found & _NEGATIONS and found & (_GPU_WORDS | _DEVICE_WORDS):
+    if "cpu" in found or found & naming.NEGATION_WORDS and found & (naming.GPU_WORDS | naming.DEVICE_SETTING_WORDS):
         return True
-    if found & _GPU_WORDS or words[-2:] == ["local", "rank"]:
+    if found & naming.GPU_WORDS or words[-2:] == ["local", "rank"]:
         return SWITCHED_OFF
-    if words[-1] in _DEVICE_WORDS:
+    if words[-1] in naming.DEVICE_SETTING_WORDS:
         return "cpu"
     return None
 
@@ -78,7 +75,7 @@ def _any_words(node: cst.CSTNode, matches: Callable[[set[str]], bool], *, names:
 
 
 def _says_cpu_mode(words: set[str]) -> bool:
-    return bool(words & _CPU_MODE_WORDS or words & _NEGATIONS and words & (_GPU_WORDS | _DEVICE_WORDS))
+    return bool(words & naming.CPU_MODE_WORDS or words & naming.NEGATION_WORDS and words & (naming.GPU_WORDS | naming.DEVICE_SETTING_WORDS))
 
 
 def names_the_cpu_mode(test: cst.CSTNode) -> bool:
@@ -89,14 +86,13 @@ def names_the_cpu_mode(test: cst.CSTNode) -> bool:
     return _any_words(test, _says_cpu_mode)
 
 
-_SETTING_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu"})
 
 
 def names_a_gpu_setting(test: cst.CSTNode) -> bool:
     """Whether a test reads a setting about the GPU (`opt.use_gpu`, `use_cuda`, `x.is_cuda`),
     other than a count compared so that no GPU and one GPU answer alike (`num_gpus > 1`:
     one machine or several, not the CPU or a GPU)."""
-    return _any_words(test, lambda words: bool(words & _SETTING_WORDS), strings=False, skip=_counts_several_gpus)
+    return _any_words(test, lambda words: bool(words & naming.GPU_SETTING_WORDS), strings=False, skip=_counts_several_gpus)
 
 
 _COMPARE = {cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge, cst.LessThan: operator.lt,
@@ -125,8 +121,10 @@ def option_offers_cpu_mode(call: cst.Call) -> bool:
     """`parser.add_argument(...)` of an option that runs the program on the CPU: `--cpu`,
     `--no-cuda`, a `--cuda`/`--gpu` switch off by default (`action="store_true"`), a
     `--device` option that offers `"cpu"` (its default, choices or help)."""
-    names = [string_value(arg.value) for arg in call.args if arg.keyword is None]
-    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    option = read_option(call)
+    if option is None:
+        return False
+    names, keywords = option.names, option.keywords
     dest = keywords.get("dest")
     words: set[str] = set()
     for name in [*names, string_value(dest) if dest is not None else None]:
@@ -134,15 +132,15 @@ def option_offers_cpu_mode(call: cst.Call) -> bool:
             words.update(_words(name))
     if not words:
         return False
-    if "cpu" in words or words & _NEGATIONS and words & (_GPU_WORDS | _DEVICE_WORDS):
+    if "cpu" in words or words & naming.NEGATION_WORDS and words & (naming.GPU_WORDS | naming.DEVICE_SETTING_WORDS):
         return True
     action = keywords.get("action")
-    if words & _GPU_WORDS and action is not None and string_value(action) == "store_true":
+    if words & naming.GPU_WORDS and action is not None and option.action == "store_true":
         return True
-    if words & _GPU_WORDS and type(keywords.get("type")) is cst.Name:
+    if words & naming.GPU_WORDS and option.type_name is not None:
         # `--cuda type=bool`: meant as a switch, though it may not switch (see `stuck_switch`).
-        return cst.ensure_type(keywords["type"], cst.Name).value == "bool"
-    if words & _DEVICE_WORDS:
+        return option.type_name == "bool"
+    if words & naming.DEVICE_SETTING_WORDS:
         offered = [keywords.get(key) for key in ("default", "choices", "help")]
         return any(node is not None and _mentions_cpu(node) for node in offered)
     return False
@@ -151,25 +149,15 @@ def option_offers_cpu_mode(call: cst.Call) -> bool:
 def stuck_switch(call: cst.Call) -> str | None:
     """The attribute an argparse option `type=bool` with a true default sets, if it is about
     the GPU: `bool("False")` is True, so no command line switches it off (`--cuda False`)."""
-    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
-    kind, default = keywords.get("type"), keywords.get("default")
-    if not (type(kind) is cst.Name and kind.value == "bool") or default is None:
+    option = read_option(call)
+    default = option.keywords.get("default") if option is not None else None
+    if option is None or option.type_name != "bool" or default is None:
         return None
     if not truth(literal_constant(default)):
         return None
-    dest = _option_dest(call)
+    dest = option.dest
     return dest if dest is not None and setting_in_cpu_mode(dest) is SWITCHED_OFF else None
 
-
-def _option_dest(call: cst.Call) -> str | None:
-    """Where argparse stores an option: `dest=`, else its first long name (dashes as `_`)."""
-    names = [string_value(arg.value) for arg in call.args if arg.keyword is None]
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "dest":
-            return string_value(arg.value)
-    long_names = [name for name in names if name is not None and name.startswith("--")]
-    chosen = long_names[0] if long_names else next((name for name in names if name is not None), None)
-    return None if chosen is None else chosen.lstrip("-").replace("-", "_")
 
 
 def _mentions_cpu(node: cst.CSTNode) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import libcst as cst
 
-from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.brains.torch_api import DeviceCheck, Result, TorchOp
 from torchdevlint.analysis.devices import (
     AVAILABILITY_CHECKS,
@@ -65,9 +65,6 @@ from torchdevlint.budget import Deadline
 
 # Rounds of a loop body before the names still changing are given up as unknown.
 _LOOP_ROUNDS = 3
-_DEVICE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
-_CALLEE_MEETING_WORDS = ("loss", "criterion", "crit", "metric", "model", "net")
-_LOSS_WORDS = ("loss", "criterion", "crit")
 # nn.Module's own methods: never a submodule called.
 _MODULE_API = frozenset(
     {"register_buffer", "register_parameter", "add_module", "register_module", "apply", "parameters",
@@ -86,14 +83,6 @@ _DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu", "xpu", "mps"})
 # Inputs of unknown kind moved somewhere (`model(x.to(device))`), and batches of them
 # (`model(**batch)` after moving each of the batch's tensors).
 _PLACED_INPUT_KINDS = frozenset({Kind.UNKNOWN, Kind.CONTAINER})
-_MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbone")
-# `build_model(cfg)`, `get_encoder()`: functions that make or fetch a model, not models.
-_BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "setup", "construct", "prepare",
-                            "define", "instantiate", "new", "from", "fetch"})
-# `resnet_block(dim, dim)`, `net_fn(...)`: a name ending so makes a part of a model (often a
-# `partial` of a class), or is some other callable: what it returns is no model's output.
-_PART_MAKER_NOUNS = frozenset({"block", "blocks", "layer", "layers", "fn", "func", "factory", "cls", "klass",
-                               "class", "builder", "type", "ctor", "constructor", "cfg", "config", "kwargs"})
 # Reductions along a dimension that return (values, indices).
 _VALUES_INDICES_METHODS = frozenset({"max", "min", "sort", "topk", "median", "mode", "kthvalue"})
 _BUILTIN_SCALARS = frozenset({"len", "int", "float", "bool", "str", "round", "abs", "sum", "min", "max", "repr", "hash", "id", "ord"})
@@ -1128,9 +1117,9 @@ class Interpreter:
         written = (dotted_name(callee_node) or "").rsplit(".", 1)[-1]
         name = written.lower()
         # `Net()` builds a model (a class); `model(x)`, `self.net(x)` call one.
-        if any(word in name for word in _MODEL_NAME_WORDS) and not any(word in name for word in ("loss", "criterion")) \
-                and not written[:1].isupper() and name.split("_", 1)[0] not in _BUILDER_VERBS \
-                and name.rsplit("_", 1)[-1] not in _PART_MAKER_NOUNS:
+        if any(word in name for word in naming.MODEL_NAME_WORDS) and not any(word in name for word in ("loss", "criterion")) \
+                and not written[:1].isupper() and name.split("_", 1)[0] not in naming.BUILDER_VERBS \
+                and name.rsplit("_", 1)[-1] not in naming.PART_MAKER_NOUNS:
             # `model(x)` with `model` made where we cannot see: a module, where it was moved
             # (`model = Net().to(device)`) or else wherever its inputs are.
             return self._module_call(node, Value(frozenset({Kind.MODULE}), callee.places), arguments)
@@ -1139,11 +1128,11 @@ class Interpreter:
             return self._module_call(node, Value(frozenset({Kind.MODULE}), callee.places), arguments)
         operands = [Operand(arg.value, value) for arg, value in zip(node.args, arguments, strict=True)
                     if value.is_tensor_like]
-        if len(operands) > 1 and any(word in name for word in _CALLEE_MEETING_WORDS):
+        if len(operands) > 1 and any(word in name for word in naming.TENSORS_MEET_IN_CALLEE_WORDS):
             self._record_meeting(node, MeetingKind.CALL, operands)
         if name in ("tqdm", "trange"):
             return self._builtin_container("iter", node, arguments)
-        if operands and any(word in name for word in _LOSS_WORDS):
+        if operands and any(word in name for word in naming.LOSS_WORDS):
             # `criterion(outputs, labels)` made where we cannot see: a loss, computed where its
             # inputs are (a reduced one, so it mixes with data anywhere).
             return replace(_combined_tensor([operand.value for operand in operands]), zero_dim=True)
@@ -1253,7 +1242,7 @@ class Interpreter:
             return SCALAR
         callee_name = method.lower()
         operands = [Operand(arg.value, value) for arg, value in zip(node.args, arguments, strict=True) if value.is_tensor_like]
-        if len(operands) > 1 and any(word in callee_name for word in _CALLEE_MEETING_WORDS):
+        if len(operands) > 1 and any(word in callee_name for word in naming.TENSORS_MEET_IN_CALLEE_WORDS):
             self._record_meeting(node, MeetingKind.CALL, operands)
         return UNKNOWN
 
@@ -1414,7 +1403,7 @@ class Interpreter:
             if value.reference is not None and value.reference.qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES:
                 continue
             text = dotted_name(arg.value)
-            if text is not None and any(word in text.lower() for word in _DEVICE_WORDS):
+            if text is not None and any(word in text.lower() for word in naming.DEVICE_VARIABLE_WORDS):
                 return Place(PlaceKind.DEVICE, text, None)
             return None
         return None
@@ -1601,7 +1590,7 @@ class Interpreter:
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "device":
                 text = dotted_name(arg.value)
-                if text is not None and any(word in text.lower() for word in _DEVICE_WORDS):
+                if text is not None and any(word in text.lower() for word in naming.DEVICE_VARIABLE_WORDS):
                     return frozenset({Place(PlaceKind.DEVICE, text, None)})
         return None
 

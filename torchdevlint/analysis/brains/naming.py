@@ -1,0 +1,49 @@
+"""Naming conventions: the words by which code about devices, models and losses is known,
+where no type says it. One copy of each list, each used for one question."""
+
+from __future__ import annotations
+
+# Words in the text of a `device=` argument that make it a device variable (`device=dev`, `device=self.gpu`).
+DEVICE_VARIABLE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
+
+# Words in the name of a callable we cannot see whose tensor arguments must share a device.
+TENSORS_MEET_IN_CALLEE_WORDS = ("loss", "criterion", "crit", "metric", "model", "net")
+
+# Words in the name of a callable we cannot see that make it a loss.
+LOSS_WORDS = ("loss", "criterion", "crit")
+
+# Words in the name of a callable we cannot see that make it a model.
+MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbone")
+
+# `build_model(cfg)`, `get_encoder()`: first words of functions that make or fetch a model, not models.
+BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "setup", "construct", "prepare",
+                           "define", "instantiate", "new", "from", "fetch"})
+
+# `resnet_block(dim, dim)`, `net_fn(...)`: a name ending so makes a part of a model (often a
+# `partial` of a class), or is some other callable: what it returns is no model's output.
+PART_MAKER_NOUNS = frozenset({"block", "blocks", "layer", "layers", "fn", "func", "factory", "cls", "klass",
+                              "class", "builder", "type", "ctor", "constructor", "cfg", "config", "kwargs"})
+
+# Words of a setting, flag or test about using GPUs (split from names by `cpu_mode.words`).
+GPU_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu",
+                       "distributed", "ddp", "world", "multigpu", "cudnn"})
+
+# Words that turn a GPU setting around (`--no-cuda`, `disable_gpu`).
+NEGATION_WORDS = frozenset({"no", "not", "disable", "disabled", "without", "nocuda", "nogpu"})
+
+# Words of a setting that names the device itself (`--device`, `args.dev`).
+DEVICE_SETTING_WORDS = frozenset({"device", "dev"})
+
+# Words of a test that asks whether the program runs without a GPU (`use_cpu`, `cuda_available`).
+CPU_MODE_WORDS = frozenset({"cpu", "available"})
+
+# Words of a setting read as a GPU switch (`opt.use_gpu`, `x.is_cuda`).
+GPU_SETTING_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu"})
+
+# Words in a test, a flag, a decorator or a helper's name that make it about the device. A
+# distributed run (`if dist.is_initialized():`, `world_size > 1`) counts too: multi-process
+# training code is written for NCCL, which needs GPUs.
+DEVICE_CONTEXT_WORDS = ("cuda", "gpu", "device", "accel", "cpu", "avail", "mps", "xpu", "dist", "world_size", "rank")
+
+# Words in an option's names that make it a device flag (`--cuda`, `--use-gpu`, `--cpu-only`).
+DEVICE_FLAG_WORDS = ("cuda", "gpu", "cpu", "device", "mps", "xpu", "accelerator")
