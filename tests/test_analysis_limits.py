@@ -128,23 +128,23 @@ def test_a_non_positive_file_timeout_is_a_usage_error(tmp_path: Path) -> None:
     assert "--file-timeout must be a positive number" in result.stderr
 
 
-def test_judging_the_fixes_of_many_moves_in_one_body_interprets_it_a_bounded_number_of_times(
+def test_judging_the_fixes_of_many_moves_in_one_body_interprets_a_bounded_number_of_statements(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchdevlint.analysis.flow.model import FIX_TRIALS_PER_SCOPE
+    from torchdevlint.analysis.flow.model import FIX_JUDGEMENT_STATEMENTS
 
-    moves = 3 * FIX_TRIALS_PER_SCOPE
+    moves = 1000
     source = "import torch\n\ndef body(device):\n" + "".join(
         f"    t{i} = torch.zeros(3)\n    t{i}.to(device)\n" for i in range(moves))
-    runs = 0
-    original = Interpreter.run
+    interpreted = 0
+    original = Interpreter._statement
 
-    def counting(self: Interpreter, body: object) -> object:
-        nonlocal runs
-        runs += 1
-        return original(self, body)  # type: ignore[arg-type]
+    def counting(self: Interpreter, node: cst.CSTNode, env: dict[str, Value]) -> object:
+        nonlocal interpreted
+        interpreted += 1
+        return original(self, node, env)
 
-    monkeypatch.setattr(Interpreter, "run", counting)
+    monkeypatch.setattr(Interpreter, "_statement", counting)
     diagnostics = lint_source(source, "many_moves.py", RULES)
     assert [d.code for d in diagnostics].count("TDL001") == moves
-    # The body once, the module once, and one judgement per fix up to the budget.
-    assert runs <= FIX_TRIALS_PER_SCOPE + 4
+    # The module and the body once each, and judgements within their budget.
+    assert interpreted <= 2 * (2 * moves + 3) + FIX_JUDGEMENT_STATEMENTS

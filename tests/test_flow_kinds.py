@@ -229,3 +229,21 @@ def test_names_whose_overloads_disagree_give_a_tensor_where_the_call_says_so(exp
 def test_overloads_that_give_no_single_tensor_are_not_tensors(expression: str) -> None:
     (value,) = kinds_of(f"import torch\nx = torch.ones(3)\nprobe({expression})\n")
     assert not value.is_tensor, value.describe()
+
+
+def test_generators_and_dicts_the_program_builds_of_tensors_keep_them() -> None:
+    generated, value, pair_value = kinds_of(
+        """
+        import torch
+        xs = [torch.ones(2), torch.ones(2)]
+        moved = tuple(x.cuda() for x in xs)
+        probe(moved[0])
+        table = {name: x.cuda() for name, x in zip("ab", xs)}
+        for v in table.values():
+            probe(v)
+        for k, v in table.items():
+            probe(v)
+        """
+    )
+    for value_seen in (generated, value, pair_value):
+        assert value_seen.is_tensor and value_seen.on_accelerator, value_seen.describe()

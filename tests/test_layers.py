@@ -90,6 +90,7 @@ def test_rules_read_the_analysis_through_its_results_never_its_interpreter_or_ea
     for name in rules:
         imported = modules()[name]
         assert "torchdevlint.analysis.flow.interpreter" not in imported, f"{name} imports the interpreter"
+        assert "torchdevlint.analysis.flow.model" not in imported, f"{name} imports the model: ask context.flow"
         others = {module for module in imported if module.startswith("torchdevlint.rules.")}
         assert not others, f"{name} imports other rules: {others}"
 

@@ -9,7 +9,8 @@ from typing import TypeVar, cast
 import libcst as cst
 
 from torchdevlint.analysis.flow.memory import FlowMemory
-from torchdevlint.analysis.flow.model import FlowModel, Scope
+from torchdevlint.analysis.flow.model import FlowModel
+from torchdevlint.analysis.flow.results import FlowQueries, Scope
 from torchdevlint.analysis.local_names import FunctionBindings, function_bindings, scope_bindings
 from torchdevlint.analysis.names import ImportTable
 from torchdevlint.budget import Deadline, NoDeadline
@@ -71,7 +72,7 @@ class FileContext:
         self._methods.clear()
 
     @property
-    def flow(self) -> FlowModel:
+    def flow(self) -> FlowQueries:
         """The device-flow model of the file, interpreted lazily, function by function."""
         if self._flow is None:
             self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source, self._flow_memory)

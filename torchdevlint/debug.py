@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from torchdevlint.analysis.flow.model import FlowModel, Scope
-from torchdevlint.analysis.flow.results import Env
+from torchdevlint.analysis.flow.model import FlowModel
+from torchdevlint.analysis.flow.results import Env, Scope
 from torchdevlint.analysis.flow.values import CPU_MODE_UNREACHED
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import room_for_nesting

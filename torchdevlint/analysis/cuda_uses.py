@@ -16,7 +16,7 @@ import libcst as cst
 from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES, asks_for_gpu, calls_in, device_literal, mentions_any
 from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
-from torchdevlint.analysis.flow.model import FlowModel
+from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, ImportTable
 
 # Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
@@ -132,7 +132,7 @@ def is_device_test(test: cst.CSTNode, imports: ImportTable) -> bool:
 
 
 def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], imports: ImportTable,
-                     flow: FlowModel) -> bool:
+                     flow: FlowQueries) -> bool:
     """Where the flow model cannot tell, whether the code around a use keeps it for a GPU:
     a test about the device with an answer the model does not know (either branch), a `try`
     with a handler, a function or class named for the GPU or decorated with a GPU condition

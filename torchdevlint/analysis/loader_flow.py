@@ -22,8 +22,7 @@ from typing import Protocol
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.model import FlowModel
-from torchdevlint.analysis.flow.results import Held
+from torchdevlint.analysis.flow.results import FlowQueries, Held
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.analysis.names import ImportTable
 from torchdevlint.analysis.tree import child_nodes, keyword_argument
@@ -33,7 +32,7 @@ class WalkContext(Protocol):
     """What the loader analysis reads of the walk that feeds it (a rule's `FileContext`)."""
 
     @property
-    def flow(self) -> FlowModel: ...
+    def flow(self) -> FlowQueries: ...
 
     @property
     def imports(self) -> ImportTable: ...

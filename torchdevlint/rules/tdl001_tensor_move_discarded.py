@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
-from torchdevlint.analysis.flow.model import FixAgreement
+from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -64,8 +64,9 @@ class TensorMoveDiscarded(Rule):
     tensor goes next, or it goes somewhere the model cannot place. When the moved tensor
     would then meet data left on the CPU (a model that is never moved), no fix is offered:
     the statement is dead today, and assigning it would make the program fail on a GPU.
-    Each judgement interprets the function again, so in a function with more than 16 such
-    moves the later ones are not judged: their fixes are unsafe.
+    Each judgement interprets the function again, so a function reinterpreted 8,000
+    statements' worth (160 judgements of a 50-line function, 4 of one holding a thousand
+    discarded moves) has its later fixes unjudged: they are unsafe.
 
     A positional item (`batch[0] = batch[0].to(device)`) is always unsafe: a custom
     `collate_fn` may return a tuple, which does not take item assignment. For a

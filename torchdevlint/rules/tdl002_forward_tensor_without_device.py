@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.model import OriginSite
-from torchdevlint.analysis.flow.results import Env, names_bound_by
+from torchdevlint.analysis.flow.results import Env, OriginSite, names_bound_by
 from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -40,7 +40,8 @@ class ForwardTensorWithoutDevice(Rule):
 
     ## Fix safety
     The fix adds `device=<input>.device`, using a parameter of the method that holds the
-    model's data where the tensor is made (even if it is rebound later). It is safe when that
+    model's data where the tensor is made (even if it is rebound later), never one the method
+    uses as a dict or a list (`fields.items()`, `**batch`, `for x in xs`). It is safe when that
     parameter is annotated as a Tensor, unsafe otherwise (it may be a list or a dict). With no
     such input at hand it uses `next(self.parameters()).device`, unsafe (a module without
     parameters has none). Factories in helper functions get no fix.
@@ -358,6 +359,34 @@ class ForwardTensorWithoutDevice(Rule):
             """
             import torch
             import torch.nn as nn
+            class FieldEncoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.encode = nn.Linear(4, 4)
+                def forward(self, fields):
+                    encoded = {name: self.encode(value) for name, value in fields.items()}
+                    position = torch.arange(4)
+                    return {name: feature + position for name, feature in encoded.items()}
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class FieldEncoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.encode = nn.Linear(4, 4)
+                def forward(self, fields):
+                    encoded = {name: self.encode(value) for name, value in fields.items()}
+                    position = torch.arange(4, device=next(self.parameters()).device)
+                    return {name: feature + position for name, feature in encoded.items()}
+            """,
+            applicability=Applicability.UNSAFE,
+            name="positions-beside-a-dict-of-encoded-fields",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
             class Dropout(nn.Module):
                 def forward(self, x: torch.Tensor):
                     keep = torch.rand(x.shape) > 0.5
@@ -492,7 +521,7 @@ class ForwardTensorWithoutDevice(Rule):
             return None
         params = [*scope.params.posonly_params, *scope.params.params]
         self_name = params[0].name.value if params else None
-        shadowed = self._names_bound_around(site.call, scope)
+        shadowed = self._names_bound_around(site.call, scope) | _used_as_containers(scope)
         device: str | None = None
         applicability = Applicability.UNSAFE
         for param in params[1:]:
@@ -544,3 +573,24 @@ class ForwardTensorWithoutDevice(Rule):
             current = self.context.parents.get(id(current))
         return names
 
+
+_CONTAINER_METHODS = frozenset({"items", "keys", "values", "get", "append", "extend"})
+
+
+def _used_as_containers(scope: cst.FunctionDef) -> set[str]:
+    """Names the method uses as a dict or list (`batch.items()`, `**batch`, `batch["x"]`,
+    `for x in xs`): no tensor whose `.device` a fix could read."""
+    found: set[str] = set()
+    stack: list[cst.CSTNode] = [scope.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) \
+                and node.func.attr.value in _CONTAINER_METHODS:
+            found.add(node.func.value.value)
+        elif isinstance(node, cst.Arg) and node.star and isinstance(node.value, cst.Name) or isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and len(node.slice) == 1 \
+                and isinstance(node.slice[0].slice, cst.Index) and isinstance(node.slice[0].slice.value, cst.SimpleString):
+            found.add(node.value.value)
+        elif isinstance(node, (cst.For, cst.CompFor)) and isinstance(node.iter, cst.Name):
+            found.add(node.iter.value)
+        stack.extend(child_nodes(node))
+    return found

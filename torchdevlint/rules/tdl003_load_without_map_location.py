@@ -9,7 +9,7 @@ from pathlib import PurePath
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
-from torchdevlint.analysis.flow.model import FixAgreement
+from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix

@@ -5,8 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
-from torchdevlint.analysis.flow.model import HostMeeting
-from torchdevlint.analysis.flow.results import FunctionFlow, MeetingKind, place_key
+from torchdevlint.analysis.flow.results import FunctionFlow, HostMeeting, MeetingKind, place_key
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid

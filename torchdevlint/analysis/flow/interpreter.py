@@ -77,6 +77,8 @@ _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 _CHECKED = frozenset({DeviceCheck.SAME, DeviceCheck.ITERATOR})
 _HOST_ONLY = frozenset({HOST_PLACE})
 _UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
+# The key of a container's items that stands for each of its elements.
+_ANY_ITEM = "*"
 _TENSOR_ONLY = frozenset({Kind.TENSOR})
 _MODEL_OUTPUT_ONLY = frozenset({Kind.MODEL_OUTPUT})
 _DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu", "xpu", "mps"})
@@ -858,7 +860,10 @@ class Interpreter:
         if isinstance(node, cst.DictComp):
             self._evaluate(node.key, inner)
             element = self._evaluate(node.value, inner)
-            if element.places is not None and (element.is_tensor_like or element.kinds == _UNKNOWN_ONLY):
+            if element.places is not None and element.is_tensor_like:
+                # `{k: self.enc(v) for k, v in batch.items()}`: tensors, all there.
+                return Value(frozenset({Kind.CONTAINER}), element.places, items=((_ANY_ITEM, tensor(element.places)),))
+            if element.places is not None and element.kinds == _UNKNOWN_ONLY:
                 # `{k: v.to(device) for k, v in batch.items()}`: its values are all there.
                 return Value(frozenset({Kind.CONTAINER}), element.places)
             return Value(frozenset({Kind.CONTAINER}))
@@ -867,8 +872,8 @@ class Interpreter:
         for key, value in inner.items():
             if key in env and env[key] is not value and not _bound_by_comprehension(node, key):
                 env[key] = value
-        if isinstance(node, cst.ListComp) and element.is_tensor_like:
-            # A list of tensors: where its elements are.
+        if element.is_tensor_like:
+            # A list (set, generator) of tensors: where its elements are.
             return Value(frozenset({Kind.CONTAINER}), element.places, items=None, origins=element.origins,
                          grad=element.grad)
         return Value(frozenset({Kind.CONTAINER}))
@@ -1108,7 +1113,11 @@ class Interpreter:
         if name == "zip" and arguments:
             parts = tuple((str(i), self._element_of(arg.value, value)) for i, (arg, value) in enumerate(zip(node.args, arguments, strict=True)))
             return replace(Value.of(Kind.OTHER), items=(("*", Value(frozenset({Kind.CONTAINER}), items=parts)),))
-        if name in ("iter", "list", "tuple", "sorted", "reversed") and arguments:
+        if name in ("list", "tuple", "sorted") and arguments:
+            element = self._element_of(node.args[0].value, arguments[0])
+            # A list or tuple of the iterable's elements: indexed, each of them.
+            return Value(frozenset({Kind.CONTAINER}), items=((_ANY_ITEM, element),))
+        if name in ("iter", "reversed") and arguments:
             return replace(Value.of(Kind.OTHER), items=(("*", self._element_of(node.args[0].value, arguments[0])),))
         return UNKNOWN
 
@@ -1230,6 +1239,13 @@ class Interpreter:
         if method in ("append", "extend") and receiver.kinds == {Kind.CONTAINER} and len(arguments) == 1:
             self._grow_list(node, method, receiver, arguments[0], env)
             return SCALAR
+        if method in ("items", "values") and receiver.kinds == {Kind.CONTAINER} and receiver.item(_ANY_ITEM) is not None:
+            # A dict the program built of tensors (see `_comprehension`): its values, or (key, value) pairs.
+            element = receiver.item(_ANY_ITEM)
+            assert element is not None
+            if method == "items":
+                element = Value(frozenset({Kind.CONTAINER}), items=(("0", SCALAR), ("1", element)))
+            return Value(frozenset({Kind.CONTAINER}), items=((_ANY_ITEM, element),))
         if method == "items" and receiver.kinds == {Kind.CONTAINER}:
             return UNKNOWN
         if method == "to" and receiver.kinds == {Kind.CONTAINER}:

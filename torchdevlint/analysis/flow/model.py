@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 
 import libcst as cst
 
@@ -31,7 +30,17 @@ from torchdevlint.analysis.flow.call_sites import (
 )
 from torchdevlint.analysis.flow.interpreter import Interpreter, Oracle
 from torchdevlint.analysis.flow.memory import FlowMemory, FlowRecord, RecordingOracle, answers_again, recordable
-from torchdevlint.analysis.flow.results import Env, FunctionFlow, Held, Meeting, Operand
+from torchdevlint.analysis.flow.results import (
+    Env,
+    FixAgreement,
+    FunctionFlow,
+    Held,
+    HostMeeting,
+    Meeting,
+    OriginSite,
+    SavedStateDict,
+    Scope,
+)
 from torchdevlint.analysis.flow.values import (
     CPU_MODE_UNREACHED,
     HOST_PLACE,
@@ -48,8 +57,6 @@ from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline, NoDeadline
 
-Scope = cst.Module | cst.FunctionDef
-
 # Names of `forward` parameters that are numbers, not data.
 _HOST_PARAMETER_WORDS = ("size", "num", "count", "step", "dim", "idx", "index")
 # Sequence lengths: data, unless the function hands them to a function wanting them on the CPU.
@@ -61,57 +68,10 @@ _BOOL_TYPED_OPTION = re.compile(r"\btype\s*=\s*bool\b")
 _PER_CALL_RUNS = 4
 
 
-@dataclass(frozen=True)
-class HostMeeting:
-    """Host data (`host`) meets accelerator data (`device`) in `meeting`, inside `flow`."""
-
-    meeting: Meeting
-    host: Operand
-    device: Operand
-    flow: FunctionFlow
-
-
-@dataclass(frozen=True)
-class OriginSite:
-    """Where host data was made: a tensor factory without `device=`, or a `.cpu()` call."""
-
-    call: cst.Call
-    scope: Scope
-    is_factory: bool
-    # The nn.Module class whose method made it, if any.
-    module_class: cst.ClassDef | None
-    in_method: bool
-
-    @property
-    def function_name(self) -> str | None:
-        return self.scope.name.value if isinstance(self.scope, cst.FunctionDef) else None
-
-
-@dataclass(frozen=True)
-class SavedStateDict:
-    """A wrapped model's `state_dict()` call (`call`) whose keys reach `torch.save` (`save`)."""
-
-    call: cst.Call
-    save: cst.Call
-    # Saved by the body that made it (not by a helper it was passed to): the save's own
-    # arguments, its path say, are the caller's.
-    saved_where_made: bool
-
-
-# How many fixes of one body `fix_agreement` judges, each by interpreting the body again.
-FIX_TRIALS_PER_SCOPE = 16
-
-
-class FixAgreement(Enum):
-    """What rewriting one statement would do to the places where tensors must meet."""
-
-    # Each meeting it changes then has all its tensors in one place (the host, or one device
-    # the code names).
-    AGREES = "agrees"
-    # A value it places would then meet data in another place (host and accelerator).
-    BREAKS = "breaks"
-    # It changes no meeting, or one the model cannot place.
-    NO_EVIDENCE = "no evidence"
+# How many statements `fix_agreement` may interpret again, in all, to judge the fixes of one
+# body: each judgement interprets the whole body, so a body of 50 statements has 160 fixes
+# judged, and one of 2,000 (a thousand discarded moves) 4, which keeps the work linear.
+FIX_JUDGEMENT_STATEMENTS = 8_000
 
 
 @dataclass
@@ -153,8 +113,9 @@ class FlowModel:
         self._definitions: dict[int, _Definition] = {}
         self._flows: dict[int, FunctionFlow] = {}
         self._in_progress: set[int] = set()
-        # Scope id -> how many fixes `fix_agreement` has judged there (see `FIX_TRIALS_PER_SCOPE`).
-        self._fix_trials: dict[int, int] = {}
+        # Scope id -> how many statements `fix_agreement` has interpreted again there (see
+        # `FIX_JUDGEMENT_STATEMENTS`).
+        self._fix_judgement_cost: dict[int, int] = {}
         # Flows being interpreted (their values so far), for class bases read meanwhile.
         self._running: dict[int, FunctionFlow] = {}
         # Flows that used provisional answers, reused while the question that made them lasts.
@@ -447,12 +408,12 @@ class FlowModel:
         original = self.flow_for(scope)
         if original is None or id(scope) in self._in_progress:
             return FixAgreement.NO_EVIDENCE
-        trials = self._fix_trials.get(id(scope), 0)
-        if trials >= FIX_TRIALS_PER_SCOPE:
-            # Each judgement interprets the whole body again: past this many the cost would
-            # grow with the square of the body, so the rest stand unjudged (unsafe fixes).
+        spent = self._fix_judgement_cost.get(id(scope), 0) + len(original.statements)
+        if spent > FIX_JUDGEMENT_STATEMENTS:
+            # Past this the cost would grow with the square of the body: the rest of its fixes
+            # stand unjudged (unsafe).
             return FixAgreement.NO_EVIDENCE
-        self._fix_trials[id(scope)] = trials + 1
+        self._fix_judgement_cost[id(scope)] = spent
         if isinstance(scope, cst.Module):
             env: Env = {}
             owner = None

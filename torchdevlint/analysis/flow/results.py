@@ -5,15 +5,18 @@ interpreter itself (`tests/test_layers.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 import libcst as cst
 
 from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Place, Value
 
 Env = dict[str, Value]
+# A body the model interprets: a module's, or a function's.
+Scope = cst.Module | cst.FunctionDef
 
 
 class MeetingKind:
@@ -145,3 +148,92 @@ def place_key(node: cst.BaseExpression) -> str | None:
     if type(node) is cst.Attribute and type(node.value) is cst.Name:
         return f"{node.value.value}.{node.attr.value}"
     return None
+
+
+@dataclass(frozen=True)
+class HostMeeting:
+    """Host data (`host`) meets accelerator data (`device`) in `meeting`, inside `flow`."""
+
+    meeting: Meeting
+    host: Operand
+    device: Operand
+    flow: FunctionFlow
+
+
+@dataclass(frozen=True)
+class OriginSite:
+    """Where host data was made: a tensor factory without `device=`, or a `.cpu()` call."""
+
+    call: cst.Call
+    scope: Scope
+    is_factory: bool
+    # The nn.Module class whose method made it, if any.
+    module_class: cst.ClassDef | None
+    in_method: bool
+
+    @property
+    def function_name(self) -> str | None:
+        return self.scope.name.value if isinstance(self.scope, cst.FunctionDef) else None
+
+
+@dataclass(frozen=True)
+class SavedStateDict:
+    """A wrapped model's `state_dict()` call (`call`) whose keys reach `torch.save` (`save`)."""
+
+    call: cst.Call
+    save: cst.Call
+    # Saved by the body that made it (not by a helper it was passed to): the save's own
+    # arguments, its path say, are the caller's.
+    saved_where_made: bool
+
+
+class FixAgreement(Enum):
+    """What rewriting one statement would do to the places where tensors must meet."""
+
+    # Each meeting it changes then has all its tensors in one place (the host, or one device
+    # the code names).
+    AGREES = "agrees"
+    # A value it places would then meet data in another place (host and accelerator).
+    BREAKS = "breaks"
+    # It changes no meeting, or one the model cannot place.
+    NO_EVIDENCE = "no evidence"
+
+
+class FlowQueries(Protocol):
+    """What rules ask the flow model of a file (`context.flow`); the interpreter's side of the
+    model (`Oracle`) is not theirs to call."""
+
+    def value_of(self, node: cst.BaseExpression) -> Value: ...
+
+    def move_destination(self, call: cst.Call) -> Place | None: ...
+
+    def qualified_name(self, node: cst.BaseExpression) -> str | None: ...
+
+    def env_before(self, statement: cst.CSTNode) -> Env | None: ...
+
+    def offers_cpu_mode(self, *, by_gpu_settings: bool = False) -> bool: ...
+
+    def cpu_mode_truth(self, test: cst.BaseExpression) -> bool | None: ...
+
+    def statement_reached_in_cpu_mode(self, statement: cst.CSTNode) -> bool | None: ...
+
+    def reached_in_cpu_mode(self, node: cst.CSTNode, ancestors: Sequence[cst.CSTNode]) -> bool: ...
+
+    def function_reached_in_cpu_mode(self, function: cst.FunctionDef) -> bool: ...
+
+    def host_meetings(self) -> list[HostMeeting]: ...
+
+    def saved_state_dicts(self) -> list[SavedStateDict]: ...
+
+    def held_calls(self, value: Value, kind: Held) -> list[cst.Call]: ...
+
+    def origin_site(self, origin_id: int) -> OriginSite | None: ...
+
+    def class_of_method(self, function: cst.FunctionDef) -> cst.ClassDef | None: ...
+
+    def is_module_class(self, class_node: cst.ClassDef) -> bool: ...
+
+    def fix_agreement(self, statement: cst.BaseSmallStatement, replacement: cst.BaseSmallStatement,
+                      moved: Collection[str]) -> FixAgreement: ...
+
+    def flow_for(self, scope: Scope) -> FunctionFlow | None: ...
