@@ -17,7 +17,8 @@ class ForwardTensorWithoutDevice(Rule):
     ## What it does
     Finds tensor factories (`torch.zeros`, `ones`, `empty`, `full`, `rand`, `randn`,
     `randint`, `arange`, `linspace`, `eye`, `tensor`, …) called without `device=` in the
-    methods of an `nn.Module` (`forward`, `init_hidden`, mask builders), in lambdas and
+    methods of an `nn.Module` (`forward`, `init_hidden` whether `forward` or a training loop
+    calls it on a model passed in, mask builders), in lambdas and
     comprehensions there, or in same-file helper functions, whose CPU result then meets the
     model's data: its inputs, submodules, parameters or buffers (an LSTM's `(h0, c0)`, a
     causal mask in `scores.masked_fill(mask == 0, ...)` beside the parts of a `split`), or is
@@ -187,6 +188,30 @@ class ForwardTensorWithoutDevice(Rule):
                     return x / torch.tensor(64.0).sqrt().float() + torch.exp(torch.tensor(torch.pi)).abs()
             """,
             name="zero-dim-constants-through-math",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            class CharRNN(nn.Module):
+                def __init__(self, vocab, hidden):
+                    super().__init__()
+                    self.hidden = hidden
+                    self.embed = nn.Embedding(vocab, hidden)
+                    self.rnn = nn.GRU(hidden, hidden, batch_first=True)
+                def init_hidden(self, batch):
+                    return torch.zeros(1, batch, self.hidden, device=self.embed.weight.device)
+                def forward(self, x, h):
+                    return self.rnn(self.embed(x), h)
+            def train(model, loader):
+                model.to(device)
+                for x, y in loader:
+                    x = x.to(device)
+                    h = model.init_hidden(x.size(0))
+                    out, h = model(x, h)
+            """,
+            name="hidden-state-made-where-the-model-is",
         ),
     ]
     INVALID = [
@@ -382,6 +407,52 @@ class ForwardTensorWithoutDevice(Rule):
             """,
             applicability=Applicability.UNSAFE,
             name="positions-beside-a-dict-of-encoded-fields",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            class CharRNN(nn.Module):
+                def __init__(self, vocab, hidden):
+                    super().__init__()
+                    self.hidden = hidden
+                    self.embed = nn.Embedding(vocab, hidden)
+                    self.rnn = nn.GRU(hidden, hidden, batch_first=True)
+                def init_hidden(self, batch):
+                    return torch.zeros(1, batch, self.hidden)
+                def forward(self, x, h):
+                    return self.rnn(self.embed(x), h)
+            def train(model, loader):
+                model.to(device)
+                for x, y in loader:
+                    x = x.to(device)
+                    h = model.init_hidden(x.size(0))
+                    out, h = model(x, h)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            class CharRNN(nn.Module):
+                def __init__(self, vocab, hidden):
+                    super().__init__()
+                    self.hidden = hidden
+                    self.embed = nn.Embedding(vocab, hidden)
+                    self.rnn = nn.GRU(hidden, hidden, batch_first=True)
+                def init_hidden(self, batch):
+                    return torch.zeros(1, batch, self.hidden, device=next(self.parameters()).device)
+                def forward(self, x, h):
+                    return self.rnn(self.embed(x), h)
+            def train(model, loader):
+                model.to(device)
+                for x, y in loader:
+                    x = x.to(device)
+                    h = model.init_hidden(x.size(0))
+                    out, h = model(x, h)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="hidden-state-a-training-loop-asks-the-model-for",
         ),
         Invalid(
             """

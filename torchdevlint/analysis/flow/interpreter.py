@@ -117,6 +117,7 @@ class Oracle(Protocol):
     def instance_value(self, class_id: int) -> Value: ...
     def attribute_value(self, class_id: int, attribute: str, instance: Value) -> Value | None: ...
     def method_of(self, class_id: int, name: str) -> int | None: ...
+    def module_class_with_method(self, name: str) -> int | None: ...
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None: ...
     @property
     def entry_cuda_device(self) -> Value: ...
@@ -1207,6 +1208,15 @@ class Interpreter:
                 return self._module_call(node, submodule, arguments)
             if attribute is not None and attribute.reference is not None and attribute.reference.definition is not None:
                 return self.oracle.call_result(attribute.reference.definition, node, arguments, None)
+        if receiver.kinds == _UNKNOWN_ONLY and method not in _MODULE_API:
+            assert isinstance(node.func, cst.Attribute)
+            class_id = self.oracle.module_class_with_method(method) if _named_like_a_model(node.func.value) else None
+            definition = self.oracle.method_of(class_id, method) if class_id is not None else None
+            if class_id is not None and definition is not None:
+                # `model.init_hidden(batch)` on a model passed in: the one model class of the
+                # file with such a method, wherever the model was moved.
+                instance = Value(frozenset({Kind.MODULE}), receiver.places, instance_of=class_id)
+                return self.oracle.call_result(definition, node, arguments, instance)
         if receiver.is_tensor_like:
             return self._tensor_method(node, method, receiver, arguments)
         if receiver.is_module_like:
@@ -1742,6 +1752,13 @@ def _tensor_operands(node: cst.BaseExpression, value: Value) -> list[Operand]:
 # ids are reused once a file's trees are freed, hence the identity check.
 _TENSOR_USES: dict[int, tuple[cst.CSTNode, frozenset[str]]] = {}
 _TENSOR_USES_KEPT = 4096
+
+
+def _named_like_a_model(node: cst.BaseExpression) -> bool:
+    """`model`, `self.net`, `encoder`: a name the program gives a model, not a maker of one."""
+    written = (dotted_name(node) or "").rsplit(".", 1)[-1].lower()
+    return any(word in written for word in naming.MODEL_NAME_WORDS) and written.split("_", 1)[0] not in naming.BUILDER_VERBS \
+        and written.rsplit("_", 1)[-1] not in naming.PART_MAKER_NOUNS
 
 
 def _names_used_as_tensors(scope: cst.CSTNode) -> frozenset[str]:

@@ -81,6 +81,9 @@ class RecordingOracle:
     def method_of(self, class_id: int, name: str) -> int | None:
         return self._ask("method_of", class_id, name)  # type: ignore[return-value]
 
+    def module_class_with_method(self, name: str) -> int | None:
+        return self._ask("module_class_with_method", name)  # type: ignore[return-value]
+
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None:
         self._ask("register_definition", node, enclosing, owner)
 

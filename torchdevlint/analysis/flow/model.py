@@ -671,7 +671,10 @@ class FlowModel:
             return UNKNOWN
         if value.reference.definition is not None:
             summary = self._class(value.reference.definition)
-            return Value(frozenset({Kind.MODULE})) if summary is not None and summary.is_module and not rest else UNKNOWN
+            if summary is None or not summary.is_module or rest:
+                return UNKNOWN
+            # `model: CharRNN`: an instance of the file's class, wherever it was moved.
+            return Value(frozenset({Kind.MODULE}), instance_of=value.reference.definition)
         qualified = f"{value.reference.qualified}{dot}{rest}"
         if qualified in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.nn.Parameter"):
             return tensor(None)
@@ -771,6 +774,19 @@ class FlowModel:
         summary = self._class(class_id)
         return self._instance_value(summary) if summary is not None else UNKNOWN
 
+    def module_class_with_method(self, name: str) -> int | None:
+        """The one nn.Module class of the file that defines a method so named, if only one does."""
+        found: int | None = None
+        for key, definition in list(self._definitions.items()):
+            if not isinstance(definition.node, cst.ClassDef):
+                continue
+            summary = self._class(key)
+            if summary is not None and summary.is_module and name in summary.methods:
+                if found is not None:
+                    return None
+                found = key
+        return found
+
     def method_of(self, class_id: int, name: str) -> int | None:
         summary = self._class(class_id)
         if summary is None:
@@ -795,6 +811,13 @@ class FlowModel:
                 # Submodules move with their parent.
                 return value.with_places(instance.places)
             return _substitute_module_device(value, instance.places)
+        if summary.is_module and Kind.MODULE in instance.kinds:
+            # A model whose place is unknown (a parameter annotated with its class): so is the
+            # place of what moves with it.
+            if value.is_module_like:
+                return value.with_places(None)
+            if value.places is not None and MODULE_DEVICE_PLACE in value.places:
+                return replace(value, places=None, origins=frozenset())
         return value
 
     # ---- classes -------------------------------------------------------------------
