@@ -118,6 +118,8 @@ class Oracle(Protocol):
     def attribute_value(self, class_id: int, attribute: str, instance: Value) -> Value | None: ...
     def method_of(self, class_id: int, name: str) -> int | None: ...
     def module_class_with_method(self, name: str) -> int | None: ...
+    # What the body's text says, the same each time it is interpreted: kept by the model.
+    def names_used_as_tensors(self, scope: cst.CSTNode) -> frozenset[str]: ...
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None: ...
     @property
     def entry_cuda_device(self) -> Value: ...
@@ -183,9 +185,8 @@ class Interpreter:
         self._inferred_on_host: set[str] = set()
         # Names bound to a lambda here, until bound again: calling one evaluates its body.
         self._lambdas: dict[str, cst.Lambda] = {}
-        # Names this body calls a Tensor-only method on (`x.view(-1)`, `x.numel()`): whatever
-        # of unknown kind they are bound to here must be a tensor, or that call fails.
-        self._used_as_tensor = _names_used_as_tensors(scope)
+        # See `_used_as_tensor`: computed on first need.
+        self._tensor_uses: frozenset[str] | None = None
 
     # ---- driver --------------------------------------------------------------------
 
@@ -194,15 +195,14 @@ class Interpreter:
                 self._disables_grad(d.decorator, self.env0) for d in self.flow.node.decorators):
             self._grad_off += 1
         env = dict(self.env0)
-        for name in self._used_as_tensor & env.keys():
-            env[name] = _as_tensor_by_use(env[name])
         env.setdefault(CURRENT_CUDA_DEVICE, self.oracle.entry_cuda_device)
         default_device = self.oracle.entry_default_device
         if default_device is not None:
             env.setdefault(DEFAULT_DEVICE, default_device)
         final = self._block(body, env)
         self.flow.final = final
-        if not self.gpu_world and (self.flow.cpu_mode_tests or self.flow.gpu_setting_tests):
+        if not self.gpu_world and (self.flow.cpu_mode_tests or self.flow.gpu_setting_tests) \
+                and any(_joins_host_and_device(meeting) for meeting in self.flow.meetings.values()):
             self._meetings_of_the_gpu_world(body)
         if isinstance(self.flow.node, cst.FunctionDef):
             # Falling off the end returns None.
@@ -210,6 +210,32 @@ class Interpreter:
                 self._returns.append(SCALAR)
             self.flow.returns = join_all(self._returns)
         return self.flow
+
+    def _tensor_by_use(self, move: cst.Call, env: Env) -> None:
+        """`batch.to(device).float()` thrown away, where the body calls `batch.view(...)`: a
+        value of unknown kind that a Tensor-only method is called on is a tensor, so this is a
+        discarded tensor move (not a module's or a `BatchEncoding`'s, which move in place)."""
+        base: cst.BaseExpression = move
+        while type(base) is cst.Call and type(base.func) is cst.Attribute and base.func.attr.value in torch_api.MOVE_METHODS:
+            base = base.func.value
+        if type(base) is not cst.Name:
+            return
+        value = self.flow.values.get(id(base))
+        if value is None or value.kinds != _UNKNOWN_ONLY or base.value not in self._used_as_tensor:
+            return
+        typed = _as_tensor_by_use(value)
+        self.flow.values[id(base)] = typed
+        if env.get(base.value) is value:
+            env[base.value] = typed
+
+    @property
+    def _used_as_tensor(self) -> frozenset[str]:
+        """Names this body calls a Tensor-only method on (`x.view(-1)`, `x.numel()`): whatever
+        of unknown kind they are bound to here must be a tensor, or that call fails. Asked only
+        where a value of unknown kind is bound: most bodies never need the walk it takes."""
+        if self._tensor_uses is None:
+            self._tensor_uses = self.oracle.names_used_as_tensors(self.flow.node)
+        return self._tensor_uses
 
     def _meetings_of_the_gpu_world(self, body: Sequence[cst.CSTNode]) -> None:
         """Branches on the device choice are taken together on a GPU machine: the model moved
@@ -565,7 +591,7 @@ class Interpreter:
         if value.is_device and value.device is not None and value.device.kind is PlaceKind.DEVICE and not value.device.symbol:
             value = replace(value, device=replace(value.device, symbol=key))
         self._forget(key, env)
-        env[key] = _as_tensor_by_use(value) if key in self._used_as_tensor else value
+        env[key] = value
 
     @staticmethod
     def _forget(key: str, env: Env) -> None:
@@ -661,6 +687,8 @@ class Interpreter:
         # `model.to(device)`, `model.cuda()`: a Module moves in place.
         if not (type(node) is cst.Call and type(node.func) is cst.Attribute):
             return
+        if node.func.attr.value in torch_api.MOVE_METHODS:
+            self._tensor_by_use(node, env)
         receiver_node = node.func.value
         key = place_key(receiver_node)
         if key is None:
@@ -1747,11 +1775,14 @@ def _tensor_operands(node: cst.BaseExpression, value: Value) -> list[Operand]:
     return []
 
 
-# Scope id -> (the scope, the names it uses as tensors): a body is interpreted many times (its
-# call sites' arguments, the GPU world, fix judgements) and its text never changes. Kept small:
-# ids are reused once a file's trees are freed, hence the identity check.
-_TENSOR_USES: dict[int, tuple[cst.CSTNode, frozenset[str]]] = {}
-_TENSOR_USES_KEPT = 4096
+def _joins_host_and_device(meeting: Meeting) -> bool:
+    """An operand here is on the host on one path and on a device on another: where the GPU
+    world, which takes the device choice's branches together, may tell them apart."""
+    for operand in meeting.operands:
+        places = operand.value.places
+        if places is not None and HOST_PLACE in places and any(place.may_be_accelerator for place in places):
+            return True
+    return False
 
 
 def _named_like_a_model(node: cst.BaseExpression) -> bool:
@@ -1761,11 +1792,8 @@ def _named_like_a_model(node: cst.BaseExpression) -> bool:
         and written.rsplit("_", 1)[-1] not in naming.PART_MAKER_NOUNS
 
 
-def _names_used_as_tensors(scope: cst.CSTNode) -> frozenset[str]:
+def names_used_as_tensors(scope: cst.CSTNode) -> frozenset[str]:
     """Names the body (not its nested functions) calls a Tensor-only method on."""
-    known = _TENSOR_USES.get(id(scope))
-    if known is not None and known[0] is scope:
-        return known[1]
     found: set[str] = set()
     stack: list[cst.CSTNode] = list(scope.body.body if isinstance(scope, cst.FunctionDef) else
                                     scope.body if isinstance(scope, cst.Module) else [])
@@ -1780,11 +1808,7 @@ def _names_used_as_tensors(scope: cst.CSTNode) -> frozenset[str]:
             if type(func) is cst.Attribute and type(func.value) is cst.Name and func.attr.value in torch_api.TENSOR_ONLY_METHODS:
                 found.add(func.value.value)
         stack.extend(child_nodes(node))
-    if len(_TENSOR_USES) >= _TENSOR_USES_KEPT:
-        _TENSOR_USES.clear()
-    result = frozenset(found)
-    _TENSOR_USES[id(scope)] = (scope, result)
-    return result
+    return frozenset(found)
 
 
 def _as_tensor_by_use(value: Value) -> Value:

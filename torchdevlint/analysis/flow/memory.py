@@ -84,6 +84,10 @@ class RecordingOracle:
     def module_class_with_method(self, name: str) -> int | None:
         return self._ask("module_class_with_method", name)  # type: ignore[return-value]
 
+    def names_used_as_tensors(self, scope: cst.CSTNode) -> frozenset[str]:
+        # Read from the body's own text: no answer of the model's to check again.
+        return self._model.names_used_as_tensors(scope)
+
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None:
         self._ask("register_definition", node, enclosing, owner)
 

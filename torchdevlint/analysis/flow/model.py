@@ -28,7 +28,7 @@ from torchdevlint.analysis.flow.call_sites import (
     refined,
     takes_call_site_arguments,
 )
-from torchdevlint.analysis.flow.interpreter import Interpreter, Oracle
+from torchdevlint.analysis.flow.interpreter import Interpreter, Oracle, names_used_as_tensors
 from torchdevlint.analysis.flow.memory import FlowMemory, FlowRecord, RecordingOracle, answers_again, recordable
 from torchdevlint.analysis.flow.results import (
     Env,
@@ -113,6 +113,8 @@ class FlowModel:
         self._definitions: dict[int, _Definition] = {}
         self._flows: dict[int, FunctionFlow] = {}
         self._in_progress: set[int] = set()
+        # Body id -> the names it uses as tensors (see `Interpreter._used_as_tensor`).
+        self._tensor_uses: dict[int, frozenset[str]] = {}
         # Scope id -> how many statements `fix_agreement` has interpreted again there (see
         # `FIX_JUDGEMENT_STATEMENTS`).
         self._fix_judgement_cost: dict[int, int] = {}
@@ -773,6 +775,12 @@ class FlowModel:
     def instance_value(self, class_id: int) -> Value:
         summary = self._class(class_id)
         return self._instance_value(summary) if summary is not None else UNKNOWN
+
+    def names_used_as_tensors(self, scope: cst.CSTNode) -> frozenset[str]:
+        known = self._tensor_uses.get(id(scope))
+        if known is None:
+            known = self._tensor_uses[id(scope)] = names_used_as_tensors(scope)
+        return known
 
     def module_class_with_method(self, name: str) -> int | None:
         """The one nn.Module class of the file that defines a method so named, if only one does."""
