@@ -1152,12 +1152,8 @@ class Interpreter:
 
     def _unknown_call(self, node: cst.Call, callee_node: cst.BaseExpression, callee: Value,
                       arguments: list[Value]) -> Value:
-        written = (dotted_name(callee_node) or "").rsplit(".", 1)[-1]
-        name = written.lower()
-        # `Net()` builds a model (a class); `model(x)`, `self.net(x)` call one.
-        if any(word in name for word in naming.MODEL_NAME_WORDS) and not any(word in name for word in ("loss", "criterion")) \
-                and not written[:1].isupper() and name.split("_", 1)[0] not in naming.BUILDER_VERBS \
-                and name.rsplit("_", 1)[-1] not in naming.PART_MAKER_NOUNS:
+        name = (dotted_name(callee_node) or "").rsplit(".", 1)[-1].lower()
+        if _named_like_a_model(callee_node):
             # `model(x)` with `model` made where we cannot see: a module, where it was moved
             # (`model = Net().to(device)`) or else wherever its inputs are.
             return self._module_call(node, Value(frozenset({Kind.MODULE}), callee.places), arguments)
@@ -1786,10 +1782,14 @@ def _joins_host_and_device(meeting: Meeting) -> bool:
 
 
 def _named_like_a_model(node: cst.BaseExpression) -> bool:
-    """`model`, `self.net`, `encoder`: a name the program gives a model, not a maker of one."""
-    written = (dotted_name(node) or "").rsplit(".", 1)[-1].lower()
-    return any(word in written for word in naming.MODEL_NAME_WORDS) and written.split("_", 1)[0] not in naming.BUILDER_VERBS \
-        and written.rsplit("_", 1)[-1] not in naming.PART_MAKER_NOUNS
+    """`model`, `self.net`, `encoder`: a name the program gives a model, not a maker of one
+    (`Net` is a class, `build_model` and `resnet_block` make models or their parts, and a
+    `model_loss` is a loss)."""
+    written = (dotted_name(node) or "").rsplit(".", 1)[-1]
+    name = written.lower()
+    return any(word in name for word in naming.MODEL_NAME_WORDS) and not any(word in name for word in ("loss", "criterion")) \
+        and not written[:1].isupper() and name.split("_", 1)[0] not in naming.BUILDER_VERBS \
+        and name.rsplit("_", 1)[-1] not in naming.PART_MAKER_NOUNS
 
 
 def names_used_as_tensors(scope: cst.CSTNode) -> frozenset[str]:
