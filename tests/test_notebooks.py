@@ -68,6 +68,17 @@ def test_a_later_cell_sees_the_earlier_cells_bindings(tmp_path: Path) -> None:
     assert findings(result.stdout) == ["analysis.ipynb:cell 4:2:1: TDL001"]
 
 
+def test_a_later_cell_reloads_what_an_earlier_cell_saved(tmp_path: Path) -> None:
+    write_notebook(tmp_path, SETUP, "import torch.nn as nn\nPATH = './net.pth'\nnet = nn.Linear(4, 2)",
+                   "old = torch.load('pretrained.pth')",
+                   "for epoch in range(2):\n    torch.save(net.state_dict(), PATH)",
+                   v4.new_markdown_cell("Reload the weights we just saved."),
+                   "net.load_state_dict(torch.load(PATH))")
+    result = run_cli("check", "--no-cache", "--select", "TDL003", "analysis.ipynb", cwd=tmp_path)
+    # The file of cell 3 was written elsewhere; the one of cell 6 by cell 4 of this session.
+    assert findings(result.stdout) == ["analysis.ipynb:cell 3:1:7: TDL003"]
+
+
 def test_markdown_and_raw_cells_are_not_code(tmp_path: Path) -> None:
     write_notebook(tmp_path, SETUP, v4.new_markdown_cell("x = torch.zeros(3)\nx.cuda()"),
                    v4.new_raw_cell("x = torch.zeros(3)\nx.cuda()"))

@@ -50,10 +50,21 @@ class LoadWithoutMapLocation(Rule):
     object on a CUDA device but torch.cuda.is_available() is False". On a machine with
     several GPUs everything lands on the saving process's GPU.
 
+    Not reported either when the same run of the program wrote the file earlier: a script
+    that saves its best weights during training and reloads them to evaluate, or a notebook
+    cell that reads what an earlier cell saved. The saving device is then the loading one.
+    The save and the load must name the same file (the same literal, constant, `args.save`
+    attribute, or `os.path.join` of those), and the save must run first: earlier in the same
+    body, in a same-file function called earlier, or before every call of the function that
+    loads. A resume that loads before the script saves anything is still reported.
+
     ## Fix safety
-    The fix adds `map_location=`: the device variable in scope (a name containing "device"
-    bound to a `torch.device` or a device string), or else the configured location
-    (`"cpu"`). When the loaded object is assigned and then used, the device-flow model
+    The fix adds `map_location=`. What goes into `load_state_dict` (directly, or as an item
+    of the loaded checkpoint) is mapped to the configured location (`"cpu"`):
+    `load_state_dict` copies each value onto the model's own device, and mapping the weights
+    to the GPU first would hold a second copy of them there. A whole model, or tensors used
+    as they are, are mapped to the device variable in scope (a name containing "device"
+    bound to a `torch.device` or a device string), or else to the configured location. When the loaded object is assigned and then used, the device-flow model
     checks each choice: one under which the loaded object then meets only data on that same
     device (a whole pickled model fed inputs moved to `device`) is chosen, and the fix is
     safe. A choice under which it would meet data elsewhere (a model mapped to the CPU fed
@@ -134,6 +145,44 @@ class LoadWithoutMapLocation(Rule):
                 return torch.load(path, **kwargs)
             """,
             name="keyword-splat",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            BEST = "./classifier.pth"
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = nn.Linear(8, 2).to(device)
+            best_loss = float("inf")
+            for epoch in range(10):
+                loss = train_one_epoch(net)
+                if loss < best_loss:
+                    best_loss = loss
+                    torch.save(net.state_dict(), BEST)
+
+            net.load_state_dict(torch.load(BEST))
+            """,
+            name="reloads-what-this-run-saved",
+        ),
+        Valid(
+            """
+            import os
+            import torch
+
+            def fit(model, args):
+                for epoch in range(args.epochs):
+                    step(model)
+                    torch.save(model, os.path.join(args.out, "last.pt"))
+
+            def main(args):
+                model = build(args)
+                fit(model, args)
+                with open(os.path.join(args.out, "last.pt"), "rb") as handle:
+                    model = torch.load(handle, weights_only=False)
+                return evaluate(model)
+            """,
+            name="saved-by-a-helper-called-earlier",
         ),
     ]
     INVALID = [
@@ -240,6 +289,78 @@ class LoadWithoutMapLocation(Rule):
         Invalid(
             """
             import torch
+            import torch.nn as nn
+
+            def main(args):
+                net = nn.Linear(8, 2)
+                if args.resume:
+                    net.load_state_dict(torch.load(args.checkpoint))
+                for epoch in range(args.epochs):
+                    train_one_epoch(net)
+                    torch.save(net.state_dict(), args.checkpoint)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def main(args):
+                net = nn.Linear(8, 2)
+                if args.resume:
+                    net.load_state_dict(torch.load(args.checkpoint, map_location="cpu"))
+                for epoch in range(args.epochs):
+                    train_one_epoch(net)
+                    torch.save(net.state_dict(), args.checkpoint)
+            """,
+            applicability=Applicability.SAFE,
+            name="resume-reads-an-earlier-run",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            if args.train:
+                net = nn.Linear(8, 2)
+                torch.save(net.state_dict(), "net.pt")
+            else:
+                net = nn.Linear(8, 2)
+                net.load_state_dict(torch.load("net.pt"))
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            if args.train:
+                net = nn.Linear(8, 2)
+                torch.save(net.state_dict(), "net.pt")
+            else:
+                net = nn.Linear(8, 2)
+                net.load_state_dict(torch.load("net.pt", map_location="cpu"))
+            """,
+            applicability=Applicability.SAFE,
+            name="saved-by-another-run-of-the-same-script",
+        ),
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = build_model().to(device)
+            checkpoint = torch.load("release.ckpt")
+            model.load_state_dict(checkpoint["model"])
+            """,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = build_model().to(device)
+            checkpoint = torch.load("release.ckpt", map_location="cpu")
+            model.load_state_dict(checkpoint["model"])
+            """,
+            applicability=Applicability.UNSAFE,
+            name="weights-for-load-state-dict-stay-on-the-host",
+        ),
+        Invalid(
+            """
+            import torch
             net = torch.load("whole_model.pt", weights_only=False)
             net.eval()
             scores = net(torch.randn(1, 3, 32, 32).cuda())
@@ -262,6 +383,8 @@ class LoadWithoutMapLocation(Rule):
             return
         if not self.options.include_tests and self._in_test_code():
             return
+        if flow.written_earlier_in_run(node):
+            return  # the device that saved it is the one loading it
         keyword = next((arg for arg in node.args if arg.keyword is not None and arg.keyword.value == "map_location"), None)
         if keyword is not None and not (isinstance(keyword.value, cst.Name) and keyword.value.value == "None"):
             return
@@ -272,8 +395,15 @@ class LoadWithoutMapLocation(Rule):
         self.report(node, fix=self._fix(node, keyword))
 
     def _fix(self, node: cst.Call, keyword: cst.Arg | None) -> PendingFix | None:
-        candidates = [*self._device_variables(node), f'"{self.options.map_location}"']
         into_load_state_dict = self._flows_into_load_state_dict(node)
+        configured = f'"{self.options.map_location}"'
+        if into_load_state_dict or self.context.flow.loaded_into_state_dict(node):
+            # Weights bound for `load_state_dict` are copied onto the model's device there:
+            # mapping them to the GPU first would hold a second copy of the model on it.
+            candidates = [configured, *self._device_variables(node)]
+        else:
+            # A whole model, or tensors used as they are, belong where the program computes.
+            candidates = [*self._device_variables(node), configured]
         offered: str | None = None
         for location in candidates:
             agreement = self._agreement(node, keyword, location)

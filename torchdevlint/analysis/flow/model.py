@@ -28,6 +28,7 @@ from torchdevlint.analysis.flow.call_sites import (
     refined,
     takes_call_site_arguments,
 )
+from torchdevlint.analysis.flow.checkpoint_files import CheckpointFiles
 from torchdevlint.analysis.flow.interpreter import Interpreter, Oracle, names_used_as_tensors
 from torchdevlint.analysis.flow.memory import FlowMemory, FlowRecord, RecordingOracle, answers_again, recordable
 from torchdevlint.analysis.flow.results import (
@@ -132,6 +133,8 @@ class FlowModel:
         # Checkpoint calls by id (see `Value.holds`), from every body interpreted.
         self._held: dict[int, tuple[Held, cst.Call]] = {}
         self._saved_state_dicts: list[SavedStateDict] | None = None
+        self._checkpoint_files: CheckpointFiles | None = None
+        self._loads_into_state_dicts: frozenset[int] | None = None
         # The file's own calls of each function (by call node), from the declared-parameter runs.
         self._call_sites: dict[int, dict[int, CallSite]] = {}
         # Runs with parameters from call sites or a fix applied: their calls are not recorded.
@@ -351,6 +354,29 @@ class FlowModel:
                         found.setdefault((id(held), id(save)), SavedStateDict(held, save, id(held) in flow.held))
             self._saved_state_dicts = list(found.values())
         return self._saved_state_dicts
+
+    def written_earlier_in_run(self, load: cst.Call) -> bool:
+        """Whether the program saved the file a `torch.load` reads earlier in the same run (a
+        script that reloads its best checkpoint, a notebook's later cell): the saving device
+        is then present."""
+        if self._checkpoint_files is None:
+            self._checkpoint_files = CheckpointFiles(self.module, self.qualified_name)
+        return self._checkpoint_files.written_before(load)
+
+    def loaded_into_state_dict(self, load: cst.Call) -> bool:
+        """Whether what a `torch.load` returns, or an item of it, goes into some
+        `load_state_dict(...)`, which copies each value onto the receiver's own device."""
+        if self._loads_into_state_dicts is None:
+            found: set[int] = set()
+            stack: list[cst.CSTNode] = [self.module]
+            while stack:
+                node = stack.pop()
+                if type(node) is cst.Call and type(node.func) is cst.Attribute \
+                        and node.func.attr.value == "load_state_dict" and node.args:
+                    found.update(id(call) for call in self.held_calls(self.value_of(node.args[0].value), Held.LOAD))
+                stack.extend(child_nodes(node))
+            self._loads_into_state_dicts = frozenset(found)
+        return id(load) in self._loads_into_state_dicts
 
     def held_calls(self, value: Value, kind: Held) -> list[cst.Call]:
         """The calls of that kind whose result the value is or contains."""

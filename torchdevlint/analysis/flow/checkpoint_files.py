@@ -1,0 +1,416 @@
+"""Which checkpoint files a program writes before it reads them back, in one run.
+
+`torch.load` restores tensors on the device that saved them. When the same run of the same
+program (or notebook session) saved the file earlier, that device is present: the load cannot
+fail for want of it. This module answers "was the file this load reads written earlier in
+this run?" from the syntax alone:
+
+- A file is named by a *path key*: its path expression with each name replaced by what it
+  was bound to (`PATH = "./net.pth"`, `path = os.path.join(args.out, "best.pt")`, a file
+  handle `with open(p, "wb") as f`), and parameters by the arguments of the call being
+  followed. A name bound more than once, a loop variable or an unfollowed parameter names
+  no file: such loads and saves are never paired.
+- A save runs before a load when it comes earlier in the same body and not in a branch that
+  excludes the load (`if train: save … else: load`); or when an earlier call in that body
+  runs a same-file function that saves (at most three calls deep); or when the load is in a
+  function every same-file call of which comes after such a save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.tree import child_nodes, keyword_argument
+
+# How many same-file calls are followed from a body to a save, or from a load's function to
+# its callers.
+_CALL_DEPTH = 3
+# How many names are followed, one binding into the next, to make a path key.
+_NAME_DEPTH = 6
+
+_Scope = cst.Module | cst.FunctionDef
+# A parameter's argument at the call being followed, and the body that call is in.
+_Arguments = dict[str, tuple[cst.BaseExpression, _Scope]]
+
+
+def saved_path(call: cst.Call) -> cst.BaseExpression | None:
+    """The file argument of a `torch.save(obj, f)` call."""
+    keyword = keyword_argument(call, "f")
+    if keyword is not None:
+        return keyword.value
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return positional[1].value if len(positional) >= 2 else None
+
+
+def loaded_path(call: cst.Call) -> cst.BaseExpression | None:
+    """The file argument of a `torch.load(f)` call."""
+    keyword = keyword_argument(call, "f")
+    if keyword is not None:
+        return keyword.value
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return positional[0].value if positional else None
+
+
+@dataclass
+class _Body:
+    """What one body (a module or a function, without the functions defined in it) holds."""
+
+    # Each name's bindings: the bound expression, or None for a binding that is not a
+    # single plain value (a loop target, an augmented assignment, an unpacking, an import).
+    bindings: dict[str, list[cst.BaseExpression | None]] = field(default_factory=dict)
+    saves: list[cst.Call] = field(default_factory=list)
+    calls: list[cst.Call] = field(default_factory=list)
+
+
+class CheckpointFiles:
+    """The round trips of one module: built on the first question, from one walk."""
+
+    def __init__(self, module: cst.Module, qualified_name: Callable[[cst.BaseExpression], str | None]) -> None:
+        self._module = module
+        self._qualified_name = qualified_name
+        self._order: dict[int, int] = {}
+        self._parent: dict[int, cst.CSTNode] = {}
+        self._scope_of: dict[int, _Scope] = {}
+        self._bodies: dict[int, _Body] = {}
+        self._functions: dict[str, list[cst.FunctionDef]] = {}
+        self._class_of: dict[int, cst.ClassDef] = {}
+        self._scope_by_id: dict[int, _Scope] = {}
+        self._walked = False
+
+    # ---- the one question --------------------------------------------------------------
+
+    def written_before(self, load: cst.Call) -> bool:
+        """Whether this run of the program saved the file `load` reads before it reads it."""
+        self._walk()
+        path = loaded_path(load)
+        scope = self._scope_of.get(id(load))
+        if path is None or scope is None:
+            return False
+        key = self._key(path, scope, {}, _NAME_DEPTH)
+        return key is not None and self._written_before(load, scope, key, _CALL_DEPTH, set())
+
+    # ---- whether a body wrote the file before a point in it ----------------------------
+
+    def _written_before(self, node: cst.CSTNode, scope: _Scope, key: str, depth: int,
+                        visiting: set[int]) -> bool:
+        body = self._bodies[id(scope)]
+        for save in body.saves:
+            path = saved_path(save)
+            if path is not None and self._precedes(save, node) and self._key(path, scope, {}, _NAME_DEPTH) == key:
+                return True
+        for call in body.calls:
+            if self._precedes(call, node) and key in self._written_by_call(call, scope, depth, visiting):
+                return True
+        if isinstance(scope, cst.FunctionDef) and depth > 0 and id(scope) not in visiting:
+            # Every run of this function comes after the save.
+            sites = self._call_sites(scope)
+            visiting = visiting | {id(scope)}
+            return bool(sites) and all(
+                self._written_before(site, self._scope_of[id(site)], key, depth - 1, visiting) for site in sites
+            )
+        return False
+
+    def _written_by_call(self, call: cst.Call, caller: _Scope, depth: int, visiting: set[int]) -> set[str]:
+        """The files a same-file function writes when `call` runs it."""
+        callee = self._callee(call, caller)
+        if callee is None or depth <= 0 or id(callee) in visiting:
+            return set()
+        arguments = self._bind_arguments(callee, call, caller)
+        body = self._bodies[id(callee)]
+        written: set[str] = set()
+        for save in body.saves:
+            path = saved_path(save)
+            key = self._key(path, callee, arguments, _NAME_DEPTH) if path is not None else None
+            if key is not None:
+                written.add(key)
+        for inner in body.calls:
+            # Arguments passed on are not followed further: a key made of them stays unknown.
+            written |= self._written_by_call(inner, callee, depth - 1, visiting | {id(callee)})
+        return written
+
+    # ---- path keys -----------------------------------------------------------------------
+
+    def _key(self, node: cst.BaseExpression, scope: _Scope, arguments: _Arguments, depth: int) -> str | None:
+        """A text naming the file `node` names, the same wherever the same file is named, or
+        None where the file cannot be told."""
+        if depth <= 0:
+            return None
+        if isinstance(node, cst.SimpleString):
+            value = node.evaluated_value
+            return repr(value)
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return node.value
+        if isinstance(node, cst.Name):
+            return self._name_key(node.value, scope, arguments, depth)
+        if isinstance(node, cst.Attribute):
+            # Attributes of a shared object (`args.save`, `self.best_path`, `cfg.OUT`) name the
+            # same thing wherever they are read.
+            dotted = dotted_name(node)
+            return f"<attr {dotted}>" if dotted is not None else None
+        if isinstance(node, cst.ConcatenatedString):
+            left = self._key(node.left, scope, arguments, depth)
+            right = self._key(node.right, scope, arguments, depth)
+            return None if left is None or right is None else f"{left}+{right}"
+        if isinstance(node, cst.BinaryOperation):
+            left = self._key(node.left, scope, arguments, depth)
+            right = self._key(node.right, scope, arguments, depth)
+            operator = type(node.operator).__name__
+            return None if left is None or right is None else f"({left} {operator} {right})"
+        if isinstance(node, cst.FormattedString):
+            parts: list[str] = []
+            for part in node.parts:
+                if isinstance(part, cst.FormattedStringText):
+                    parts.append(repr(part.value))
+                elif isinstance(part, cst.FormattedStringExpression):
+                    inner = self._key(part.expression, scope, arguments, depth)
+                    if inner is None:
+                        return None
+                    parts.append(f"{{{inner}}}")
+            return "f(" + ",".join(parts) + ")"
+        if isinstance(node, cst.Call):
+            function = dotted_name(node.func)
+            if function is None or function == "open":
+                # `open(p, "wb")` is the file p; any other call's result is not known to name
+                # the same file twice (`tempfile.mktemp()`).
+                if function == "open" and node.args and node.args[0].keyword is None:
+                    return self._key(node.args[0].value, scope, arguments, depth)
+                return None
+            if not function.startswith(("os.path.", "path.", "osp.", "Path", "pathlib.")) and function != "str":
+                return None
+            keys = [self._key(arg.value, scope, arguments, depth) for arg in node.args]
+            if any(key is None for key in keys) or any(arg.keyword is not None or arg.star for arg in node.args):
+                return None
+            return f"{function}({', '.join(key for key in keys if key is not None)})"
+        return None
+
+    def _name_key(self, name: str, scope: _Scope, arguments: _Arguments, depth: int) -> str | None:
+        if isinstance(scope, cst.FunctionDef):
+            if name in _parameter_names(scope):
+                passed = arguments.get(name)
+                if passed is None:
+                    return None
+                expression, caller = passed
+                return self._key(expression, caller, {}, depth - 1)
+            bindings = self._bodies[id(scope)].bindings.get(name)
+            if bindings is not None:
+                return self._bound_key(bindings, scope, arguments, depth)
+            if _declared_nonlocal_or_global(scope, name):
+                return None
+        bindings = self._bodies[id(self._module)].bindings.get(name)
+        if bindings is None:
+            # Imported or built in: the same object wherever it is read.
+            return f"<global {name}>"
+        return self._bound_key(bindings, self._module, {}, depth)
+
+    def _bound_key(self, bindings: list[cst.BaseExpression | None], scope: _Scope, arguments: _Arguments,
+                   depth: int) -> str | None:
+        # A name bound more than once names one file only where every binding does
+        # (`with open(path, "wb") as f`, then `with open(path, "rb") as f`).
+        keys = {self._key(bound, scope, arguments, depth - 1) if bound is not None else None for bound in bindings}
+        return keys.pop() if len(keys) == 1 else None
+
+    # ---- calls -----------------------------------------------------------------------------
+
+    def _callee(self, call: cst.Call, caller: _Scope) -> cst.FunctionDef | None:
+        """The same-file function a call runs: `f(...)` for a module-level `def f`, or
+        `self.f(...)` for a method of the caller's class."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            if isinstance(caller, cst.FunctionDef) and func.value in self._bodies[id(caller)].bindings:
+                return None
+            candidates = [f for f in self._functions.get(func.value, []) if id(f) not in self._class_of]
+        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+                and isinstance(caller, cst.FunctionDef) and id(caller) in self._class_of:
+            self_name = _first_parameter(caller)
+            if self_name is None or func.value.value != self_name:
+                return None
+            owner = self._class_of[id(caller)]
+            candidates = [f for f in self._functions.get(func.attr.value, []) if self._class_of.get(id(f)) is owner]
+        else:
+            return None
+        return candidates[0] if len(candidates) == 1 else None
+
+    def _call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
+        return [call for body_id, body in self._bodies.items() for call in body.calls
+                if self._callee(call, self._scope_by_id[body_id]) is function]
+
+    def _bind_arguments(self, callee: cst.FunctionDef, call: cst.Call, caller: _Scope) -> _Arguments:
+        params = callee.params
+        positional = [*params.posonly_params, *params.params]
+        if id(callee) in self._class_of and isinstance(call.func, cst.Attribute):
+            positional = positional[1:]  # `self`
+        arguments: _Arguments = {}
+        for param in (*positional, *params.kwonly_params):
+            if param.default is not None:
+                arguments[param.name.value] = (param.default, self._scope_of_definition(callee))
+        index = 0
+        for arg in call.args:
+            if arg.star:
+                return {}
+            if arg.keyword is None:
+                if index < len(positional):
+                    arguments[positional[index].name.value] = (arg.value, caller)
+                index += 1
+            else:
+                arguments[arg.keyword.value] = (arg.value, caller)
+        return arguments
+
+    def _scope_of_definition(self, function: cst.FunctionDef) -> _Scope:
+        return self._scope_of.get(id(function), self._module)
+
+    # ---- program order ---------------------------------------------------------------------
+
+    def _precedes(self, earlier: cst.CSTNode, later: cst.CSTNode) -> bool:
+        """Whether `earlier` runs before `later` in one pass over their body: it comes first,
+        and no `if` sends the two down different branches."""
+        if self._order[id(earlier)] >= self._order[id(later)]:
+            return False
+        earlier_path = self._path_up(earlier)
+        later_path = self._path_up(later)
+        later_ids = {id(node) for node in later_path}
+        for child, ancestor in zip(earlier_path, earlier_path[1:], strict=False):
+            if id(ancestor) in later_ids:
+                if isinstance(ancestor, (cst.If, cst.Try, cst.TryStar, cst.Match)):
+                    later_child = later_path[[id(n) for n in later_path].index(id(ancestor)) - 1]
+                    return not _different_branches(ancestor, child, later_child)
+                return True
+        return True
+
+    def _path_up(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        path = [node]
+        while id(path[-1]) in self._parent:
+            path.append(self._parent[id(path[-1])])
+        return path
+
+    # ---- the walk ------------------------------------------------------------------------------
+
+    def _walk(self) -> None:
+        if self._walked:
+            return
+        self._walked = True
+        self._bodies[id(self._module)] = _Body()
+        self._scope_by_id[id(self._module)] = self._module
+        counter = 0
+        # (node, its body, the class it is directly in)
+        stack: list[tuple[cst.CSTNode, _Scope, cst.ClassDef | None]] = [(self._module, self._module, None)]
+        while stack:
+            node, scope, owner = stack.pop()
+            self._order[id(node)] = counter
+            counter += 1
+            self._scope_of[id(node)] = scope
+            inner_scope, inner_owner = scope, owner
+            if isinstance(node, cst.FunctionDef):
+                self._functions.setdefault(node.name.value, []).append(node)
+                if owner is not None:
+                    self._class_of[id(node)] = owner
+                self._bind(scope, node.name.value, None)
+                self._bodies[id(node)] = _Body()
+                self._scope_by_id[id(node)] = node
+                inner_scope, inner_owner = node, None
+            elif isinstance(node, cst.ClassDef):
+                # Class bodies run where they are written; the functions in them are methods.
+                self._bind(scope, node.name.value, None)
+                inner_owner = node
+            elif isinstance(node, cst.Lambda):
+                continue  # not run where it is written
+            elif isinstance(node, cst.Call):
+                self._record_call(node, scope)
+            else:
+                self._record_bindings(node, scope)
+            children = child_nodes(node)
+            for child in children:
+                self._parent[id(child)] = node
+            stack.extend((child, inner_scope, inner_owner) for child in reversed(children))
+
+    def _record_call(self, call: cst.Call, scope: _Scope) -> None:
+        body = self._bodies[id(scope)]
+        func = call.func
+        written = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        # Only a call written `save` is asked for its qualified name (which interprets its body).
+        if written == "save" and self._qualified_name(func) in torch_api.TORCH_SAVE:
+            body.saves.append(call)
+        elif isinstance(call.func, (cst.Name, cst.Attribute)):
+            body.calls.append(call)
+
+    def _record_bindings(self, node: cst.CSTNode, scope: _Scope) -> None:
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                self._bind_target(scope, target.target, node.value)
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            self._bind_target(scope, node.target, node.value)
+        elif isinstance(node, (cst.AugAssign, cst.For, cst.CompFor)):
+            self._bind_target(scope, node.target, None)
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            self._bind_target(scope, node.asname.name, node.item)
+        elif isinstance(node, cst.NamedExpr):
+            self._bind_target(scope, node.target, node.value)
+        elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                bound = alias.asname.name if alias.asname is not None else alias.name
+                if isinstance(bound, cst.Name):
+                    self._bind(scope, bound.value, None)
+        elif isinstance(node, cst.ExceptHandler) and node.name is not None:
+            self._bind_target(scope, node.name.name, None)
+
+    def _bind_target(self, scope: _Scope, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        if isinstance(target, cst.Name):
+            self._bind(scope, target.value, value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._bind_target(scope, element.value, None)
+        elif isinstance(target, cst.StarredElement):
+            self._bind_target(scope, target.value, None)
+
+    def _bind(self, scope: _Scope, name: str, value: cst.BaseExpression | None) -> None:
+        self._bodies[id(scope)].bindings.setdefault(name, []).append(value)
+
+
+def _different_branches(statement: cst.CSTNode, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether two children of an `if`/`try`/`match` are parts only one run takes."""
+    if isinstance(statement, cst.If):
+        return {id(first), id(second)} == {id(statement.body), id(statement.orelse)} \
+            if statement.orelse is not None else False
+    if isinstance(statement, (cst.Try, cst.TryStar)):
+        handlers = {id(handler) for handler in statement.handlers}
+        # The body and a handler run together (the handler after part of the body); two
+        # handlers, or a handler and the `else`, do not.
+        otherwise = {id(statement.orelse)} if statement.orelse is not None else set()
+        exclusive = handlers | otherwise
+        return id(first) in exclusive and id(second) in exclusive and id(first) != id(second)
+    if isinstance(statement, cst.Match):
+        return id(first) != id(second)
+    return False
+
+
+def _parameter_names(function: cst.FunctionDef) -> set[str]:
+    params = function.params
+    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            names.add(star.name.value)
+    return names
+
+
+def _first_parameter(function: cst.FunctionDef) -> str | None:
+    params = [*function.params.posonly_params, *function.params.params]
+    return params[0].name.value if params else None
+
+
+def _declared_nonlocal_or_global(function: cst.FunctionDef, name: str) -> bool:
+    for node in _statements(function.body.body):
+        if isinstance(node, (cst.Global, cst.Nonlocal)) and any(item.name.value == name for item in node.names):
+            return True
+    return False
+
+
+def _statements(body: Sequence[cst.CSTNode]) -> Iterator[cst.CSTNode]:
+    for statement in body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            yield from statement.body
+        else:
+            yield statement
