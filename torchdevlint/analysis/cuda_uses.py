@@ -14,10 +14,18 @@ from enum import Enum
 import libcst as cst
 
 from torchdevlint.analysis.brains import naming, torch_api
-from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES, asks_for_gpu, calls_in, device_literal, mentions_any
+from torchdevlint.analysis.devices import (
+    LEGACY_CUDA_TENSOR_TYPES,
+    asks_for_gpu,
+    calls_in,
+    device_literal,
+    mentions_any,
+    string_value,
+)
 from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, ImportTable
+from torchdevlint.analysis.tree import keyword_argument
 
 # Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
 CPU_FALLBACK_CHECKS = frozenset(
@@ -94,6 +102,24 @@ def shows_cpu_mode(call: cst.Call, imports: ImportTable, ancestors: Sequence[cst
     return imports.qualified_name(func) in CPU_FALLBACK_CHECKS and not requires_gpu(call, ancestors)
 
 
+def declares_gpu_only(call: cst.Call, imports: ImportTable, ancestors: Sequence[cst.CSTNode]) -> bool:
+    """A call that makes the whole program need GPUs: a process group on NCCL, which runs
+    only on CUDA devices, set up whatever the settings (`init_process_group("nccl")` in no
+    `if`, where `"nccl" if torch.cuda.is_available() else "gloo"` or an `if args.distributed:`
+    leaves another way)."""
+    if imports.qualified_name(call.func) not in torch_api.INIT_PROCESS_GROUP:
+        return False
+    backend = keyword_argument(call, "backend")
+    if backend is None:
+        positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+        backend = positional[0] if positional else None
+    text = string_value(backend.value) if backend is not None else None
+    if text is None or text.lower() != "nccl":
+        return False
+    return not any(isinstance(ancestor, (cst.If, cst.IfExp, cst.While, cst.Try, cst.TryStar, cst.Match))
+                   for ancestor in ancestors)
+
+
 def requires_gpu(call: cst.Call, ancestors: Sequence[cst.CSTNode]) -> bool:
     """A check inside an `assert` or an `if ...: raise/exit` says the program needs a GPU."""
     for ancestor in ancestors:
@@ -149,8 +175,12 @@ def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], import
         elif isinstance(ancestor, (cst.Try, cst.TryStar)) and child is ancestor.body and ancestor.handlers:
             return True
         elif isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-            if mentions_any(ancestor.name, naming.DEVICE_CONTEXT_WORDS) or any(
-                    is_device_test(d.decorator, imports) for d in ancestor.decorators):
+            if any(is_device_test(d.decorator, imports) for d in ancestor.decorators):
+                return True
+            # Named for the GPU (`def to_cuda(x)`): kept for it, unless the file itself calls
+            # it where the CPU mode goes (`print(get_gpu_name())`).
+            if mentions_any(ancestor.name, naming.DEVICE_CONTEXT_WORDS) and not (
+                    isinstance(ancestor, cst.FunctionDef) and flow.called_in_cpu_mode(ancestor)):
                 return True
         elif isinstance(ancestor, (cst.Decorator, cst.Param)):
             return True

@@ -11,6 +11,7 @@ from torchdevlint.analysis.cuda_uses import (
     CudaUse,
     UseKind,
     cuda_uses,
+    declares_gpu_only,
     ends_block,
     is_device_test,
     kept_for_the_gpu,
@@ -67,13 +68,17 @@ class UnguardedCuda(Rule):
     `else` of `if args.cpu:`, `x.cuda() if use_cuda else x`, `use_cuda and x.cuda()`), code
     after `assert torch.cuda.is_available()` or `if not torch.cuda.is_available():
     sys.exit(...)`, a function the file calls only from such code, a function named for the
-    GPU (`def to_cuda(x)`) or decorated with a GPU condition (`@pytest.mark.skipif(not
-    torch.cuda.is_available(), ...)`). A test about the device whose answer the model cannot
+    GPU (`def to_cuda(x)`) that the file does not call where the CPU mode goes, or a function
+    decorated with a GPU condition (`@pytest.mark.skipif(not torch.cuda.is_available(),
+    ...)`). A test about the device whose answer the model cannot
     tell, and distributed-only code (`if dist.is_initialized():`, which NCCL runs on GPUs),
     guard both ways; so does a `try` with a handler. Comparisons, `autocast` and `GradScaler`
     device types, devices merely stored, default values and docstrings are not uses.
     Programs with no CPU mode are GPU-only by design and are not reported (the off-by-default
-    portability rule TDL203 is for those).
+    portability rule TDL203 is for those). So are programs that set up an NCCL process group
+    whatever their settings (`dist.init_process_group("nccl")` in no `if`): NCCL runs only
+    on CUDA devices, so such a program has no CPU mode, even where it prints
+    `torch.cuda.is_available()`.
 
     A `--cuda` option declared `type=bool` with a true default is no guard: `bool("False")`
     is `True`, so the CPU mode keeps it on (TDL014 reports the option itself).
@@ -106,6 +111,23 @@ class UnguardedCuda(Rule):
     requires_any_text = ("cuda", "is_available")
 
     VALID = [
+        Valid(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+
+            def main():
+                print("CUDA available:", torch.cuda.is_available())
+                dist.init_process_group("nccl")
+                rank = int(os.environ["LOCAL_RANK"])
+                torch.cuda.set_device(rank)
+                model = build().cuda(rank)
+                if args.use_cuda:
+                    features = features.cuda()
+            """,
+            name="nccl-program-needs-gpus-whatever-it-prints",
+        ),
         Valid(
             """
             import torch
@@ -249,6 +271,31 @@ class UnguardedCuda(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            def gpu_name():
+                return torch.cuda.get_device_name(0)
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            print(f"training on {device} ({gpu_name()})")
+            """,
+            name="helper-named-for-the-gpu-called-in-cpu-mode",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def main(args):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                if args.distributed:
+                    dist.init_process_group("nccl")
+                torch.cuda.synchronize()
+            """,
+            name="nccl-only-when-distributed",
+        ),
         Invalid(
             """
             import torch
@@ -430,6 +477,8 @@ class UnguardedCuda(Rule):
         self._fallback_devices: dict[int, set[str]] = {}
         # Names assigned a legacy CUDA constructor (`Tensor = torch.cuda.FloatTensor`).
         self._constructor_aliases: set[str] = set()
+        # A process group on NCCL set up whatever the settings: the program needs GPUs.
+        self._gpu_only = False
 
     # ---- reached in the CPU mode ---------------------------------------------------------
 
@@ -503,8 +552,11 @@ class UnguardedCuda(Rule):
         self._sites.append(_Site(node, visited, tuple(self.context.ancestors(visited)), fix, alias))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if shows_cpu_mode(node, self.context.imports, self.context.ancestors(node)):
+        ancestors = self.context.ancestors(node)
+        if shows_cpu_mode(node, self.context.imports, ancestors):
             self._checks_for_cpu = True
+        elif declares_gpu_only(node, self.context.imports, ancestors):
+            self._gpu_only = True
         for use in cuda_uses(node, self.context.imports, self._constructor_aliases):
             self._add(use.node, self._fix(use), node, alias=use.kind is UseKind.ALIAS_CALL)
 
@@ -538,7 +590,7 @@ class UnguardedCuda(Rule):
         return isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
 
     def leave_Module(self, node: cst.Module) -> None:
-        if not self._sites:
+        if not self._sites or self._gpu_only:
             return
         flow = self.context.flow
         distributed = self.context.imports.imports_from("torch.distributed")

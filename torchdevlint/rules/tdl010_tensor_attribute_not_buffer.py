@@ -88,7 +88,8 @@ class TensorAttributeNotBuffer(Rule):
     attributes. After the move, `forward` combines GPU inputs with this CPU tensor and fails
     with "Expected all tensors to be on the same device". A buffer follows the module.
 
-    Not reported: `nn.Parameter`s, names registered with `register_buffer`, tensors created
+    Not reported: `nn.Parameter`s (also with a method called on them:
+    `nn.Parameter(torch.ones(d)).float()` is still the Parameter), names registered with `register_buffer`, tensors created
     with an explicit `device=` or `requires_grad=` (a would-be parameter is another problem),
     tensors that `forward` never reads, or reads only in device-safe ways
     (`self.mean.to(x.device)`, `.item()`, `float(self.low)`), and placeholders that a method
@@ -113,6 +114,21 @@ class TensorAttributeNotBuffer(Rule):
     requires_any_text = ("forward",)
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class LayerScale(nn.Module):
+                def __init__(self, dim, init=1e-5):
+                    super().__init__()
+                    self.gamma = nn.Parameter(init * torch.ones(dim)).float()
+
+                def forward(self, x):
+                    return x * self.gamma
+            """,
+            name="parameter-with-a-cast-is-still-trained",
+        ),
         Valid(
             """
             import torch
@@ -430,6 +446,8 @@ class TensorAttributeNotBuffer(Rule):
         if not current.module_initialised:
             current.before_init.add(name)
         value = node.value
+        if self._made_as_parameter(value):
+            return
         if isinstance(value, cst.Call) and (
             self.context.imports.qualified_name(value.func) in _REGISTERED_TENSORS
             or keyword_argument(value, "device") is not None
@@ -439,6 +457,18 @@ class TensorAttributeNotBuffer(Rule):
         # The analysis has not bound this assignment yet: ask about the value itself.
         if self.context.flow.value_of(value).is_tensor_like:
             current.tensor_attributes.setdefault(name, node)
+
+    def _made_as_parameter(self, value: cst.BaseExpression) -> bool:
+        """`nn.Parameter(...)`, also with methods called on it (`nn.Parameter(w).float()`):
+        `.float()` of a float32 Parameter is that Parameter, and whatever the others return,
+        turning it into a buffer would stop it being trained and saved."""
+        while isinstance(value, cst.Call):
+            if self.context.imports.qualified_name(value.func) in _REGISTERED_TENSORS:
+                return True
+            if not isinstance(value.func, cst.Attribute):
+                return False
+            value = value.func.value
+        return False
 
     def _placed_on_module_device(self, value: cst.BaseExpression) -> bool:
         """Moved or made, explicitly, where the module's data is (`.to(x.device)`,

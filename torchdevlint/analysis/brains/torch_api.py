@@ -212,6 +212,9 @@ TORCH_LOAD: frozenset[str] = frozenset({"torch.load", "torch.serialization.load"
 HOST_DATASET_PREFIXES = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.")
 TENSOR_DATASETS: frozenset[str] = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
 TORCH_SAVE: frozenset[str] = frozenset({"torch.save", "torch.serialization.save"})
+INIT_PROCESS_GROUP: frozenset[str] = frozenset(
+    {"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"}
+)
 # Strips a prefix such as `module.` from a state dict's keys, in place.
 STRIP_STATE_DICT_PREFIX = "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes, keyword_argument
 
@@ -141,8 +142,8 @@ class CheckpointFiles:
         if depth <= 0:
             return None
         if isinstance(node, cst.SimpleString):
-            value = node.evaluated_value
-            return repr(value)
+            value = string_value(node)
+            return repr(value) if value is not None else node.value
         if isinstance(node, (cst.Integer, cst.Float)):
             return node.value
         if isinstance(node, cst.Name):

@@ -277,6 +277,11 @@ class FlowModel:
         self._functions_reached_in_cpu_mode[key] = reached
         return reached
 
+    def called_in_cpu_mode(self, function: cst.FunctionDef) -> bool:
+        """Whether the file calls the function somewhere the CPU mode reaches."""
+        sites = self._call_sites_in_sight(function)
+        return sites is not None and any(self._call_reached_in_cpu_mode(site.call) for site in sites)
+
     def _call_sites_in_sight(self, function: cst.FunctionDef) -> list[CallSite] | None:
         """The file's calls of a function, where they are all its calls (None if it has none)."""
         if self._flow(function) is None:
