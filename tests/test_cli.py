@@ -372,3 +372,36 @@ def test_an_output_file_that_cannot_be_written_is_an_error_before_the_run(tmp_pa
         assert result.stderr.startswith(f"torchdevlint: error: cannot write the report to {target}: ")
         assert "Traceback" not in result.stderr
         assert path.read_text() == BUGGY  # nothing was fixed: the run never started
+
+
+COLAB_EXPORT = (
+    '"""Exported from Colab."""\n'
+    "!pip install -q torchvision\n"
+    "%matplotlib inline\n"
+    "import torch\n"
+    "x = torch.zeros(3)\n"
+    "x.cuda()\n"
+    "y = x + torch.ones(3, device='cuda')\n"
+)
+
+
+def test_a_notebook_exported_as_python_is_linted_around_its_ipython_lines(tmp_path: Path) -> None:
+    (tmp_path / "export.py").write_text(COLAB_EXPORT)
+    result = run_cli("check", "--no-cache", "export.py", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "export.py:6:1: TDL001" in result.stdout
+    assert "syntax error" not in result.stdout
+    assert "export.py: 2 IPython lines (`!pip install -q torchvision`) set aside" in result.stderr
+
+    fixed = run_cli("check", "--no-cache", "--fix", "export.py", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    # The fix is written, and every IPython line is kept as it was.
+    assert (tmp_path / "export.py").read_text() == COLAB_EXPORT.replace("x.cuda()", "x = x.cuda()")
+
+
+def test_a_python_file_with_a_real_syntax_error_is_still_one(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("!pip install torch\nimport torch\ndef f(:\n    pass\n")
+    result = run_cli("check", "--no-cache", "broken.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "syntax error" in result.stdout
+    assert "set aside" not in result.stderr

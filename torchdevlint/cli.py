@@ -245,6 +245,8 @@ def _run_check(args: argparse.Namespace) -> int:
         fixed_codes[result.path] = result.fixed_codes
         sources.add(result.path, result.view)
         errors.extend(result.errors)
+        for notice in result.notices:
+            sys.stderr.write(f"torchdevlint: note: {notice}\n")
         if result.diff:
             diffs += 1
             sys.stdout.write(result.diff)

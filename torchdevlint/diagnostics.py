@@ -113,3 +113,6 @@ class FileResult:
     output: bytes | None = None
     # Suppression directives added or extended (`--add-noqa`).
     noqa_added: int = 0
+    # How the file was read, where the user should know though nothing failed (IPython lines
+    # set aside in a `.py` file).
+    notices: list[str] = field(default_factory=list)

@@ -9,6 +9,7 @@ while the others are still linted.
 from __future__ import annotations
 
 import difflib
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from torchdevlint.diagnostics import Diagnostic, FileError, Fix, Location
 from torchdevlint.engine import InvalidSource, ModuleParser, check_syntax, lint_source
 from torchdevlint.fixer import FixOutcome, apply_one_fix, fix_source
 from torchdevlint.notebook.document import NotebookDocument
+from torchdevlint.notebook.ipython import MaskedCell, mask
 from torchdevlint.notebook.program import NotebookProgram as NotebookCells
 from torchdevlint.registry import rule_by_code
 from torchdevlint.rule import Rule
@@ -70,6 +72,8 @@ class Program(ABC):
         # Parts of the file that could not be analysed while the rest was (a notebook's cells
         # with syntax errors); filled in by `lint` and `fix`.
         self.errors: list[FileError] = []
+        # What the user should know of how the file was read, though nothing failed.
+        self.notices: list[str] = []
 
     @property
     @abstractmethod
@@ -132,10 +136,27 @@ class PythonProgram(Program):
                  flow_memory: FlowMemory | None = None) -> None:
         super().__init__(path, parse, flow_memory)
         self.source = source
+        # A notebook exported as a `.py` file (Colab's "Download .py") keeps its `!pip install`
+        # and `%matplotlib` lines: set aside as in a notebook, and said so.
+        self._ipython = ipython_lines_set_aside(source.text, path)
+        if self._ipython is not None:
+            count = len(self._ipython.originals)
+            self.notices.append(f"{path}: {count} IPython line{'' if count == 1 else 's'} "
+                                f"(`{self._ipython.originals[0].strip()}`) set aside, as in a notebook; "
+                                "the rest is linted")
 
     @property
     def text(self) -> str:
-        return self.source.text
+        return self._ipython.text if self._ipython is not None else self.source.text
+
+    def _as_written(self, text: str) -> str:
+        """`text` (this program, fixed or not) with the IPython lines put back."""
+        if self._ipython is None:
+            return text
+        restored = self._ipython.restore(text)
+        if restored is None:
+            raise FixNotWritable("a fix changed a line holding IPython syntax")
+        return restored
 
     def lint(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
              deadline: Deadline | None = None) -> list[Diagnostic]:
@@ -147,16 +168,43 @@ class PythonProgram(Program):
         return fix_source(self.text, self.path, rules, options, unsafe=unsafe, deadline=deadline, parse=self.parse)
 
     def view(self, text: str) -> ProgramView:
-        return ProgramView(text)
+        try:
+            return ProgramView(self._as_written(text))
+        except FixNotWritable:
+            return ProgramView(text)
 
     def encode(self, text: str) -> bytes:
-        return self.source.encode(text)
+        return self.source.encode(self._as_written(text))
 
     def diff(self, text: str) -> str:
         return "".join(difflib.unified_diff(
-            self.text.splitlines(keepends=True), text.splitlines(keepends=True),
+            self.source.text.splitlines(keepends=True), self._as_written(text).splitlines(keepends=True),
             fromfile=f"a/{self.path}", tofile=f"b/{self.path}",
         ))
+
+
+# A line a Python file could hold only as IPython: a shell escape or a magic.
+_IPYTHON_LINE = re.compile(r"^[ \t]*(?:!|%)\S", re.MULTILINE)
+
+
+def ipython_lines_set_aside(text: str, path: str) -> MaskedCell | None:
+    """A `.py` file that Python rejects only for its IPython lines, with those masked; None
+    for any other file (nearly all: the cheap test comes first)."""
+    if _IPYTHON_LINE.search(text) is None:
+        return None
+    try:
+        check_syntax(text, path)
+        return None
+    except InvalidSource:
+        pass
+    masked = mask(text)
+    if not masked.originals:
+        return None
+    try:
+        check_syntax(masked.text, path)
+    except InvalidSource:
+        return None
+    return masked
 
 
 class NotebookProgram(Program):

@@ -131,6 +131,9 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
         return result, None
     rules = settings.rules()
     options = dict(settings.rule_options)
+    result.notices.extend(program.notices)
+    if program.notices:
+        cache = None  # a cached result would come back without them
     try:
         if settings.add_noqa:
             _add_noqa(program, path, data, rules, options, deadline, result, in_place=in_place)
