@@ -69,6 +69,26 @@ def test_branches_join_and_do_not_leak_into_each_other() -> None:
     assert values[2].is_tensor and not values[2].on_host and not values[2].on_accelerator
 
 
+def test_one_line_suites_are_interpreted_like_blocks() -> None:
+    values = _probes(
+        """
+        import torch
+        from torch.autograd import Variable
+        def to_gpu(x): return x.cuda()
+        h = Variable(torch.zeros(2))
+        if use_cuda: h = h.cuda()
+        probe(h)
+        g = torch.zeros(2)
+        with torch.no_grad(): g = g.cuda()
+        probe(g)
+        probe(to_gpu(torch.zeros(2)))
+        """
+    )
+    assert values[0].is_tensor and not values[0].on_host and not values[0].on_accelerator
+    assert values[1].on_accelerator
+    assert values[2].on_accelerator
+
+
 def test_arithmetic_in_both_operand_orders() -> None:
     values = _probes(
         """

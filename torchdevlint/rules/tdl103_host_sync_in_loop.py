@@ -13,6 +13,8 @@ from torchdevlint.rule import Invalid, Rule, Valid
 
 # Tensor methods that copy to the host and so wait for every queued kernel.
 _SYNC_METHODS = frozenset({"item", "tolist", "cpu"})
+# Builtins that read a one-element tensor's value on the host.
+_NUMBER_BUILTINS = frozenset({"float", "int", "bool"})
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
@@ -21,8 +23,8 @@ class _Loop:
     node: cst.For | cst.While
     # A `.backward()` call sits in this loop's own body (not in a nested loop).
     trains: bool = False
-    # Synchronising calls, kept until we know whether the loop trains.
-    syncs: list[cst.Call] = field(default_factory=list)
+    # Synchronising calls and formatting, kept until we know whether the loop trains.
+    syncs: list[cst.CSTNode] = field(default_factory=list)
 
 
 def _is_periodic(test: cst.BaseExpression) -> bool:
@@ -54,10 +56,13 @@ def _leaves_loop(block: cst.BaseSuite) -> bool:
 class HostSyncInLoop(Rule):
     """
     ## What it does
-    Finds `.item()`, `.tolist()`, `.cpu()`, `.to("cpu")` and `print(tensor)` on device data
-    inside a training loop: a loop whose own body calls `.backward()`. Device data is what
+    Finds `.item()`, `.tolist()`, `.cpu()`, `.to("cpu")`, `print(tensor)`, `float(tensor)`
+    (and `int`, `bool`), formatting (`f"{loss:.4f}"`, `"{:.4f}".format(loss)`) and the
+    pre-0.4 `total += loss.data[0]` on device data inside a training loop: a loop whose own
+    body calls `.backward()`. Device data is what
     the flow model shows on a device on every path: moved there (`.to(device)`, `.cuda()`),
-    made there, and what is computed from it (the model's output, the loss, predictions).
+    made there, and what is computed from it (the model's output, the loss, predictions),
+    also by a same-file helper handed device data (`accuracy(logits, y).item()`).
     A chain is reported at its first copy (`x.cpu().tolist()`). Calls under an
     `if` that tests a modulo (`if step % 100 == 0:`) are periodic logging, and calls in a
     branch that raises, breaks or exits run once; neither is reported.
@@ -143,6 +148,44 @@ class HostSyncInLoop(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            def accuracy(logits, labels):
+                return (logits.argmax(dim=1) == labels).float().mean()
+
+            def train(model, loader, criterion, optimizer, device, log):
+                for images, labels in loader:
+                    images, labels = images.to(device), labels.to(device)
+                    logits = model(images)
+                    loss = criterion(logits, labels)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    acc = accuracy(logits, labels).item()
+                    log.write(f"loss {loss:.4f} acc {acc:.2%}")
+                    log.write("{:.4f}".format(loss))
+                    total = float(loss)
+            """,
+            count=4,
+            name="helper-result-formatting-and-float",
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.autograd import Variable
+
+            for images, labels in loader:
+                images, labels = Variable(images.cuda()), Variable(labels.cuda())
+                loss = criterion(model(images), labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                running_loss += loss.data[0]
+            """,
+            name="pre-0.4-loss-data-index",
+        ),
         Invalid(
             """
             import torch
@@ -256,8 +299,53 @@ class HostSyncInLoop(Rule):
             if any(self._on_device(arg.value) for arg in node.args) and not self._under_periodic_if(node, loop):
                 loop.syncs.append(node)
             return
+        if isinstance(func, cst.Name) and func.value in _NUMBER_BUILTINS and self.context.binding_scope(func.value) is None:
+            if len(node.args) == 1 and self._on_device(node.args[0].value) and not self._under_periodic_if(node, loop):
+                loop.syncs.append(node)
+            return
+        if isinstance(func, cst.Attribute) and func.attr.value == "format" and isinstance(func.value, cst.SimpleString):
+            # `"{:.3f}".format(loss)` reads the value, as `loss.item()` does.
+            if any(self._on_device(arg.value) for arg in node.args) and not self._under_periodic_if(node, loop):
+                loop.syncs.append(node)
+            return
         if self._is_sync_call(node) and not self._under_periodic_if(node, loop):
             loop.syncs.append(node)
+
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        """`f"{loss:.4f}"`: formatting a device tensor reads its value on the host."""
+        loop = self._current(node)
+        if loop is not None and self._on_device(node.expression) and not self._under_periodic_if(node, loop):
+            loop.syncs.append(node.expression)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        """`total += loss.data[0]`: before PyTorch 0.4, how a loss was read as a number."""
+        value = node.value
+        if not (isinstance(value, cst.Attribute) and value.attr.value == "data" and len(node.slice) == 1):
+            return
+        index = node.slice[0].slice
+        if not (isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and index.value.value == "0"):
+            return
+        loop = self._current(node)
+        if loop is None or not self._on_device(value.value) or not self._read_as_number(node):
+            return
+        if not self._under_periodic_if(node, loop):
+            loop.syncs.append(node)
+
+    def _read_as_number(self, node: cst.Subscript) -> bool:
+        """Used where a Python number is: added onto an accumulator, appended to a list of
+        numbers, printed or formatted."""
+        parent = self.context.parent(node)
+        if isinstance(parent, cst.AugAssign):
+            return parent.value is node
+        if isinstance(parent, cst.FormattedStringExpression):
+            return True
+        if isinstance(parent, cst.Arg):
+            call = self.context.parent(parent)
+            if isinstance(call, cst.Call):
+                name = dotted_name(call.func)
+                return name in {"print", "float"} or isinstance(call.func, cst.Attribute) \
+                    and call.func.attr.value in {"append", "format"}
+        return False
 
     def _on_device(self, node: cst.BaseExpression) -> bool:
         """Data the model shows on an accelerator on every path (not a module)."""

@@ -212,6 +212,9 @@ TORCH_LOAD: frozenset[str] = frozenset({"torch.load", "torch.serialization.load"
 HOST_DATASET_PREFIXES = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.")
 TENSOR_DATASETS: frozenset[str] = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
 TORCH_SAVE: frozenset[str] = frozenset({"torch.save", "torch.serialization.save"})
+# Since PyTorch 0.4 `Variable(t)` returns a Tensor like `t`, where `t` is (pre-0.4 code wraps
+# every batch in one).
+RETURNS_ITS_TENSOR: frozenset[str] = frozenset({"torch.autograd.Variable", "torch.autograd.variable.Variable"})
 INIT_PROCESS_GROUP: frozenset[str] = frozenset(
     {"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"}
 )

@@ -345,6 +345,9 @@ class Interpreter:
             return env
         if type(node) is cst.ClassDef:
             return self._class(node, env)
+        if isinstance(node, cst.BaseSmallStatement):
+            # The body of a one-line suite: `if use_cuda: x = x.cuda()`, `def f(x): return x`.
+            return self._small(node, env)
         return env
 
     def _gpu_side(self, node: cst.If, env: Env, taken_in_cpu_mode: bool) -> Env | None:
@@ -1541,6 +1544,8 @@ class Interpreter:
             return tensor([Place(PlaceKind.DEVICE, "cuda", frozenset({"cuda"}))])
         if qualified in _LEGACY_HOST_TENSOR_TYPES:
             return tensor([HOST_PLACE])
+        if qualified in torch_api.RETURNS_ITS_TENSOR and positional:
+            return positional[0]
         if qualified in ("torch.from_numpy",):
             return tensor([HOST_PLACE], float64=bool(positional) and positional[0].float64)
         op = torch_api.function_op(qualified)

@@ -949,9 +949,11 @@ def _operand_values(meeting: Meeting | None) -> tuple[Value, ...] | None:
 
 
 def _computed_from_unplaced_inputs(result: Value, arguments: Sequence[Value]) -> bool:
-    """A tensor result the summary cannot place, from a call handed placed tensors
-    (`loss_fn(model(x), y)`): with these arguments it may say where the result is."""
-    return result.is_tensor_like and result.places is None and any(
+    """A tensor result the summary cannot place, or a result it does not know at all, from a
+    call handed placed tensors (`loss_fn(model(x), y)`, `accuracy(logits, y)` computing from
+    parameters it cannot tell are tensors): with these arguments it may say where the result
+    is."""
+    return (result.is_tensor_like and result.places is None or not result.is_known) and any(
         argument.is_tensor_like and argument.places is not None for argument in arguments)
 
 
