@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.devices import under_placement_test
+from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE, Value
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -17,7 +19,12 @@ class NumpyOnDeviceTensor(Rule):
     on every path: the output of a model moved to the device, a tensor moved with
     `.to(<device>)` or `.cuda()` or created with `device=`, and anything computed from them
     (arithmetic, tensor methods, `torch` functions, values returned by the file's own
-    helpers, batches of a loader over device tensors), with no `.cpu()` on the way.
+    helpers, batches of a loader over device tensors), with no `.cpu()` on the way. Also
+    finds the implicit conversions that fail the same way: such a tensor passed to
+    `np.array`, `np.asarray` (and `asanyarray`, `ascontiguousarray`) or to a matplotlib
+    function (`plt.scatter(x[:, 0], x[:, 1])`, `plt.imshow(image)`), and `.numpy()` in a
+    module's `forward` of data where the module is (`h.data.numpy()`), which fails once the
+    model is on a GPU.
 
     ## Why is this bad?
     NumPy arrays live in host memory. On a GPU, `tensor.numpy()` fails with "TypeError: can't
@@ -46,7 +53,7 @@ class NumpyOnDeviceTensor(Rule):
     slug = "numpy-on-device-tensor"
     message = "numpy() on a tensor that is on a GPU; copy it to the host with .cpu() first"
     fix_title = "Insert .cpu() before .numpy()"
-    requires_any_text = (".numpy()",)
+    requires_any_text = (".numpy()", "numpy", "matplotlib")
 
     VALID = [
         Valid(
@@ -108,6 +115,55 @@ class NumpyOnDeviceTensor(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import matplotlib.pyplot as plt
+            import numpy as np
+            import torch
+            import torch.nn as nn
+
+            class Probe(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+
+                def forward(self, x):
+                    h = self.fc(x)
+                    self.last = h.data.numpy()
+                    return h
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            points = torch.randn(100, 2).to(device)
+            plt.scatter(points[:, 0], points[:, 1])
+            table = np.asarray(points)
+            kept = np.array(points.cpu())
+            """,
+            fixed="""
+            import matplotlib.pyplot as plt
+            import numpy as np
+            import torch
+            import torch.nn as nn
+
+            class Probe(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+
+                def forward(self, x):
+                    h = self.fc(x)
+                    self.last = h.data.cpu().numpy()
+                    return h
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            points = torch.randn(100, 2).to(device)
+            plt.scatter(points[:, 0].cpu(), points[:, 1].cpu())
+            table = np.asarray(points.cpu())
+            kept = np.array(points.cpu())
+            """,
+            applicability=Applicability.SAFE,
+            count=4,
+            name="implicit-conversions-and-numpy-in-forward",
+        ),
         Invalid(
             """
             import torch
@@ -328,13 +384,39 @@ class NumpyOnDeviceTensor(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "numpy") or node.args:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "numpy" and not node.args:
+            self._check(node, node.func.value, None)
             return
-        receiver = node.func.value
-        value = self.context.flow.value_of(receiver)
-        if not (value.is_tensor_like and value.on_accelerator):
+        if not node.args or "numpy" not in self.context.code_for_node(node.func) \
+                and not self.context.imports.imports_from("matplotlib"):
+            return  # neither `np.asarray(...)` nor a plotting call could be written here
+        qualified = self.context.flow.qualified_name(node.func)
+        if qualified is None:
+            return
+        if qualified in torch_api.NUMPY_ARRAY_CONVERSIONS:
+            converted = [node.args[0]] if node.args[0].keyword is None and not node.args[0].star else []
+        elif qualified.startswith(torch_api.CONVERTS_ARGUMENTS_TO_NUMPY):
+            converted = [arg for arg in node.args if arg.keyword is None and not arg.star]
+        else:
+            return
+        name = qualified.replace("numpy.", "np.").replace("matplotlib.pyplot.", "plt.")
+        for arg in converted:
+            self._check(arg.value, arg.value, f"{name}() converts a tensor that is on a GPU to NumPy; "
+                                              "copy it to the host with .cpu() first")
+
+    def _check(self, node: cst.CSTNode, tensor: cst.BaseExpression, message: str | None) -> None:
+        value = self.context.flow.value_of(tensor)
+        if not value.is_tensor_like or not (value.on_accelerator or self._on_module_device_in_forward(value)):
             return
         if under_placement_test(node, self.context.ancestors(node)):
             return
         insertion = ".detach().cpu()" if value.grad else ".cpu()"
-        self.report(node, fix=self.make_fix(NodeEdit.insert_after(receiver, insertion)))
+        self.report(node, message=message, fix=self.make_fix(NodeEdit.insert_after(tensor, insertion)))
+
+    def _on_module_device_in_forward(self, value: Value) -> bool:
+        """In a module's `forward`, data where the module is: on a GPU once the model is moved."""
+        if value.places != frozenset({MODULE_DEVICE_PLACE}):
+            return False
+        method = self.context.enclosing_method()
+        return method is not None and method.function.name.value == "forward" \
+            and self.context.flow.is_module_class(method.owner)

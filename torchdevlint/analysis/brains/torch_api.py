@@ -149,6 +149,13 @@ NUMPY_FLOAT64_CONSTRUCTORS: frozenset[str] = frozenset(
 )
 # Functions that make a tensor of a NumPy array, keeping its dtype when given none.
 FROM_NUMPY: frozenset[str] = frozenset({"torch.from_numpy", "torch.tensor", "torch.as_tensor"})
+# NumPy functions that turn their first argument into an array (through `Tensor.__array__`,
+# which calls `.numpy()`).
+NUMPY_ARRAY_CONVERSIONS: frozenset[str] = frozenset(
+    {f"numpy.{name}" for name in ("array", "asarray", "asanyarray", "ascontiguousarray", "asfarray")}
+)
+# Libraries whose functions convert tensor arguments to NumPy arrays the same way.
+CONVERTS_ARGUMENTS_TO_NUMPY: tuple[str, ...] = ("matplotlib.",)
 
 # The accelerator PyTorch was built for (PyTorch 2.6+): None on a CPU-only build, and with
 # `check_available=True` wherever no device is present.
