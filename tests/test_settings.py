@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from torchdevlint.config import DEFAULT_EXCLUDES, Config, ConfigError, load_config
 from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, select_rules, validate_selector
@@ -179,3 +180,41 @@ def test_a_bad_command_line_selector_is_a_config_error(tmp_path: Path) -> None:
 )
 def test_noqa_comments(line: str, suppressed: bool) -> None:
     assert is_suppressed(line, "TDL001") is suppressed
+
+
+@pytest.mark.parametrize(
+    ("files", "floor"),
+    [
+        ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["numpy", "torch>=2.2,<3"]\n'}, "2.2"),
+        ({"pyproject.toml": '[tool.poetry.dependencies]\ntorch = "^2.4"\n'}, "2.4"),
+        ({"setup.cfg": "[options]\ninstall_requires =\n    torchvision>=0.20\n    torch==2.1.0\n"}, "2.1.0"),
+        ({"setup.py": 'from setuptools import setup\nsetup(install_requires=["torch ~= 2.3"])\n'}, "2.3"),
+        ({"requirements.txt": "# pinned\ntorchvision==0.21\ntorch>=2.0\n"}, "2.0"),
+        ({"requirements.txt": "torch\n"}, "2.6"),  # no lower bound: the default
+        ({}, "2.6"),
+    ],
+)
+def test_tdl203s_torch_version_defaults_to_the_floor_the_project_declares(
+        tmp_path: Path, files: dict[str, str], floor: str) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    settings = SettingsFinder(tmp_path, selection=CommandLineSelection(select=("TDL203",))).fallback
+    options = settings.rule_options.get("TDL203")
+    assert getattr(options, "torch_version", "2.6") == floor
+
+
+def test_a_configured_torch_version_wins_over_the_projects_floor(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\ndependencies = ["torch>=2.2"]\n'
+        '[tool.torchdevlint.TDL203]\ntorch-version = "2.7"\n')
+    selection = CommandLineSelection(select=("TDL203",))
+    options = SettingsFinder(tmp_path, selection=selection).fallback.rule_options["TDL203"]
+    assert options.torch_version == "2.7"
+
+
+def test_tdl203s_fix_below_2_6_asks_torch_cuda(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("torch>=2.2\n")
+    (tmp_path / "gpu.py").write_text("import torch\nx = torch.ones(2).cuda()\n")
+    result = run_cli("check", "--no-cache", "--select", "TDL203", "--unsafe-fixes", "--diff", "gpu.py", cwd=tmp_path)
+    assert '+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")' in result.stdout
+    assert "accelerator" not in result.stdout

@@ -82,6 +82,9 @@ class Config:
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Rule code -> that rule's Options instance.
     rule_options: dict[str, object] = field(default_factory=dict)
+    # Rule code -> the Options fields the file sets (the others keep their defaults, which
+    # may come from the project: see `project.py`).
+    options_set: dict[str, frozenset[str]] = field(default_factory=dict)
     source: Path | None = None
 
     @property
@@ -204,7 +207,7 @@ def _per_file_ignores(path: Path, key: str, table: object) -> tuple[tuple[str, t
     return tuple((pattern, _selectors(path, f"{key} {pattern!r}", codes)) for pattern, codes in table.items())
 
 
-def _rule_options(path: Path, key: str, table: object) -> tuple[str, object]:
+def _rule_options(path: Path, key: str, table: object) -> tuple[str, object, frozenset[str]]:
     rule = rule_by_code(key)
     if rule is None:
         raise ConfigError(f"{path}: {_section(path)} unknown key {key!r} (not a setting, rule code or slug)")
@@ -220,7 +223,7 @@ def _rule_options(path: Path, key: str, table: object) -> tuple[str, object]:
             )
         values[known[option]] = value
     try:
-        return rule.code, rule.Options(**values)
+        return rule.code, rule.Options(**values), frozenset(values)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"{path}: {_section(path, key)} {error}") from None
 
@@ -236,6 +239,7 @@ def load_config(path: Path | None) -> Config:
     per_file: list[tuple[str, tuple[str, ...]]] = []
     flags: dict[str, bool] = {}
     rule_options: dict[str, object] = {}
+    options_set: dict[str, frozenset[str]] = {}
     for key, value in table.items():
         if key in _LIST_KEYS:
             lists[key] = _selectors(path, key, value)
@@ -246,8 +250,9 @@ def load_config(path: Path | None) -> Config:
                 raise ConfigError(f"{path}: {_section(path)} {key} must be true or false")
             flags[key] = value
         else:
-            code, options = _rule_options(path, key, value)
+            code, options, names = _rule_options(path, key, value)
             rule_options[code] = options
+            options_set[code] = names
     return Config(
         select=lists.get("select"),
         extend_select=lists.get("extend-select", ()),
@@ -258,5 +263,6 @@ def load_config(path: Path | None) -> Config:
         respect_gitignore=flags.get("respect-gitignore", True),
         per_file_ignores=tuple(per_file),
         rule_options=rule_options,
+        options_set=options_set,
         source=path,
     )

@@ -11,11 +11,13 @@ every path instead. A selection made on the command line is applied on top, as r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchdevlint.config import Config, ConfigError, config_file_in, load_config
+from torchdevlint.project import FACTS, PROJECT_FACT
 from torchdevlint.registry import UnknownSelector, select_rules
 from torchdevlint.rule import Rule
 
@@ -35,10 +37,38 @@ class Settings:
     # The folder relative paths (exclude patterns, the cache) are taken from.
     root: Path
     rules: tuple[type[Rule], ...] = field(default_factory=tuple)
+    # Options the project's own files give where the configuration sets none (see `project.py`).
+    project_options: dict[str, object] = field(default_factory=dict)
 
     @property
     def rule_options(self) -> dict[str, object]:
-        return dict(self.config.rule_options)
+        return {**self.config.rule_options, **self.project_options}
+
+
+def options_from_project(config: Config, root: Path, rules: tuple[type[Rule], ...]) -> dict[str, object]:
+    """Each rule's options with the fields that default to a project fact (the torch floor
+    the project declares) filled in from `root`, where the configuration leaves them unset."""
+    facts: dict[str, str | None] = {}
+    filled: dict[str, object] = {}
+    for rule in rules:
+        if not dataclasses.is_dataclass(rule.Options):
+            continue
+        changes: dict[str, object] = {}
+        for option in dataclasses.fields(rule.Options):
+            fact = option.metadata.get(PROJECT_FACT)
+            if fact is None or option.name in config.options_set.get(rule.code, frozenset()):
+                continue
+            if fact not in facts:
+                facts[fact] = FACTS[fact](root)
+            if facts[fact] is not None:
+                changes[option.name] = facts[fact]
+        if changes:
+            current = config.rule_options.get(rule.code) or rule.Options()
+            try:
+                filled[rule.code] = dataclasses.replace(current, **changes)  # type: ignore[type-var]
+            except (TypeError, ValueError):
+                continue  # a declaration the option cannot take: its default stays
+    return filled
 
 
 def resolve_rules(config: Config, selection: CommandLineSelection = CommandLineSelection()) -> tuple[type[Rule], ...]:
@@ -67,7 +97,7 @@ def _settings_from(config_file: Path | None, default_root: Path,
         source = f"{config_file}: " if config_file is not None and selection.select is None else ""
         raise ConfigError(f"{source}{error}") from None
     root = config_file.parent if config_file is not None else default_root
-    return Settings(config, root, rules)
+    return Settings(config, root, rules, options_from_project(config, root, rules))
 
 
 class SettingsFinder:

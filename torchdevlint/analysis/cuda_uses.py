@@ -43,6 +43,9 @@ class UseKind(Enum):
     # A call of a name that may hold a legacy constructor (`Tensor = torch.cuda.FloatTensor`):
     # a use once the flow model says it does.
     ALIAS_CALL = "a legacy constructor through another name"
+    # A device variable bound to CUDA (`device = torch.device("cuda")`, `device = "cuda"`):
+    # every use of the variable then allocates there.
+    DEVICE_VARIABLE = "a device variable bound to `\"cuda\"`"
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,24 @@ def cuda_uses(call: cst.Call, imports: ImportTable, constructor_aliases: frozens
             if literal is not None and literal.type == "cuda":
                 uses.append(CudaUse(arg.value, UseKind.DEVICE_ARGUMENT, literal.index))
     return uses
+
+
+def device_variable_use(node: cst.Assign | cst.AnnAssign, imports: ImportTable) -> CudaUse | None:
+    """`device = torch.device("cuda")` or `device = "cuda"`: a device variable that is CUDA
+    whatever the machine (a name the naming brain reads as a device, or any name bound to a
+    `torch.device(...)`)."""
+    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+    value = node.value
+    if value is None or len(targets) != 1 or not isinstance(targets[0], (cst.Name, cst.Attribute)):
+        return None
+    literal = device_literal(value, imports)
+    if literal is None or literal.type != "cuda":
+        return None
+    is_call = isinstance(value, cst.Call)
+    name = targets[0].value if isinstance(targets[0], cst.Name) else targets[0].attr.value
+    if not is_call and not any(word in name.lower() for word in naming.DEVICE_SETTING_WORDS):
+        return None
+    return CudaUse(value, UseKind.DEVICE_VARIABLE, literal.index)
 
 
 def names_a_constructor_alias(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> str | None:
@@ -160,7 +181,8 @@ def is_device_test(test: cst.CSTNode, imports: ImportTable) -> bool:
 def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], imports: ImportTable,
                      flow: FlowQueries) -> bool:
     """Where the flow model cannot tell, whether the code around a use keeps it for a GPU:
-    a test about the device with an answer the model does not know (either branch), a `try`
+    a test about the device with an answer the model does not know (either branch), a branch
+    the file's constants rule out, a `try`
     with a handler, a function or class named for the GPU or decorated with a GPU condition
     (`@pytest.mark.skipif(not torch.cuda.is_available(), ...)`, `@RunIf(min_cuda_gpus=1)`);
     decorators and default values are no uses at all."""
@@ -168,6 +190,11 @@ def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], import
     for ancestor in ancestors:
         if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
             if flow.cpu_mode_truth(ancestor.test) is None and is_device_test(ancestor.test, imports):
+                return True
+            # A branch the file's constants rule out (`if FusedNorm is not None:` after
+            # `FusedNorm = None`) never runs.
+            holds = flow.constant_truth(ancestor.test)
+            if holds is not None and holds is (child is not ancestor.body):
                 return True
         elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
             if flow.cpu_mode_truth(ancestor.left) is None and is_device_test(ancestor.left, imports):

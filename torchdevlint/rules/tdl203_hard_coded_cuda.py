@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -10,6 +10,7 @@ from torchdevlint.analysis.cuda_uses import (
     CudaUse,
     UseKind,
     cuda_uses,
+    device_variable_use,
     kept_for_the_gpu,
     names_a_constructor_alias,
     shows_cpu_mode,
@@ -17,6 +18,7 @@ from torchdevlint.analysis.cuda_uses import (
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.project import PROJECT_FACT, TORCH_FLOOR
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.shared_fixes import route_through
 
@@ -26,8 +28,10 @@ _DEVICE_NAME = "device"
 @dataclass(frozen=True)
 class TorchVersionOptions:
     # The oldest PyTorch the code must run on: from 2.6 the fix chooses the device with
-    # `torch.accelerator` (CUDA, ROCm, MPS, XPU alike), before it with `torch.cuda`.
-    torch_version: str = "2.6"
+    # `torch.accelerator` (CUDA, ROCm, MPS, XPU alike), before it with `torch.cuda`. Unset,
+    # it is the floor the project declares for torch (pyproject.toml, setup.cfg, setup.py,
+    # requirements*.txt), else 2.6.
+    torch_version: str = field(default="2.6", metadata={PROJECT_FACT: TORCH_FLOOR})
 
     def __post_init__(self) -> None:
         parts = self.torch_version.split(".") if isinstance(self.torch_version, str) else []
@@ -53,12 +57,15 @@ class HardCodedCuda(Rule):
     ## What it does
     Finds CUDA hard-coded in a program that has no CPU mode at all: `.cuda()`, `"cuda"`
     handed to something that allocates there (`.to("cuda")`, `device="cuda"`,
-    `map_location="cuda"`), legacy `torch.cuda.FloatTensor(...)` constructors (also through
+    `map_location="cuda"`), a device variable bound to CUDA (`device =
+    torch.device("cuda")`, `device = "cuda"`), legacy `torch.cuda.FloatTensor(...)` constructors (also through
     another name) and the `torch.cuda` calls that fail without a GPU (`synchronize`,
     `set_device`, `Event` ...). A program has a CPU mode when it checks for a GPU, picks a
     device with a CPU fallback or has a setting or option for the CPU; in such a program the
     same uses are correctness bugs, reported by TDL007 instead. Not reported either: uses the
-    flow model shows the program never reaches (after `assert torch.cuda.is_available()`),
+    flow model shows the program never reaches (after `assert torch.cuda.is_available()`, or
+    in a branch a module constant rules out: `if FusedNorm is not None:` after `FusedNorm =
+    None`),
     code kept for the GPU as TDL007 reads it (a test about the device, a function named for
     the GPU or decorated with a GPU condition such as `@RunIf(min_cuda_gpus=1)`, a `try` with
     a handler, decorators and defaults), and distributed programs (they import
@@ -81,13 +88,18 @@ class HardCodedCuda(Rule):
     the CPU; `torch.cuda.is_available()` when `torch-version` is older than 2.6), and routes
     every hard-coded use it can through it: `.cuda()` becomes `.to(device)`, `"cuda"`
     becomes `device`, `torch.cuda.FloatTensor(...)` becomes `torch.FloatTensor(...).to(device)`.
+    A device variable the file binds to CUDA is chosen by availability where it is bound
+    instead (a string stays a string: `"cuda" if torch.cuda.is_available() else "cpu"`).
     The program then runs on the CPU or another accelerator where it failed, which changes
     what it does there. `.cuda(n)`, `"cuda:n"`, the `torch.cuda` calls, uses where the name
-    `device` means something else, and files that already bind `device` get no fix.
+    `device` means something else, and (but for its own binding) files that already bind
+    `device` get no fix.
 
     ## Options
-    - `torch-version` (default `"2.6"`): the oldest PyTorch the code must run on; the fix
-      uses `torch.accelerator` from 2.6 on.
+    - `torch-version`: the oldest PyTorch the code must run on; the fix uses
+      `torch.accelerator` from 2.6 on. Unset, it is the lower bound the project declares for
+      torch (`torch>=2.2` in `pyproject.toml`, `setup.cfg`, `setup.py` or a
+      `requirements*.txt` beside the configuration), else `"2.6"`.
     """
 
     code = "TDL203"
@@ -100,6 +112,19 @@ class HardCodedCuda(Rule):
     options: TorchVersionOptions
 
     VALID = [
+        Valid(
+            """
+            import torch
+
+            FusedNorm = None
+
+            def norm(dim):
+                if FusedNorm is not None:
+                    return FusedNorm(dim).cuda()
+                return torch.nn.LayerNorm(dim)
+            """,
+            name="branch-a-module-constant-rules-out",
+        ),
         Valid(
             """
             import torch
@@ -122,6 +147,27 @@ class HardCodedCuda(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            device = torch.device("cuda")
+            gpu_device = "cuda"
+            model = torch.nn.Linear(4, 2).to(device)
+            batch = torch.randn(8, 4).to(gpu_device)
+            """,
+            fixed="""
+            import torch
+
+            device = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
+            gpu_device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = torch.nn.Linear(4, 2).to(device)
+            batch = torch.randn(8, 4).to(gpu_device)
+            """,
+            applicability=Applicability.UNSAFE,
+            count=2,
+            name="device-variables-bound-to-cuda",
+        ),
         Invalid(
             """
             import torch
@@ -185,6 +231,16 @@ class HardCodedCuda(Rule):
             alias = names_a_constructor_alias(target.target, node.value)
             if alias is not None:
                 self._constructor_aliases.add(alias)
+        self._device_variable(node)
+
+    def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._device_variable(node)
+
+    def _device_variable(self, node: cst.Assign | cst.AnnAssign) -> None:
+        use = device_variable_use(node, self.context.imports)
+        if use is not None:
+            ancestors = tuple(self.context.ancestors(use.node))
+            self._found.append(_Found(use, ancestors, device_shadowed=True))
 
     def visit_Call(self, node: cst.Call) -> None:
         ancestors = tuple(self.context.ancestors(node))
@@ -224,22 +280,32 @@ class HardCodedCuda(Rule):
     def _fix(self, module: cst.Module, reported: list[_Found]) -> PendingFix | None:
         torch = self.context.imports.local_name_for("torch")
         last_import = self._last_import(module)
-        if torch is None or last_import is None or _DEVICE_NAME in self._module_names(module):
-            return None
-        edits = [edit for found in reported if not found.device_shadowed
-                 for edit in route_through(found.use, _DEVICE_NAME, self.context.code_for_node)]
-        if not edits:
+        if torch is None or last_import is None:
             return None
         if self.options.has_accelerator_api:
             choice = (f"{torch}.accelerator.current_accelerator() if {torch}.accelerator.is_available() "
                       f'else {torch}.device("cpu")')
         else:
             choice = f'{torch}.device("cuda" if {torch}.cuda.is_available() else "cpu")'
-        return self.make_fix(
-            NodeEdit.insert_line_after(last_import, f"{_DEVICE_NAME} = {choice}"),
-            *edits,
-            applicability=Applicability.UNSAFE,
-        )
+        # The file's own CUDA device variables are chosen by availability where they are bound.
+        chosen = [self._choose_by_availability(found.use, choice, torch) for found in reported
+                  if found.use.kind is UseKind.DEVICE_VARIABLE and found.use.index is None]
+        routed: list[NodeEdit] = []
+        if _DEVICE_NAME not in self._module_names(module):
+            routed = [edit for found in reported if not found.device_shadowed
+                      for edit in route_through(found.use, _DEVICE_NAME, self.context.code_for_node)]
+        if routed:
+            routed.insert(0, NodeEdit.insert_line_after(last_import, f"{_DEVICE_NAME} = {choice}"))
+        if not chosen and not routed:
+            return None
+        return self.make_fix(*chosen, *routed, applicability=Applicability.UNSAFE)
+
+    @staticmethod
+    def _choose_by_availability(use: CudaUse, choice: str, torch: str) -> NodeEdit:
+        if isinstance(use.node, cst.Call):
+            return NodeEdit(use.node, choice)
+        # A string stays a string: the code may compare it (`if device == "cuda":`).
+        return NodeEdit(use.node, f'"cuda" if {torch}.cuda.is_available() else "cpu"')
 
     @staticmethod
     def _last_import(module: cst.Module) -> cst.SimpleStatementLine | None:

@@ -29,6 +29,7 @@ from torchdevlint.analysis.flow.call_sites import (
     takes_call_site_arguments,
 )
 from torchdevlint.analysis.flow.checkpoint_files import CheckpointFiles
+from torchdevlint.analysis.flow.constants import ModuleConstants
 from torchdevlint.analysis.flow.interpreter import Interpreter, Oracle, names_used_as_tensors
 from torchdevlint.analysis.flow.memory import FlowMemory, FlowRecord, RecordingOracle, answers_again, recordable
 from torchdevlint.analysis.flow.results import (
@@ -134,6 +135,7 @@ class FlowModel:
         self._held: dict[int, tuple[Held, cst.Call]] = {}
         self._saved_state_dicts: list[SavedStateDict] | None = None
         self._checkpoint_files: CheckpointFiles | None = None
+        self._constants: ModuleConstants | None = None
         self._loads_into_state_dicts: frozenset[int] | None = None
         # The file's own calls of each function (by call node), from the declared-parameter runs.
         self._call_sites: dict[int, dict[int, CallSite]] = {}
@@ -359,6 +361,13 @@ class FlowModel:
                         found.setdefault((id(held), id(save)), SavedStateDict(held, save, id(held) in flow.held))
             self._saved_state_dicts = list(found.values())
         return self._saved_state_dicts
+
+    def constant_truth(self, test: cst.BaseExpression) -> bool | None:
+        """Whether a test holds on every run because the names it reads are module constants
+        bound once (`if FusedNorm is not None:` after `FusedNorm = None`)."""
+        if self._constants is None:
+            self._constants = ModuleConstants(self.module)
+        return self._constants.truth(test)
 
     def written_earlier_in_run(self, load: cst.Call) -> bool:
         """Whether the program saved the file a `torch.load` reads earlier in the same run (a
