@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.flow.results import Held
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability
@@ -22,6 +22,11 @@ class _Load:
     statement: cst.CSTNode | None
     argument: cst.BaseExpression
     paths: frozenset[str]
+    # The `torch.load(...)` calls the state dict came from.
+    loads: tuple[cst.Call, ...]
+    # A resume: a checkpoint path (`args.resume`) loaded into a model the same body wraps
+    # in DataParallel/DDP afterwards.
+    resumes_a_model_wrapped_later: bool
 
 
 class DataParallelPrefixLoad(Rule):
@@ -29,8 +34,12 @@ class DataParallelPrefixLoad(Rule):
     ## What it does
     Finds a bare (unwrapped) model loading a state dict that the same file saved from a
     `DataParallel`/`DistributedDataParallel` wrapper, with the `module.` prefix never
-    stripped; also with `strict=False`. The save and the load are matched by the path
-    expression they use. Reported at the `load_state_dict(...)` call.
+    stripped; also with `strict=False`. The save and the load are matched by the
+    file they name: the same path expression, or paths that name the same file when each is
+    read where it is written (`os.path.join(args.out, "best.pt")` in two functions, a
+    constant, a variable bound once). A resume counts too: a checkpoint path
+    (`args.resume`, `ckpt`) loaded into a model that the same body then wraps, in a file
+    that saves a wrapper's `state_dict()`. Reported at the `load_state_dict(...)` call.
 
     Stripping the prefix at the load, as the fix does, repairs one loader; saving
     `model.module.state_dict()` in the first place (see TDL004) repairs every one.
@@ -120,6 +129,56 @@ class DataParallelPrefixLoad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def main(args):
+                model = nn.Linear(8, 2)
+                if args.resume:
+                    state = torch.load(args.resume, map_location="cpu")
+                    model.load_state_dict(state)
+                model = nn.DataParallel(model).cuda()
+                for epoch in range(args.epochs):
+                    train_one_epoch(model)
+                    torch.save(model.state_dict(), f"epoch_{epoch}.pt")
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def main(args):
+                model = nn.Linear(8, 2)
+                if args.resume:
+                    state = torch.load(args.resume, map_location="cpu")
+                    torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(state, "module.")
+                    model.load_state_dict(state)
+                model = nn.DataParallel(model).cuda()
+                for epoch in range(args.epochs):
+                    train_one_epoch(model)
+                    torch.save(model.state_dict(), f"epoch_{epoch}.pt")
+            """,
+            applicability=Applicability.UNSAFE,
+            name="resume-into-the-bare-model-the-script-wraps-and-saves",
+        ),
+        Invalid(
+            """
+            import os
+            import torch
+            import torch.nn as nn
+
+            def train(args):
+                net = nn.DataParallel(nn.Linear(8, 2))
+                torch.save(net.state_dict(), os.path.join(args.out, "best.pt"))
+
+            def evaluate(args):
+                best = os.path.join(args.out, "best.pt")
+                net = nn.Linear(8, 2)
+                net.load_state_dict(torch.load(best, map_location="cpu"), strict=False)
+            """,
+            name="same-file-named-differently-in-another-function",
+        ),
         Invalid(
             """
             import torch
@@ -313,26 +372,44 @@ class DataParallelPrefixLoad(Rule):
         argument = node.args[0].value
         # The files whose state dict this is: the `torch.load(path)` calls it came from (a
         # stripped prefix or a rebuilt dict no longer holds them).
-        paths = frozenset(
-            self.context.code_for_node(loaded.args[0].value)
-            for loaded in flow.held_calls(flow.value_of(argument), Held.LOAD)
-            if loaded.args
-        )
+        loads = tuple(loaded for loaded in flow.held_calls(flow.value_of(argument), Held.LOAD) if loaded.args)
+        paths = frozenset(self.context.code_for_node(loaded.args[0].value) for loaded in loads)
         if not paths:
             return
         statement = next(
             (a for a in self.context.ancestors(node) if isinstance(a, cst.SimpleStatementLine)), None
         )
-        self._loads.append(_Load(node, statement, argument, paths))
+        resumes = isinstance(receiver, cst.Name) and any(
+            word in path.lower() for path in paths for word in naming.RESUME_PATH_WORDS
+        ) and self._wrapped_later(receiver.value, node)
+        self._loads.append(_Load(node, statement, argument, paths, loads, resumes))
+
+    def _wrapped_later(self, name: str, load: cst.Call) -> bool:
+        """Whether the body of the load wraps the model of that name after it
+        (`model = nn.DataParallel(model)`)."""
+        scope = self.context.current_scope
+        stack: list[cst.CSTNode] = [scope]
+        after_load = False
+        while stack:  # in source order
+            node = stack.pop()
+            if node is load:
+                after_load = True
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and node is not scope:
+                continue
+            if after_load and isinstance(node, cst.Call) and node.args and node.args[0].keyword is None \
+                    and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == name \
+                    and self.context.imports.qualified_name(node.func) in torch_api.WRAPPERS:
+                return True
+            stack.extend(reversed(node.children))
+        return False
 
     def leave_Module(self, node: cst.Module) -> None:
-        saved_paths = {
-            self.context.code_for_node(saved.save.args[1].value)
-            for saved in self.context.flow.saved_state_dicts()
-            if saved.saved_where_made and len(saved.save.args) >= 2
-        }
+        flow = self.context.flow
+        saves = [saved.save for saved in flow.saved_state_dicts() if saved.saved_where_made and len(saved.save.args) >= 2]
+        saved_paths = {self.context.code_for_node(save.args[1].value) for save in saves}
         for load in self._loads:
-            if load.paths & saved_paths:
+            if load.paths & saved_paths or saves and load.resumes_a_model_wrapped_later or any(
+                    flow.same_checkpoint_file(save, loaded) for save in saves for loaded in load.loads):
                 self.report(load.call, fix=self._fix(load))
 
     def _fix(self, load: _Load) -> PendingFix | None:

@@ -47,3 +47,6 @@ DEVICE_CONTEXT_WORDS = ("cuda", "gpu", "device", "accel", "cpu", "avail", "mps",
 
 # Words in an option's names that make it a device flag (`--cuda`, `--use-gpu`, `--cpu-only`).
 DEVICE_FLAG_WORDS = ("cuda", "gpu", "cpu", "device", "mps", "xpu", "accelerator")
+
+# Words in a checkpoint path that say a script reads its own earlier runs back (a resume).
+RESUME_PATH_WORDS = ("resume", "checkpoint", "ckpt")

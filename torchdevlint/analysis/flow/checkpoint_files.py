@@ -95,6 +95,17 @@ class CheckpointFiles:
         key = self._key(path, scope, {}, _NAME_DEPTH)
         return key is not None and self._written_before(load, scope, key, _CALL_DEPTH, set())
 
+    def same_file(self, save: cst.Call, load: cst.Call) -> bool:
+        """Whether a `torch.save` and a `torch.load` name the same file (each path read in its
+        own body: `os.path.join(args.out, "best.pt")` written out in two functions)."""
+        self._walk()
+        saved, loaded = saved_path(save), loaded_path(load)
+        save_scope, load_scope = self._scope_of.get(id(save)), self._scope_of.get(id(load))
+        if saved is None or loaded is None or save_scope is None or load_scope is None:
+            return False
+        key = self._key(saved, save_scope, {}, _NAME_DEPTH)
+        return key is not None and key == self._key(loaded, load_scope, {}, _NAME_DEPTH)
+
     # ---- whether a body wrote the file before a point in it ----------------------------
 
     def _written_before(self, node: cst.CSTNode, scope: _Scope, key: str, depth: int,
