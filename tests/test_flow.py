@@ -89,6 +89,25 @@ def test_one_line_suites_are_interpreted_like_blocks() -> None:
     assert values[2].on_accelerator
 
 
+def test_type_casts_to_a_legacy_tensor_type_also_move() -> None:
+    values = _probes(
+        """
+        import torch
+        cuda = torch.cuda.is_available()
+        Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+        x = torch.zeros(2, 4)
+        probe(x.type(torch.cuda.FloatTensor))
+        probe(x.type("torch.cuda.LongTensor"))
+        probe(x.type(torch.DoubleTensor))
+        probe(x.type(torch.float16))
+        probe(x.type(Tensor))  # either, as the machine has a GPU or not
+        """
+    )
+    assert values[0].on_accelerator and values[1].on_accelerator
+    assert values[2].on_host and values[3].on_host
+    assert values[4].is_tensor and values[4].places is None
+
+
 def test_arithmetic_in_both_operand_orders() -> None:
     values = _probes(
         """

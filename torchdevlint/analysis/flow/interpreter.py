@@ -1369,6 +1369,9 @@ class Interpreter:
             return tensor(receiver.places)
         if method == "type_as" and arguments:
             return tensor(arguments[0].places) if arguments[0].is_tensor_like else tensor(None)
+        if method == "type" and node.args:
+            return tensor(self._type_destination(node.args[0].value, arguments[0], receiver),
+                          origins=receiver.origins, zero_dim=receiver.zero_dim, grad=receiver.grad)
         op = torch_api.method_op(method)
         checked = op is not None and op.device_check in _CHECKED
         if (checked or method in torch_api.HAND_CHECKED_METHODS) and method not in torch_api.SHAPE_ONLY_TENSOR_METHODS:
@@ -1391,6 +1394,23 @@ class Interpreter:
                 op.pointwise and all(value.zero_dim for value in operands) or method in torch_api.SHAPE_KEEPING_METHODS)
             return tensor(receiver.places, origins=receiver.origins, grad=grad, zero_dim=zero_dim)
         return self._other_result(op, receiver.places, receiver.origins, grad)
+
+    def _type_destination(self, node: cst.BaseExpression, given: Value, receiver: Value) -> frozenset[Place] | None:
+        """Where `x.type(t)` puts the tensor: a legacy tensor type (`torch.cuda.FloatTensor`,
+        also as a string) says the device as well as the type, a dtype keeps it where it is,
+        and a name that may hold either (`Tensor = torch.cuda.FloatTensor if cuda else ...`)
+        leaves it unknown."""
+        named = string_value(node)
+        qualified = named if named is not None else given.reference.qualified if given.reference is not None else None
+        if qualified is None:
+            return None
+        if qualified in LEGACY_CUDA_TENSOR_TYPES:
+            return frozenset({Place(PlaceKind.DEVICE, "cuda", frozenset({"cuda"}))})
+        if qualified in _LEGACY_HOST_TENSOR_TYPES:
+            return frozenset({HOST_PLACE})
+        if qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES:
+            return receiver.places
+        return None
 
     @staticmethod
     def _other_result(op: TorchOp, places: frozenset[Place] | None, origins: frozenset[int], grad: bool) -> Value:
