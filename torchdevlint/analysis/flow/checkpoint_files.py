@@ -35,6 +35,10 @@ _CALL_DEPTH = 3
 _NAME_DEPTH = 6
 
 _Scope = cst.Module | cst.FunctionDef
+_QualifiedName = Callable[[cst.BaseExpression], str | None]
+# The nodes program order is told between: statements and the parts of compound ones.
+_STRUCTURAL = (cst.Module, cst.BaseSuite, cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.BaseSmallStatement,
+               cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
 # A parameter's argument at the call being followed, and the body that call is in.
 _Arguments = dict[str, tuple[cst.BaseExpression, _Scope]]
 
@@ -71,9 +75,8 @@ class _Body:
 class CheckpointFiles:
     """The round trips of one module: built on the first question, from one walk."""
 
-    def __init__(self, module: cst.Module, qualified_name: Callable[[cst.BaseExpression], str | None]) -> None:
+    def __init__(self, module: cst.Module) -> None:
         self._module = module
-        self._qualified_name = qualified_name
         self._order: dict[int, int] = {}
         self._parent: dict[int, cst.CSTNode] = {}
         self._scope_of: dict[int, _Scope] = {}
@@ -85,9 +88,11 @@ class CheckpointFiles:
 
     # ---- the one question --------------------------------------------------------------
 
-    def written_before(self, load: cst.Call) -> bool:
-        """Whether this run of the program saved the file `load` reads before it reads it."""
-        self._walk()
+    def written_before(self, load: cst.Call, qualified_name: _QualifiedName) -> bool:
+        """Whether this run of the program saved the file `load` reads before it reads it.
+        `qualified_name` is the model's (passed, not kept: a model holding a method of itself
+        would be a cycle only the garbage collector frees)."""
+        self._walk(qualified_name)
         path = loaded_path(load)
         scope = self._scope_of.get(id(load))
         if path is None or scope is None:
@@ -95,10 +100,10 @@ class CheckpointFiles:
         key = self._key(path, scope, {}, _NAME_DEPTH)
         return key is not None and self._written_before(load, scope, key, _CALL_DEPTH, set())
 
-    def same_file(self, save: cst.Call, load: cst.Call) -> bool:
+    def same_file(self, save: cst.Call, load: cst.Call, qualified_name: _QualifiedName) -> bool:
         """Whether a `torch.save` and a `torch.load` name the same file (each path read in its
         own body: `os.path.join(args.out, "best.pt")` written out in two functions)."""
-        self._walk()
+        self._walk(qualified_name)
         saved, loaded = saved_path(save), loaded_path(load)
         save_scope, load_scope = self._scope_of.get(id(save)), self._scope_of.get(id(load))
         if saved is None or loaded is None or save_scope is None or load_scope is None:
@@ -301,21 +306,28 @@ class CheckpointFiles:
 
     # ---- the walk ------------------------------------------------------------------------------
 
-    def _walk(self) -> None:
+    def _walk(self, qualified_name: _QualifiedName) -> None:
         if self._walked:
             return
         self._walked = True
         self._bodies[id(self._module)] = _Body()
         self._scope_by_id[id(self._module)] = self._module
         counter = 0
-        # (node, its body, the class it is directly in)
-        stack: list[tuple[cst.CSTNode, _Scope, cst.ClassDef | None]] = [(self._module, self._module, None)]
+        # (node, its body, the class it is directly in, its nearest structural ancestor). Only
+        # statements, their parts and calls get an order and a parent: what program order
+        # needs, at a fraction of the memory of every node.
+        stack: list[tuple[cst.CSTNode, _Scope, cst.ClassDef | None, cst.CSTNode | None]] = [
+            (self._module, self._module, None, None)]
         while stack:
-            node, scope, owner = stack.pop()
-            self._order[id(node)] = counter
-            counter += 1
-            self._scope_of[id(node)] = scope
-            inner_scope, inner_owner = scope, owner
+            node, scope, owner, anchor = stack.pop()
+            inner_scope, inner_owner, inner_anchor = scope, owner, anchor
+            if isinstance(node, _STRUCTURAL) or type(node) is cst.Call:
+                self._order[id(node)] = counter
+                counter += 1
+                self._scope_of[id(node)] = scope
+                if anchor is not None:
+                    self._parent[id(node)] = anchor
+                inner_anchor = node
             if isinstance(node, cst.FunctionDef):
                 self._functions.setdefault(node.name.value, []).append(node)
                 if owner is not None:
@@ -330,24 +342,21 @@ class CheckpointFiles:
                 inner_owner = node
             elif isinstance(node, cst.Lambda):
                 continue  # not run where it is written
-            elif isinstance(node, cst.Call):
-                self._record_call(node, scope)
+            elif type(node) is cst.Call:
+                self._record_call(node, scope, qualified_name)
             else:
                 self._record_bindings(node, scope)
-            children = child_nodes(node)
-            for child in children:
-                self._parent[id(child)] = node
-            stack.extend((child, inner_scope, inner_owner) for child in reversed(children))
+            stack.extend((child, inner_scope, inner_owner, inner_anchor) for child in reversed(child_nodes(node)))
 
-    def _record_call(self, call: cst.Call, scope: _Scope) -> None:
+    def _record_call(self, call: cst.Call, scope: _Scope, qualified_name: _QualifiedName) -> None:
         body = self._bodies[id(scope)]
         func = call.func
         written = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
         # Only a call written `save` is asked for its qualified name (which interprets its body).
-        if written == "save" and self._qualified_name(func) in torch_api.TORCH_SAVE:
+        if written == "save" and qualified_name(func) in torch_api.TORCH_SAVE:
             body.saves.append(call)
-        elif isinstance(call.func, (cst.Name, cst.Attribute)):
-            body.calls.append(call)
+        elif isinstance(func, cst.Name) or isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            body.calls.append(call)  # `f(...)` or `self.f(...)`: maybe a same-file function
 
     def _record_bindings(self, node: cst.CSTNode, scope: _Scope) -> None:
         if isinstance(node, cst.Assign):

@@ -374,15 +374,15 @@ class FlowModel:
         script that reloads its best checkpoint, a notebook's later cell): the saving device
         is then present."""
         if self._checkpoint_files is None:
-            self._checkpoint_files = CheckpointFiles(self.module, self.qualified_name)
-        return self._checkpoint_files.written_before(load)
+            self._checkpoint_files = CheckpointFiles(self.module)
+        return self._checkpoint_files.written_before(load, self.qualified_name)
 
     def same_checkpoint_file(self, save: cst.Call, load: cst.Call) -> bool:
         """Whether a `torch.save` and a `torch.load` of the file name the same file, each path
         read where it is written (see `CheckpointFiles`)."""
         if self._checkpoint_files is None:
-            self._checkpoint_files = CheckpointFiles(self.module, self.qualified_name)
-        return self._checkpoint_files.same_file(save, load)
+            self._checkpoint_files = CheckpointFiles(self.module)
+        return self._checkpoint_files.same_file(save, load, self.qualified_name)
 
     def loaded_into_state_dict(self, load: cst.Call) -> bool:
         """Whether what a `torch.load` returns, or an item of it, goes into some
