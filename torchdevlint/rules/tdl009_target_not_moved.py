@@ -56,8 +56,9 @@ class TargetNotMoved(Rule):
 
     Not reported: values brought back on purpose (`.cpu()`, `.item()`, NumPy), non-tensors,
     inputs of `DataParallel`/`DistributedDataParallel` models (they move their inputs), tensors
-    made inside a model (TDL002, TDL010), and targets whose `.to()` result is thrown away
-    (TDL001).
+    made inside a model (TDL002, TDL010), targets whose `.to()` result is thrown away
+    (TDL001), and code in the branch an availability check takes where there is no GPU (the
+    `else` of `if torch.cuda.is_available():`), where nothing is on a GPU.
 
     ## Fix safety
     The fix moves the target right after the inputs, with the same arguments. It is unsafe:
@@ -75,6 +76,26 @@ class TargetNotMoved(Rule):
     requires_any_text = (".to", ".cuda")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Tagger(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.chars = nn.LSTM(4, 4)
+
+                def forward(self, words):
+                    ids = torch.LongTensor(words)
+                    if torch.cuda.is_available():
+                        out = self.chars(ids.cuda())
+                    else:
+                        out = self.chars(ids)  # no GPU at all on this path
+                    return out
+            """,
+            name="host-data-where-an-availability-check-found-no-gpu",
+        ),
         Valid(
             """
             import torch

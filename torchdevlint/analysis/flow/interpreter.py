@@ -176,6 +176,8 @@ class Interpreter:
         self._returns: list[Value] = []
         # Depth of `with torch.no_grad():` blocks (and grad-disabling decorators) around here.
         self._grad_off = 0
+        # Inside branches that run only where an availability check found no GPU.
+        self._no_gpu_depth = 0
         self._loop_exits: list[list[Env]] = []
         self._loop_continues: list[list[Env]] = []
         self._steps = 0
@@ -280,15 +282,26 @@ class Interpreter:
             if self.gpu_world and taken is not None and (cpu_mode.names_the_cpu_mode(node.test)
                                                          or cpu_mode.names_a_gpu_setting(node.test)):
                 return self._gpu_side(node, env, taken)
-            body = self._block(node.body.body, self._branch(env, taken is False))
+            # The branch an availability check sends a machine without a GPU down: no data
+            # there is on a GPU, so nothing there meets data on one.
+            gpu_when_true = self._asks_for_a_gpu(node.test, env)
+            self._no_gpu_depth += gpu_when_true is False
+            try:
+                body = self._block(node.body.body, self._branch(env, taken is False))
+            finally:
+                self._no_gpu_depth -= gpu_when_true is False
             orelse_node = node.orelse
             other_in = self._branch(env, taken is True)
-            if orelse_node is None:
-                other: Env | None = other_in
-            elif type(orelse_node) is cst.If:
-                other = self._statement(orelse_node, other_in)
-            else:
-                other = self._block(orelse_node.body.body, other_in)
+            self._no_gpu_depth += gpu_when_true is True
+            try:
+                if orelse_node is None:
+                    other: Env | None = other_in
+                elif type(orelse_node) is cst.If:
+                    other = self._statement(orelse_node, other_in)
+                else:
+                    other = self._block(orelse_node.body.body, other_in)
+            finally:
+                self._no_gpu_depth -= gpu_when_true is True
             if taken is not None and CPU_MODE_UNREACHED not in env:
                 self._record_cpu_mode_test(node.test, (body if taken else other) is not None)
             return _join_env(body, other)
@@ -1074,7 +1087,21 @@ class Interpreter:
                 return tensor(known.places, grad=known.grad)
         return UNKNOWN
 
+    def _asks_for_a_gpu(self, test: cst.BaseExpression, env: Env) -> bool | None:
+        """True for `torch.cuda.is_available()` (and the other availability checks), False
+        for its `not`: tests whose false side runs only where there is no GPU at all (unlike
+        a setting such as `args.cuda`, which may be off on a machine with one)."""
+        negated = False
+        while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+            test, negated = test.expression, not negated
+        qualified = self.qualified(test.func, env) if type(test) is cst.Call else None
+        if qualified in AVAILABILITY_CHECKS and qualified is not None and not qualified.endswith("device_count"):
+            return not negated
+        return None
+
     def _record_meeting(self, node: cst.CSTNode, kind: str, operands: list[Operand]) -> None:
+        if self._no_gpu_depth:
+            return
         meeting = Meeting(node, kind, tuple(operands))
         previous = self.flow.meetings.get(id(node))
         # A loop's first round is its real first iteration: a conflict seen there stays, though
