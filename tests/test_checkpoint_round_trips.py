@@ -163,3 +163,26 @@ def test_a_file_handle_names_the_file_it_opened() -> None:
             model = torch.load(f)
         """
     ) == [True]
+
+
+def test_a_handle_named_alike_for_two_files_is_the_file_its_with_opened() -> None:
+    assert _loads_written_earlier(
+        """
+        import os
+        import torch
+
+        class Digits:
+            def __init__(self, root, train, download=False):
+                self.root = root
+                if download:
+                    self.download()
+                name = "training.pt" if train else "test.pt"
+                self.data = torch.load(os.path.join(self.root, "training.pt"))
+
+            def download(self):
+                with open(os.path.join(self.root, "training.pt"), "wb") as f:
+                    torch.save(make_split(True), f)
+                with open(os.path.join(self.root, "test.pt"), "wb") as f:
+                    torch.save(make_split(False), f)
+        """
+    ) == [True]

@@ -184,6 +184,26 @@ class LoadWithoutMapLocation(Rule):
             """,
             name="saved-by-a-helper-called-earlier",
         ),
+        Valid(
+            """
+            import os
+            import torch
+
+            class Digits:
+                def __init__(self, root, download=False):
+                    self.root = root
+                    if download:
+                        self.download()
+                    self.data, self.labels = torch.load(os.path.join(self.root, "train.pt"))
+
+                def download(self):
+                    with open(os.path.join(self.root, "train.pt"), "wb") as f:
+                        torch.save(fetch_split("train"), f)
+                    with open(os.path.join(self.root, "test.pt"), "wb") as f:
+                        torch.save(fetch_split("test"), f)
+            """,
+            name="written-by-a-method-defined-below",
+        ),
     ]
     INVALID = [
         Invalid(

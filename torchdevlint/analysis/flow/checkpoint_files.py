@@ -35,7 +35,9 @@ _CALL_DEPTH = 3
 _NAME_DEPTH = 6
 
 _Scope = cst.Module | cst.FunctionDef
-_QualifiedName = Callable[[cst.BaseExpression], str | None]
+# The model's qualified name of an expression evaluated in a given body (the body is passed:
+# the walk reaches code the rules' visitor has not, whose body the model could not yet tell).
+_QualifiedName = Callable[[_Scope, cst.BaseExpression], str | None]
 # The nodes program order is told between: statements and the parts of compound ones.
 _STRUCTURAL = (cst.Module, cst.BaseSuite, cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.BaseSmallStatement,
                cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
@@ -97,7 +99,7 @@ class CheckpointFiles:
         scope = self._scope_of.get(id(load))
         if path is None or scope is None:
             return False
-        key = self._key(path, scope, {}, _NAME_DEPTH)
+        key = self._file_key(load, path, scope, {})
         return key is not None and self._written_before(load, scope, key, _CALL_DEPTH, set())
 
     def same_file(self, save: cst.Call, load: cst.Call, qualified_name: _QualifiedName) -> bool:
@@ -108,8 +110,8 @@ class CheckpointFiles:
         save_scope, load_scope = self._scope_of.get(id(save)), self._scope_of.get(id(load))
         if saved is None or loaded is None or save_scope is None or load_scope is None:
             return False
-        key = self._key(saved, save_scope, {}, _NAME_DEPTH)
-        return key is not None and key == self._key(loaded, load_scope, {}, _NAME_DEPTH)
+        key = self._file_key(save, saved, save_scope, {})
+        return key is not None and key == self._file_key(load, loaded, load_scope, {})
 
     # ---- whether a body wrote the file before a point in it ----------------------------
 
@@ -118,7 +120,7 @@ class CheckpointFiles:
         body = self._bodies[id(scope)]
         for save in body.saves:
             path = saved_path(save)
-            if path is not None and self._precedes(save, node) and self._key(path, scope, {}, _NAME_DEPTH) == key:
+            if path is not None and self._precedes(save, node) and self._file_key(save, path, scope, {}) == key:
                 return True
         for call in body.calls:
             if self._precedes(call, node) and key in self._written_by_call(call, scope, depth, visiting):
@@ -142,7 +144,7 @@ class CheckpointFiles:
         written: set[str] = set()
         for save in body.saves:
             path = saved_path(save)
-            key = self._key(path, callee, arguments, _NAME_DEPTH) if path is not None else None
+            key = self._file_key(save, path, callee, arguments) if path is not None else None
             if key is not None:
                 written.add(key)
         for inner in body.calls:
@@ -151,6 +153,21 @@ class CheckpointFiles:
         return written
 
     # ---- path keys -----------------------------------------------------------------------
+
+    def _file_key(self, call: cst.Call, path: cst.BaseExpression, scope: _Scope, arguments: _Arguments) -> str | None:
+        """The key of the file a save or load call names: a handle opened by a `with` around
+        the call is that `with`'s file (`with open(p, "wb") as f: torch.save(x, f)`), though
+        the name is bound to other files elsewhere."""
+        if isinstance(path, cst.Name):
+            ancestor = self._parent.get(id(call))
+            while ancestor is not None and not isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                if isinstance(ancestor, cst.With):
+                    for item in ancestor.items:
+                        if item.asname is not None and isinstance(item.asname.name, cst.Name) \
+                                and item.asname.name.value == path.value:
+                            return self._key(item.item, scope, arguments, _NAME_DEPTH)
+                ancestor = self._parent.get(id(ancestor))
+        return self._key(path, scope, arguments, _NAME_DEPTH)
 
     def _key(self, node: cst.BaseExpression, scope: _Scope, arguments: _Arguments, depth: int) -> str | None:
         """A text naming the file `node` names, the same wherever the same file is named, or
@@ -353,7 +370,7 @@ class CheckpointFiles:
         func = call.func
         written = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
         # Only a call written `save` is asked for its qualified name (which interprets its body).
-        if written == "save" and qualified_name(func) in torch_api.TORCH_SAVE:
+        if written == "save" and qualified_name(scope, func) in torch_api.TORCH_SAVE:
             body.saves.append(call)
         elif isinstance(func, cst.Name) or isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             body.calls.append(call)  # `f(...)` or `self.f(...)`: maybe a same-file function

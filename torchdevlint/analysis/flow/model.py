@@ -375,27 +375,32 @@ class FlowModel:
         is then present."""
         if self._checkpoint_files is None:
             self._checkpoint_files = CheckpointFiles(self.module)
-        return self._checkpoint_files.written_before(load, self.qualified_name)
+        return self._checkpoint_files.written_before(load, self._qualified_in)
 
     def same_checkpoint_file(self, save: cst.Call, load: cst.Call) -> bool:
         """Whether a `torch.save` and a `torch.load` of the file name the same file, each path
         read where it is written (see `CheckpointFiles`)."""
         if self._checkpoint_files is None:
             self._checkpoint_files = CheckpointFiles(self.module)
-        return self._checkpoint_files.same_file(save, load, self.qualified_name)
+        return self._checkpoint_files.same_file(save, load, self._qualified_in)
 
     def loaded_into_state_dict(self, load: cst.Call) -> bool:
         """Whether what a `torch.load` returns, or an item of it, goes into some
         `load_state_dict(...)`, which copies each value onto the receiver's own device."""
         if self._loads_into_state_dicts is None:
             found: set[int] = set()
-            stack: list[cst.CSTNode] = [self.module]
+            # Each node with the body it is evaluated in: the walk reaches code the rules'
+            # visitor has not yet, whose body `value_of` could not tell.
+            stack: list[tuple[cst.CSTNode, Scope]] = [(self.module, self.module)]
             while stack:
-                node = stack.pop()
+                node, scope = stack.pop()
                 if type(node) is cst.Call and type(node.func) is cst.Attribute \
                         and node.func.attr.value == "load_state_dict" and node.args:
-                    found.update(id(call) for call in self.held_calls(self.value_of(node.args[0].value), Held.LOAD))
-                stack.extend(child_nodes(node))
+                    flow = self.flow_for(scope)
+                    value = flow.values.get(id(node.args[0].value), UNKNOWN) if flow is not None else UNKNOWN
+                    found.update(id(call) for call in self.held_calls(value, Held.LOAD))
+                inner = node if type(node) is cst.FunctionDef else scope
+                stack.extend((child, inner) for child in child_nodes(node))
             self._loads_into_state_dicts = frozenset(found)
         return id(load) in self._loads_into_state_dicts
 
