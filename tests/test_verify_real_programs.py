@@ -316,13 +316,15 @@ def test_writes_in_a_run_copy_the_file_first_and_never_reach_the_users_folder(tm
 
 # A checkpoint loaded without map_location (a CPU-only host proves it) and a discarded move
 # (a GPU proves it): one program, two machines.
+# The checkpoint is written under another spelling of its path (TDL003 does not pair the two,
+# so the load stays a finding, which verify proves on a machine that saved on a GPU).
 TWO_MACHINES = '''\
 import torch
 import torch.nn as nn
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.Linear(4, 2)
-torch.save(model.state_dict(), "weights.pt")
+torch.save(model.state_dict(), "./weights.pt")
 model.load_state_dict(torch.load("weights.pt"))
 model.to(device)
 x = torch.randn(3, 4)
