@@ -387,11 +387,15 @@ class NumpyOnDeviceTensor(Rule):
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "numpy" and not node.args:
             self._check(node, node.func.value, None)
             return
-        if not node.args or "numpy" not in self.context.code_for_node(node.func) \
-                and not self.context.imports.imports_from("matplotlib"):
-            return  # neither `np.asarray(...)` nor a plotting call could be written here
-        qualified = self.context.flow.qualified_name(node.func)
-        if qualified is None:
+        if not node.args:
+            return
+        # The import table (syntax alone) first; the flow model, which interprets the body, only
+        # confirms that no local name shadows the import.
+        qualified = self.context.imports.qualified_name(node.func)
+        if qualified is None or not (qualified in torch_api.NUMPY_ARRAY_CONVERSIONS
+                                     or qualified.startswith(torch_api.CONVERTS_ARGUMENTS_TO_NUMPY)):
+            return
+        if self.context.flow.qualified_name(node.func) != qualified:
             return
         if qualified in torch_api.NUMPY_ARRAY_CONVERSIONS:
             converted = [node.args[0]] if node.args[0].keyword is None and not node.args[0].star else []
