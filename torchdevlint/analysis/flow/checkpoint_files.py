@@ -18,13 +18,14 @@ this run?" from the syntax alone:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.devices import string_value
+from torchdevlint.analysis.local_names import function_bindings
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes, keyword_argument
 
@@ -233,7 +234,7 @@ class CheckpointFiles:
             bindings = self._bodies[id(scope)].bindings.get(name)
             if bindings is not None:
                 return self._bound_key(bindings, scope, arguments, depth)
-            if _declared_nonlocal_or_global(scope, name):
+            if name in function_bindings(scope).declared_outer:
                 return None
         bindings = self._bodies[id(self._module)].bindings.get(name)
         if bindings is None:
@@ -437,18 +438,3 @@ def _parameter_names(function: cst.FunctionDef) -> set[str]:
 def _first_parameter(function: cst.FunctionDef) -> str | None:
     params = [*function.params.posonly_params, *function.params.params]
     return params[0].name.value if params else None
-
-
-def _declared_nonlocal_or_global(function: cst.FunctionDef, name: str) -> bool:
-    for node in _statements(function.body.body):
-        if isinstance(node, (cst.Global, cst.Nonlocal)) and any(item.name.value == name for item in node.names):
-            return True
-    return False
-
-
-def _statements(body: Sequence[cst.CSTNode]) -> Iterator[cst.CSTNode]:
-    for statement in body:
-        if isinstance(statement, cst.SimpleStatementLine):
-            yield from statement.body
-        else:
-            yield statement
