@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 import libcst as cst
 
@@ -213,3 +214,114 @@ def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], import
             return True
         child = ancestor
     return False
+
+
+class CudaWalkContext(Protocol):
+    """What `CudaProgram` reads of the walk that feeds it (a rule's `FileContext`)."""
+
+    @property
+    def imports(self) -> ImportTable: ...
+
+    @property
+    def current_scope(self) -> cst.CSTNode: ...
+
+    def binding_scope(self, name: str) -> cst.CSTNode | None: ...
+
+    def ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]: ...
+
+
+class CudaProgram:
+    """What the file says, so far in the walk, about running with or without a GPU.
+
+    A shared analysis (`context.shared(CudaProgram)`), fed by the engine's walk: the rules
+    about CUDA that a CPU-only run reaches (TDL007) and CUDA hard-coded where no CPU mode is
+    offered (TDL203) ask it instead of keeping their own books. Facts about a point in the
+    file hold as of the node being visited; facts about the whole file, at `leave_Module`.
+    """
+
+    def __init__(self, context: CudaWalkContext) -> None:
+        self._context = context
+        # An availability check that is no GPU requirement, or a command-line option for the
+        # CPU: the program runs without a GPU.
+        self.shows_cpu_mode = False
+        # A process group on NCCL set up whatever the settings: the program needs GPUs.
+        self.declares_gpu_only = False
+        # Names assigned a legacy constructor (`Tensor = torch.cuda.FloatTensor`): their calls
+        # are uses once the flow model confirms what they hold.
+        self.constructor_aliases: set[str] = set()
+        # Scopes (by id of their node) that end, where a device test of unknown answer says
+        # there is no GPU, before anything after it runs (`if not has_gpu(): return`), or that
+        # a `pytestmark` skips without a GPU.
+        self._exited_scopes: set[int] = set()
+        # Device variables with a CPU fallback, per binding scope.
+        self._fallback_devices: dict[int, set[str]] = {}
+
+    # ---- questions -----------------------------------------------------------------------
+
+    def exits_without_gpu(self, ancestors: Sequence[cst.CSTNode]) -> bool:
+        """Whether a scope around a point (its ancestors) has already ended without a GPU."""
+        return any(id(scope) in self._exited_scopes for scope in ancestors)
+
+    def fallback_device_variable(self) -> str | None:
+        """A device variable with a CPU fallback (`device = torch.device("cuda" if
+        torch.cuda.is_available() else "cpu")`) that the point being visited reads."""
+        for name in sorted({name for names in self._fallback_devices.values() for name in names}):
+            scope = self._context.binding_scope(name)
+            if scope is not None and name in self._fallback_devices.get(id(scope), set()):
+                return name
+        return None
+
+    # ---- the walk --------------------------------------------------------------------------
+
+    def _is_device_test(self, test: cst.CSTNode) -> bool:
+        return is_device_test(test, self._context.imports)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.shows_cpu_mode and self.declares_gpu_only:
+            return
+        ancestors = self._context.ancestors(node)
+        if shows_cpu_mode(node, self._context.imports, ancestors):
+            self.shows_cpu_mode = True
+        elif declares_gpu_only(node, self._context.imports, ancestors):
+            self.declares_gpu_only = True
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        if self._is_device_test(node.test):
+            self._exited_scopes.add(id(self._context.current_scope))
+
+    def visit_If(self, node: cst.If) -> None:
+        if self._is_device_test(node.test) and ends_block(node.body):
+            self._exited_scopes.add(id(self._context.current_scope))
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        value = node.value
+        scope = self._context.current_scope
+        for target in node.targets:
+            name = target.target
+            if isinstance(name, cst.Name) and self._is_fallback_device(value):
+                self._fallback_devices.setdefault(id(scope), set()).add(name.value)
+            elif isinstance(name, cst.Name):
+                self._fallback_devices.get(id(scope), set()).discard(name.value)
+            alias = names_a_constructor_alias(name, value)
+            if alias is not None:
+                self.constructor_aliases.add(alias)
+        # `pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...)` guards the module.
+        if any(isinstance(t.target, cst.Name) and t.target.value == "pytestmark" for t in node.targets):
+            if self._is_device_test(value) and isinstance(scope, cst.Module):
+                self._exited_scopes.add(id(scope))
+
+    def _is_fallback_device(self, value: cst.BaseExpression) -> bool:
+        """`torch.device("cuda" if torch.cuda.is_available() else "cpu")` and the like."""
+        if not isinstance(value, (cst.Call, cst.IfExp)):
+            return False
+        imports = self._context.imports
+        if isinstance(value, cst.Call) and imports.qualified_name(value.func) != "torch.device":
+            return False
+        conditionals = [value] if isinstance(value, cst.IfExp) else [
+            arg.value for arg in value.args if isinstance(arg.value, cst.IfExp)
+        ]
+        for conditional in conditionals:
+            literals = [device_literal(branch, imports) for branch in (conditional.body, conditional.orelse)]
+            if any(lit is not None and lit.is_host for lit in literals) and self._is_device_test(conditional.test):
+                return True
+        return False

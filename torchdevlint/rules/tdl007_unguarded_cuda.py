@@ -8,20 +8,13 @@ import libcst as cst
 
 from torchdevlint.analysis.cuda_uses import (
     CPU_FALLBACK_CHECKS,
+    CudaProgram,
     CudaUse,
     UseKind,
     cuda_uses,
-    declares_gpu_only,
-    ends_block,
-    is_device_test,
     kept_for_the_gpu,
-    names_a_constructor_alias,
-    shows_cpu_mode,
 )
-from torchdevlint.analysis.devices import (
-    LEGACY_CUDA_TENSOR_TYPES,
-    device_literal,
-)
+from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -467,82 +460,18 @@ class UnguardedCuda(Rule):
 
     def setup(self) -> None:
         self._sites: list[_Site] = []
-        # An availability check that is no GPU requirement, or a command-line option for the
-        # CPU: the program runs without a GPU.
-        self._checks_for_cpu = False
-        # Scopes (by id of their node) that end, where a device test of unknown answer says
-        # there is no GPU, before anything after it runs (`if not has_gpu(): return`).
-        self._exited_scopes: set[int] = set()
-        # Device variables with a CPU fallback, per binding scope.
-        self._fallback_devices: dict[int, set[str]] = {}
-        # Names assigned a legacy CUDA constructor (`Tensor = torch.cuda.FloatTensor`).
-        self._constructor_aliases: set[str] = set()
-        # A process group on NCCL set up whatever the settings: the program needs GPUs.
-        self._gpu_only = False
+        self._program = self.context.shared(CudaProgram)
 
     # ---- reached in the CPU mode ---------------------------------------------------------
-
-    def _is_device_test(self, test: cst.CSTNode) -> bool:
-        return is_device_test(test, self.context.imports)
 
     def _reached_in_cpu_mode(self, site: _Site) -> bool:
         """Whether the program's CPU mode reaches the use, as the flow model sees the tests
         around it; a test about the device whose answer it cannot tell guards both ways."""
-        if any(id(scope) in self._exited_scopes for scope in site.ancestors):
+        if self._program.exits_without_gpu(site.ancestors):
             return False
         if not self.context.flow.reached_in_cpu_mode(site.visited, site.ancestors):
             return False
         return not kept_for_the_gpu(site.visited, site.ancestors, self.context.imports, self.context.flow)
-
-    def visit_Assert(self, node: cst.Assert) -> None:
-        if self._is_device_test(node.test):
-            self._exited_scopes.add(id(self.context.current_scope))
-
-    def visit_If(self, node: cst.If) -> None:
-        if self._is_device_test(node.test) and ends_block(node.body):
-            self._exited_scopes.add(id(self.context.current_scope))
-
-    def leave_Assign(self, node: cst.Assign) -> None:
-        value = node.value
-        for target in node.targets:
-            name = target.target
-            if isinstance(name, cst.Name) and self._is_fallback_device(value):
-                self._fallback_devices.setdefault(id(self.context.current_scope), set()).add(name.value)
-            elif isinstance(name, cst.Name):
-                self._fallback_devices.get(id(self.context.current_scope), set()).discard(name.value)
-            alias = names_a_constructor_alias(name, value)
-            if alias is not None:
-                self._constructor_aliases.add(alias)
-        # `pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...)` guards the module.
-        if any(isinstance(t.target, cst.Name) and t.target.value == "pytestmark" for t in node.targets):
-            if self._is_device_test(value) and isinstance(self.context.current_scope, cst.Module):
-                self._exited_scopes.add(id(self.context.current_scope))
-
-    def _is_fallback_device(self, value: cst.BaseExpression) -> bool:
-        """`torch.device("cuda" if torch.cuda.is_available() else "cpu")` and the like."""
-        if not isinstance(value, (cst.Call, cst.IfExp)):
-            return False
-        conditionals = [value] if isinstance(value, cst.IfExp) else [
-            arg.value for arg in value.args if isinstance(arg.value, cst.IfExp)
-        ]
-        if isinstance(value, cst.Call) and self.context.imports.qualified_name(value.func) != "torch.device":
-            return False
-        for conditional in conditionals:
-            branches = (conditional.body, conditional.orelse)
-            literals = [device_literal(b, self.context.imports) for b in branches]
-            if any(lit is not None and lit.is_host for lit in literals) and self._is_device_test(conditional.test):
-                return True
-        return False
-
-    # ---- the device variable for fixes -------------------------------------------------------
-
-    def _device_variable(self) -> str | None:
-        """A device variable with a CPU fallback, bound here (the innermost binding of its name)."""
-        for name in sorted({name for names in self._fallback_devices.values() for name in names}):
-            scope = self.context.binding_scope(name)
-            if scope is not None and name in self._fallback_devices.get(id(scope), set()):
-                return name
-        return None
 
     # ---- sites -------------------------------------------------------------------------------
 
@@ -552,16 +481,11 @@ class UnguardedCuda(Rule):
         self._sites.append(_Site(node, visited, tuple(self.context.ancestors(visited)), fix, alias))
 
     def visit_Call(self, node: cst.Call) -> None:
-        ancestors = self.context.ancestors(node)
-        if shows_cpu_mode(node, self.context.imports, ancestors):
-            self._checks_for_cpu = True
-        elif declares_gpu_only(node, self.context.imports, ancestors):
-            self._gpu_only = True
-        for use in cuda_uses(node, self.context.imports, self._constructor_aliases):
+        for use in cuda_uses(node, self.context.imports, self._program.constructor_aliases):
             self._add(use.node, self._fix(use), node, alias=use.kind is UseKind.ALIAS_CALL)
 
     def _fix(self, use: CudaUse) -> PendingFix | None:
-        device = self._device_variable()
+        device = self._program.fallback_device_variable()
         edits = route_through(use, device, self.context.code_for_node) if device is not None else ()
         return self.make_fix(*edits, applicability=Applicability.UNSAFE) if edits else None
 
@@ -590,11 +514,11 @@ class UnguardedCuda(Rule):
         return isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
 
     def leave_Module(self, node: cst.Module) -> None:
-        if not self._sites or self._gpu_only:
+        if not self._sites or self._program.declares_gpu_only:
             return
         flow = self.context.flow
         distributed = self.context.imports.imports_from("torch.distributed")
-        if not (self._checks_for_cpu or flow.offers_cpu_mode(by_gpu_settings=not distributed)):
+        if not (self._program.shows_cpu_mode or flow.offers_cpu_mode(by_gpu_settings=not distributed)):
             return
         for site in self._sites:
             if site.alias:

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from enum import Enum
 
 import libcst as cst
 
-from torchdevlint.analysis.brains.argparse_options import read_option
-from torchdevlint.analysis.devices import (
-    CUDA_INITIALISING_FUNCTIONS,
-    device_literal,
-    integer_value,
-    string_value,
-)
-from torchdevlint.analysis.names import dotted_name
-from torchdevlint.analysis.tree import keyword_argument
+from torchdevlint.analysis.command_line import CommandLine, OptionKind
+from torchdevlint.analysis.cuda_initialisation import CudaInitialisation
+from torchdevlint.analysis.devices import integer_value, string_value
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -27,23 +19,9 @@ _PUTENV = "os.putenv"
 # Builtins that never return a str.
 _NON_STRING_BUILTINS = frozenset({"int", "len", "float", "bool", "range", "list", "tuple", "set", "sum", "abs", "round"})
 _NON_STRING_CALLS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
-# Calls that start another process, which inherits os.environ: a late setting may be for it.
-_SPAWNERS = (
-    "subprocess.", "os.system", "os.exec", "os.spawn", "os.popen", "os.fork", "multiprocessing.",
-    "torch.multiprocessing.", "torch.distributed.launch", "torch.distributed.run", "torch.distributed.elastic",
-)
-# `parser.parse_args()`, `parse_known_args()[0]`, or the script's own `args = get_args()`:
-# the namespace whose attributes are the options (matched by dest, so a guess costs little).
-_NAMESPACE_CALL = re.compile(r"(^|\.)(parse_(known_)?args|get_args|parse_arguments|parse_opts?|get_options)$")
 _LATE = "CUDA_VISIBLE_DEVICES is set after CUDA was initialised in this process; it has no effect here"
 _NOT_STRING = "CUDA_VISIBLE_DEVICES is set to a non-string; os.environ takes only str values"
 _BAD_SETDEFAULT = "os.environ.setdefault(\"CUDA_VISIBLE_DEVICES\") needs exactly one string value"
-
-
-class _OptionKind(Enum):
-    INT = "int"
-    NON_STRING = "non-string"
-    STRING = "string"
 
 
 @dataclass(frozen=True)
@@ -250,103 +228,16 @@ class CudaVisibleDevicesLate(Rule):
     ]
 
     def setup(self) -> None:
-        # Scopes (function, lambda, class or module, by id of their node) where CUDA was
-        # initialised so far.
-        self._initialised_in: set[int] = set()
-        # Whether module-level code initialised CUDA before the current top-level def/class.
-        self._module_initialised_before: bool = False
-        self._depth = 0
-        # argparse options: dest -> what it holds (None: unknown, or parsers disagree).
-        self._options: dict[str, _OptionKind | None] = {}
-        self._namespaces: set[str] = set()
-        # Late settings waiting for the end of their scope, and scopes that start processes.
+        self._command_line = self.context.shared(CommandLine)
+        self._cuda = self.context.shared(CudaInitialisation)
+        # Late settings waiting for the end of their scope (by id of its node).
         self._late: dict[int, list[cst.CSTNode]] = {}
-        self._spawning: set[int] = set()
-
-    # ---- where CUDA is initialised -----------------------------------------------------
-
-    def _owner(self) -> int:
-        for scope in reversed(self.context.scopes()):
-            if isinstance(scope, (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.Module)):
-                return id(scope)
-        return 0
-
-    def _top_level_entered(self) -> None:
-        if self._depth == 0:
-            self._module_initialised_before = id(self.context.module) in self._initialised_in
-        self._depth += 1
-
-    def _top_level_left(self) -> None:
-        self._depth -= 1
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._top_level_entered()
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._flush(node)
-        self._top_level_left()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._top_level_entered()
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
         self._flush(node)
-        self._top_level_left()
-
-    def _initialises_cuda(self, call: cst.Call) -> bool:
-        imports = self.context.imports
-        if imports.qualified_name(call.func) in CUDA_INITIALISING_FUNCTIONS:
-            return True
-        func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
-            receiver = func.value
-            return not (isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) and receiver.func.value == "super")
-        device = keyword_argument(call, "device")
-        candidates = [device.value] if device is not None else []
-        if isinstance(func, cst.Attribute) and func.attr.value == "to" and call.args and call.args[0].keyword is None:
-            candidates.append(call.args[0].value)
-        for candidate in candidates:
-            literal = device_literal(candidate, imports)
-            if literal is not None and literal.type == "cuda":
-                return True
-        return False
-
-    # ---- argparse options ------------------------------------------------------------------
-
-    def _record_option(self, call: cst.Call) -> None:
-        option = read_option(call)
-        dest = option.dest if option is not None else None
-        if dest is None:
-            return
-        kind = self._option_kind(call)
-        previous = self._options.get(dest, kind)
-        self._options[dest] = kind if previous == kind else None
-
-    @staticmethod
-    def _option_kind(call: cst.Call) -> _OptionKind | None:
-        """What `args.<dest>` holds: an int, another non-string, a string, or unknown (None)."""
-        type_arg = keyword_argument(call, "type")
-        nargs = keyword_argument(call, "nargs")
-        action = keyword_argument(call, "action")
-        default = keyword_argument(call, "default")
-        type_name = type_arg.value.value if type_arg is not None and isinstance(type_arg.value, cst.Name) else None
-        action_value = string_value(action.value) if action is not None else None
-        if action_value in ("store_true", "store_false", "count"):
-            return _OptionKind.NON_STRING
-        if action is not None:
-            return None
-        if nargs is not None:
-            many = string_value(nargs.value) in ("+", "*") or integer_value(nargs.value) is not None
-            return _OptionKind.NON_STRING if many else None
-        if type_name == "int":
-            return _OptionKind.INT
-        if type_name == "float":
-            return _OptionKind.NON_STRING
-        if type_arg is None and default is not None and isinstance(default.value, cst.Integer):
-            return _OptionKind.INT  # the default is used as is when the option is not given
-        if type_arg is None or type_name == "str":
-            return _OptionKind.STRING
-        return None
 
     # ---- values ----------------------------------------------------------------------------
 
@@ -375,12 +266,11 @@ class CudaVisibleDevicesLate(Rule):
                 return _Value(True, wrap=True)
             if builtin in _NON_STRING_BUILTINS:
                 return _Value(True)
-        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value in self._namespaces:
-            kind = self._options.get(node.attr.value)
-            if kind is _OptionKind.INT:
-                return _Value(True, wrap=True)
-            if kind is _OptionKind.NON_STRING:
-                return _Value(True)
+        kind = self._command_line.option_kind(node)
+        if kind is OptionKind.INT:
+            return _Value(True, wrap=True)
+        if kind is OptionKind.NON_STRING:
+            return _Value(True)
         if isinstance(node, cst.BinaryOperation) and isinstance(node.left, cst.Integer) and isinstance(node.right, cst.Integer):
             return _Value(True, wrap=True)
         return _Value(False)
@@ -397,20 +287,17 @@ class CudaVisibleDevicesLate(Rule):
     def _is_environ(self, node: cst.BaseExpression) -> bool:
         return self.context.imports.qualified_name(node) == _ENVIRON
 
-    def _is_late(self) -> bool:
-        return self._owner() in self._initialised_in or self._depth > 0 and self._module_initialised_before
-
     def _check(self, site: cst.CSTNode, value: cst.BaseExpression | None) -> None:
         info = self._value(value) if value is not None else _Value(False)
         if info.non_string:
             self.report(site, message=_NOT_STRING, fix=self._string_fix(value, info) if value is not None else None)
-        elif self._is_late():
+        elif self._cuda.initialised_here():
             # Reported when the scope ends, unless it starts a process that inherits the setting.
-            self._late.setdefault(self._owner(), []).append(site)
+            self._late.setdefault(id(self._cuda.owner()), []).append(site)
 
     def _flush(self, scope: cst.CSTNode) -> None:
         sites = self._late.pop(id(scope), [])
-        if id(scope) not in self._spawning:
+        if not self._cuda.starts_processes(scope):
             for site in sites:
                 self.report(site, message=_LATE)
 
@@ -431,18 +318,9 @@ class CudaVisibleDevicesLate(Rule):
                 and string_value(item.slice[0].slice.value) == _VARIABLE
             ):
                 self._check(node, node.value)
-        value = node.value
-        if isinstance(value, cst.Subscript):
-            value = value.value  # `args = parser.parse_known_args()[0]`
-        if isinstance(value, cst.Call) and _NAMESPACE_CALL.search(dotted_name(value.func) or ""):
-            for target in node.targets:
-                if isinstance(target.target, cst.Name):
-                    self._namespaces.add(target.target.value)
 
     def leave_Call(self, node: cst.Call) -> None:
         func = node.func
-        if read_option(node) is not None:
-            self._record_option(node)
         qualified = self.context.imports.qualified_name(func)
         key = string_value(node.args[0].value) if node.args and node.args[0].keyword is None else None
         if isinstance(func, cst.Attribute) and self._is_environ(func.value):
@@ -456,11 +334,6 @@ class CudaVisibleDevicesLate(Rule):
                 self._check_update(node)
         elif qualified == _PUTENV and key == _VARIABLE and len(node.args) == 2:
             self._check(node, node.args[1].value)
-        # Record after checking: the call's own arguments ran first.
-        if self._initialises_cuda(node):
-            self._initialised_in.add(self._owner())
-        if qualified is not None and qualified.startswith(_SPAWNERS):
-            self._spawning.add(self._owner())
 
     def _check_update(self, call: cst.Call) -> None:
         for arg in call.args:

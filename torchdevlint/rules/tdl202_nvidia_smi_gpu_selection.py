@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.devices import string_value
+from torchdevlint.analysis.bound_strings import BoundStrings, literal_text
 from torchdevlint.analysis.tree import child_nodes, keyword_argument
 from torchdevlint.rule import Invalid, Rule, Valid
 
@@ -21,17 +21,6 @@ _CHOOSING_NAMES = frozenset({"argmax", "argmin", "argsort", "set_device", "index
 # `max(used)` may only feed a log line: these choose a GPU only when the result is returned
 # or used for a device.
 _RANKING_NAMES = frozenset({"min", "max", "sorted", "sort"})
-
-
-def _string_text(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.SimpleString):
-        return string_value(node)
-    if isinstance(node, cst.ConcatenatedString):
-        left, right = _string_text(node.left), _string_text(node.right)
-        return None if left is None and right is None else (left or "") + (right or "")
-    if isinstance(node, cst.FormattedString):
-        return "".join(part.value for part in node.parts if isinstance(part, cst.FormattedStringText))
-    return None
 
 
 class NvidiaSmiGpuSelection(Rule):
@@ -157,22 +146,11 @@ class NvidiaSmiGpuSelection(Rule):
     ]
 
     def setup(self) -> None:
-        # (scope node id, name) -> text of a string assigned to it.
-        self._strings: dict[tuple[int, str], str] = {}
-
-    def leave_Assign(self, node: cst.Assign) -> None:
-        text = _string_text(node.value)
-        for target in node.targets:
-            if isinstance(target.target, cst.Name):
-                key = (id(self.context.current_scope), target.target.value)
-                if text is None:
-                    self._strings.pop(key, None)
-                else:
-                    self._strings[key] = text
+        self._strings = self.context.shared(BoundStrings)
 
     def _text(self, node: cst.BaseExpression, depth: int = 3) -> str:
         """The literal text of a command: strings, lists of them, variables, `.split()`."""
-        text = _string_text(node)
+        text = literal_text(node)
         if text is not None:
             return text
         if depth == 0:
@@ -180,11 +158,7 @@ class NvidiaSmiGpuSelection(Rule):
         if isinstance(node, (cst.List, cst.Tuple)):
             return " ".join(self._text(e.value, depth - 1) for e in node.elements)
         if isinstance(node, cst.Name):
-            for scope in reversed(self.context.scopes()):
-                found = self._strings.get((id(scope), node.value))
-                if found is not None:
-                    return found
-            return ""
+            return self._strings.text_of(node.value) or ""
         if isinstance(node, cst.BinaryOperation):
             return self._text(node.left, depth - 1) + self._text(node.right, depth - 1)
         if isinstance(node, cst.Call):

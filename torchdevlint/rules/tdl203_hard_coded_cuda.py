@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from torchdevlint.analysis.cuda_uses import (
+    CudaProgram,
     CudaUse,
     UseKind,
     cuda_uses,
     device_variable_use,
     kept_for_the_gpu,
-    names_a_constructor_alias,
-    shows_cpu_mode,
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
 from torchdevlint.diagnostics import Applicability
@@ -223,14 +222,9 @@ class HardCodedCuda(Rule):
 
     def setup(self) -> None:
         self._found: list[_Found] = []
-        self._shows_cpu_mode = False
-        self._constructor_aliases: set[str] = set()
+        self._program = self.context.shared(CudaProgram)
 
     def leave_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            alias = names_a_constructor_alias(target.target, node.value)
-            if alias is not None:
-                self._constructor_aliases.add(alias)
         self._device_variable(node)
 
     def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
@@ -243,18 +237,16 @@ class HardCodedCuda(Rule):
             self._found.append(_Found(use, ancestors, device_shadowed=True))
 
     def visit_Call(self, node: cst.Call) -> None:
-        ancestors = tuple(self.context.ancestors(node))
-        if shows_cpu_mode(node, self.context.imports, ancestors):
-            self._shows_cpu_mode = True
-        uses = cuda_uses(node, self.context.imports, self._constructor_aliases)
+        uses = cuda_uses(node, self.context.imports, self._program.constructor_aliases)
         if uses:
+            ancestors = tuple(self.context.ancestors(node))
             shadowed = not isinstance(self.context.binding_scope(_DEVICE_NAME) or self.context.module, cst.Module)
             for use in uses:
                 found_ancestors = ancestors if use.node is node else (node, *ancestors)
                 self._found.append(_Found(use, found_ancestors, shadowed))
 
     def leave_Module(self, node: cst.Module) -> None:
-        if not self._found or self._shows_cpu_mode:
+        if not self._found or self._program.shows_cpu_mode:
             return
         if self.context.imports.imports_from("torch.distributed"):
             # Written for several GPU processes (NCCL): portable by another road (the backend).
