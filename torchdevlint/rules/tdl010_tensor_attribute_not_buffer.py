@@ -2,79 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import libcst as cst
 
-from torchdevlint.analysis.brains import torch_api
-from torchdevlint.analysis.devices import string_value
-from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
-from torchdevlint.analysis.tree import keyword_argument
+from torchdevlint.analysis.module_attributes import ModuleAttributes
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
-
-_REGISTERED_TENSORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer"})
-_ON_MODULE_DEVICE = frozenset({MODULE_DEVICE_PLACE})
-
-
-@dataclass
-class _ModuleClass:
-    node: cst.ClassDef
-    # attribute -> the `self.<attr> = tensor` statement in __init__
-    tensor_attributes: dict[str, cst.Assign] = field(default_factory=dict)
-    registered: set[str] = field(default_factory=set)
-    used_in_forward: set[str] = field(default_factory=set)
-    # Attributes assigned anywhere else in the class (a buffer only takes tensors or None).
-    assigned_elsewhere: set[str] = field(default_factory=set)
-    # Attributes a method rebuilds on the module's own device (`self.grid = grid.to(x.device)`):
-    # a cache the module keeps on its data's device itself.
-    rebuilt_on_module_device: set[str] = field(default_factory=set)
-    # `super().__init__()` seen in __init__: before it, register_buffer raises.
-    module_initialised: bool = False
-    before_init: set[str] = field(default_factory=set)
-
-
-# `self.mean.to(x.device)`, `self.scale.item()`: uses that never mix devices.
-_DEVICE_SAFE_METHODS = frozenset({"to", "cuda", "type_as"}) | torch_api.HOST_READ_METHODS
-
-
-def _device_safe_use(node: cst.Attribute, ancestors: list[cst.CSTNode]) -> bool:
-    if not ancestors:
-        return False
-    parent = ancestors[0]
-    if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in _DEVICE_SAFE_METHODS:
-        return True
-    # float(self.lo), int(self.n): a Python number
-    return (
-        len(ancestors) >= 2
-        and isinstance(parent, cst.Arg)
-        and isinstance(ancestors[1], cst.Call)
-        and isinstance(ancestors[1].func, cst.Name)
-        and ancestors[1].func.value in ("float", "int", "bool")
-    )
-
-
-def _is_module_init_call(node: cst.Call) -> bool:
-    """`super().__init__(...)`, `super(Net, self).__init__()`, `nn.Module.__init__(self)`."""
-    func = node.func
-    if not (isinstance(func, cst.Attribute) and func.attr.value == "__init__"):
-        return False
-    owner = func.value
-    if isinstance(owner, cst.Call) and isinstance(owner.func, cst.Name) and owner.func.value == "super":
-        return True
-    return isinstance(owner, (cst.Name, cst.Attribute))
-
-
-def _self_attribute(node: cst.BaseExpression, self_name: str | None) -> str | None:
-    if (
-        self_name is not None
-        and type(node) is cst.Attribute
-        and type(node.value) is cst.Name
-        and node.value.value == self_name
-    ):
-        return node.attr.value
-    return None
 
 
 class TensorAttributeNotBuffer(Rule):
@@ -398,13 +331,10 @@ class TensorAttributeNotBuffer(Rule):
     ]
 
     def setup(self) -> None:
-        self._classes: list[_ModuleClass | None] = []
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._classes.append(_ModuleClass(node) if self.context.flow.is_module_class(node) else None)
+        self._attributes = self.context.shared(ModuleAttributes)
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        current = self._classes.pop()
+        current = self._attributes.of(node)
         if current is None:
             return
         for name, assignment in current.tensor_attributes.items():
@@ -415,91 +345,6 @@ class TensorAttributeNotBuffer(Rule):
                     unsafe = name in current.assigned_elsewhere
                     fix = self._fix(name, assignment, Applicability.UNSAFE if unsafe else Applicability.SAFE)
                 self.report(assignment, fix=fix)
-
-    def _current_class(self) -> _ModuleClass:
-        current = self._classes[-1]
-        assert current is not None, "asked only where _method() found a module class"
-        return current
-
-    def _method(self) -> tuple[str, str | None] | None:
-        if not self._classes or self._classes[-1] is None:
-            return None
-        method = self.context.enclosing_method()
-        if method is None or method.owner is not self._classes[-1].node:
-            return None
-        return method.function.name.value, method.self_name
-
-    def leave_Assign(self, node: cst.Assign) -> None:
-        where = self._method()
-        if where is None or len(node.targets) != 1:
-            return
-        current = self._classes[-1]
-        assert current is not None
-        name = _self_attribute(node.targets[0].target, where[1])
-        if name is None:
-            return
-        if where[0] != "__init__" or name in current.tensor_attributes:
-            current.assigned_elsewhere.add(name)
-            if where[0] != "__init__" and self._placed_on_module_device(node.value):
-                current.rebuilt_on_module_device.add(name)
-            return
-        if not current.module_initialised:
-            current.before_init.add(name)
-        value = node.value
-        if self._made_as_parameter(value):
-            return
-        if isinstance(value, cst.Call) and (
-            self.context.imports.qualified_name(value.func) in _REGISTERED_TENSORS
-            or keyword_argument(value, "device") is not None
-            or keyword_argument(value, "requires_grad") is not None
-        ):
-            return
-        # The analysis has not bound this assignment yet: ask about the value itself.
-        if self.context.flow.value_of(value).is_tensor_like:
-            current.tensor_attributes.setdefault(name, node)
-
-    def _made_as_parameter(self, value: cst.BaseExpression) -> bool:
-        """`nn.Parameter(...)`, also with methods called on it (`nn.Parameter(w).float()`):
-        `.float()` of a float32 Parameter is that Parameter, and whatever the others return,
-        turning it into a buffer would stop it being trained and saved."""
-        while isinstance(value, cst.Call):
-            if self.context.imports.qualified_name(value.func) in _REGISTERED_TENSORS:
-                return True
-            if not isinstance(value.func, cst.Attribute):
-                return False
-            value = value.func.value
-        return False
-
-    def _placed_on_module_device(self, value: cst.BaseExpression) -> bool:
-        """Moved or made, explicitly, where the module's data is (`.to(x.device)`,
-        `.type_as(x)`, `torch.zeros(..., device=x.device)` in a method of the module)."""
-        if not isinstance(value, cst.Call):
-            return False
-        flow = self.context.flow
-        explicit = flow.move_destination(value) is not None or keyword_argument(value, "device") is not None \
-            or isinstance(value.func, cst.Attribute) and value.func.attr.value == "type_as"
-        return explicit and flow.value_of(value).places == _ON_MODULE_DEVICE
-
-    def visit_Call(self, node: cst.Call) -> None:
-        where = self._method()
-        if where is None:
-            return
-        if where[0] == "__init__" and _is_module_init_call(node):
-            self._current_class().module_initialised = True
-            return
-        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "register_buffer"):
-            return
-        value = string_value(node.args[0].value) if node.args else None
-        if value is not None:
-            self._current_class().registered.add(value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        where = self._method()
-        if where is None or where[0] != "forward":
-            return
-        name = _self_attribute(node, where[1])
-        if name is not None and not _device_safe_use(node, self.context.ancestors(node)):
-            self._current_class().used_in_forward.add(name)
 
     def _fix(self, name: str, assignment: cst.Assign, applicability: Applicability) -> PendingFix:
         target = assignment.targets[0].target

@@ -232,32 +232,18 @@ class ModulesInPlainContainer(Rule):
         self._candidates.append((target.attr.value, node, fix))
 
     def setup(self) -> None:
+        # `self.<attr> = [modules]` assignments of the __init__ being walked, with their fixes.
         self._candidates: list[tuple[str, cst.Assign, PendingFix | None]] = []
-        self._registered_later: set[str] = set()
-
-    def visit_Call(self, node: cst.Call) -> None:
-        """`nn.Sequential(*self.layers)`, `nn.ModuleList(self.layers)`: registered after all."""
-        if not self._candidates or not self.context.flow.value_of(node).is_module_like:
-            return
-        method = self.context.enclosing_method()
-        for arg in node.args:
-            value = arg.value
-            if (
-                isinstance(value, cst.Attribute)
-                and isinstance(value.value, cst.Name)
-                and method is not None
-                and value.value.value == method.self_name
-            ):
-                self._registered_later.add(value.attr.value)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if node.name.value != "__init__":
+        if node.name.value != "__init__" or not self._candidates:
             return
+        # `nn.Sequential(*self.layers)`, `nn.ModuleList(self.layers)`: registered after all.
+        registered = self.context.flow.attributes_handed_to_modules(node)
         for name, assignment, fix in self._candidates:
-            if name not in self._registered_later:
+            if name not in registered:
                 self.report(assignment, fix=fix)
         self._candidates.clear()
-        self._registered_later.clear()
 
     def _is_new_module(self, node: cst.BaseExpression) -> bool:
         return isinstance(node, cst.Call) and self.context.flow.value_of(node).is_module_like

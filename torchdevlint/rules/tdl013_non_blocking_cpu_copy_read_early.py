@@ -2,80 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from enum import Enum
+from collections.abc import Sequence
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.values import HOST_PLACE
-from torchdevlint.analysis.loader_flow import is_non_blocking
-from torchdevlint.analysis.tree import child_nodes
-from torchdevlint.context import FileContext
+from torchdevlint.analysis.async_copies import copies_read_early, is_cpu_copy, read_at_once
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
-
-# Reading these says nothing about the values, so it does not race with the copy.
-_METADATA = frozenset({"shape", "dtype", "device", "size", "dim", "ndim", "numel", "is_pinned", "layout", "names"})
-# Calls that read the values of a CPU tensor passed to them.
-_READING_BUILTINS = frozenset(
-    {"print", "float", "int", "bool", "str", "repr", "list", "tuple", "format", "sum", "max", "min"}
-)
-_READING_MODULES = ("numpy.", "torch.", "np.")
-# Calls after which the copy has completed: an explicit synchronisation, or a blocking
-# device-to-host transfer, which waits for the stream the copy was queued on.
-_SYNCHRONISING_METHODS = frozenset({"synchronize", "item", "tolist", "numpy", "cpu", "wait", "query", "barrier"})
-_SYNCHRONISING_MODULES = ("torch.cuda.", "torch.accelerator.", "torch.distributed.", "torch.xpu.", "torch.mps.")
-_NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-
-
-class _Verdict(Enum):
-    """What a statement after the copy does to it."""
-
-    # Reads the copy's values, with nothing in the statement synchronising.
-    READ = "read"
-    # Synchronises, rebinds the name, or hands the bare copy to a caller: stop looking.
-    STOP = "stop"
-    # Neither: look at the next statement.
-    NEUTRAL = "neutral"
-
-
-def _is_cpu_copy(context: FileContext, node: cst.CSTNode) -> bool:
-    return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value == "to"
-        and is_non_blocking(node)
-        and context.flow.move_destination(node) == HOST_PLACE
-    )
-
-
-def _units(body: Sequence[cst.BaseStatement]) -> Iterator[cst.CSTNode]:
-    """The statements of a block in order, with `a; b` split into its small statements."""
-    for statement in body:
-        if isinstance(statement, cst.SimpleStatementLine):
-            yield from statement.body
-        else:
-            yield statement
-
-
-def _hands_over(value: cst.BaseExpression | cst.From | None, name: str) -> bool:
-    """`return copy`, `yield copy, other`: the bare tensor goes to the caller unread."""
-    if isinstance(value, cst.Name):
-        return value.value == name
-    if isinstance(value, (cst.Tuple, cst.List)):
-        return any(isinstance(e.value, cst.Name) and e.value.value == name for e in value.elements)
-    return False
-
-
-def _mentions(node: cst.CSTNode, name: str) -> bool:
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Name) and current.value == name:
-            return True
-        stack.extend(child_nodes(current))
-    return False
 
 
 class NonBlockingCpuCopyReadEarly(Rule):
@@ -273,28 +207,12 @@ class NonBlockingCpuCopyReadEarly(Rule):
     # ---- read in the same expression -------------------------------------------------
 
     def visit_Call(self, node: cst.Call) -> None:
-        if _is_cpu_copy(self.context, node) and self._read_at_once(node):
-            self.report(node, fix=self._blocking_fix(node))
-
-    def _read_at_once(self, node: cst.Call) -> bool:
-        """`x.to("cpu", non_blocking=True).numpy()`, `[0]`, `print(x.to(...))`."""
+        if not is_cpu_copy(self.context.flow, node):
+            return
         parent = self.context.parent(node)
-        if isinstance(parent, cst.Subscript):
-            return True
-        if isinstance(parent, cst.Attribute) and parent.attr.value not in _METADATA:
-            grandparent = self.context.parent(parent)
-            return isinstance(grandparent, cst.Call) and grandparent.func is parent
-        if isinstance(parent, cst.Arg):
-            call = self.context.parent(parent)
-            return isinstance(call, cst.Call) and self._reads_arguments(call)
-        return False
-
-    def _reads_arguments(self, call: cst.Call) -> bool:
-        func = call.func
-        if isinstance(func, cst.Name) and func.value in _READING_BUILTINS:
-            return True
-        qualified = self.context.imports.qualified_name(func) or ""
-        return qualified.startswith(_READING_MODULES) and not qualified.startswith(_SYNCHRONISING_MODULES)
+        grandparent = self.context.parent(parent) if parent is not None else None
+        if read_at_once(parent, grandparent, self.context.imports):
+            self.report(node, fix=self._blocking_fix(node))
 
     # ---- read by a later statement of the block --------------------------------------
 
@@ -305,69 +223,8 @@ class NonBlockingCpuCopyReadEarly(Rule):
         self._scan_block(node.body)
 
     def _scan_block(self, body: Sequence[cst.BaseStatement]) -> None:
-        units = list(_units(body))
-        for index, unit in enumerate(units):
-            if not (isinstance(unit, cst.Assign) and len(unit.targets) == 1):
-                continue
-            if not isinstance(unit.targets[0].target, cst.Name):
-                continue
-            copy = unit.value
-            if not (isinstance(copy, cst.Call) and _is_cpu_copy(self.context, copy)):
-                continue
-            name = unit.targets[0].target.value
-            for later in units[index + 1:]:
-                verdict = self._unit_verdict(later, name)
-                if verdict is _Verdict.READ:
-                    self.report(copy, fix=self._blocking_fix(copy))
-                if verdict is not _Verdict.NEUTRAL:
-                    break
-
-    def _unit_verdict(self, unit: cst.CSTNode, name: str) -> _Verdict:
-        reads = False
-        synchronises = False
-        stack: list[tuple[cst.CSTNode, cst.CSTNode | None, cst.CSTNode | None]] = [(unit, None, None)]
-        while stack:
-            node, parent, grandparent = stack.pop()
-            if isinstance(node, _NESTED_SCOPES):
-                continue
-            if isinstance(node, (cst.Return, cst.Yield)) and _hands_over(node.value, name):
-                return _Verdict.STOP  # the caller may synchronise before reading
-            if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name) and node.target.value == name:
-                return _Verdict.STOP
-            if isinstance(node, cst.Name):
-                if node.value == name:
-                    reads = reads or self._is_read(parent, grandparent)
-                continue
-            if isinstance(node, cst.Call) and self._synchronises(node, name):
-                synchronises = True
-            stack.extend((child, node, parent) for child in child_nodes(node))
-        if synchronises:
-            return _Verdict.STOP
-        return _Verdict.READ if reads else _Verdict.NEUTRAL
-
-    def _is_read(self, parent: cst.CSTNode | None, grandparent: cst.CSTNode | None) -> bool:
-        if isinstance(parent, cst.Attribute):
-            return parent.attr.value not in _METADATA
-        if isinstance(parent, (cst.Subscript, cst.Index, cst.BinaryOperation, cst.UnaryOperation, cst.Comparison,
-                               cst.ComparisonTarget, cst.BooleanOperation, cst.FormattedStringExpression, cst.If,
-                               cst.While, cst.For, cst.CompFor, cst.AugAssign)):
-            return True
-        if isinstance(parent, cst.Arg):
-            return isinstance(grandparent, cst.Call) and self._reads_arguments(grandparent)
-        return False
-
-    def _synchronises(self, call: cst.Call, name: str) -> bool:
-        func = call.func
-        if isinstance(func, cst.Attribute):
-            if _mentions(func.value, name):
-                return False  # a method of the copy itself reads it, it does not wait for it
-            method = func.attr.value
-            if method in _SYNCHRONISING_METHODS:
-                return True
-            if method in ("to", "cuda") and not is_non_blocking(call):
-                return True
-        qualified = self.context.imports.qualified_name(func) or ""
-        return qualified.startswith(_SYNCHRONISING_MODULES)
+        for copy in copies_read_early(body, self.context.flow, self.context.imports):
+            self.report(copy, fix=self._blocking_fix(copy))
 
     def _blocking_fix(self, call: cst.Call) -> PendingFix:
         args = [arg for arg in call.args if not (arg.keyword is not None and arg.keyword.value == "non_blocking")]

@@ -2,55 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import libcst as cst
 
 from torchdevlint.analysis.flow.values import HOST_PLACE
 from torchdevlint.analysis.names import dotted_name
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.training_loops import Loop, TrainingLoops
 from torchdevlint.rule import Invalid, Rule, Valid
 
 # Tensor methods that copy to the host and so wait for every queued kernel.
 _SYNC_METHODS = frozenset({"item", "tolist", "cpu"})
 # Builtins that read a one-element tensor's value on the host.
 _NUMBER_BUILTINS = frozenset({"float", "int", "bool"})
-_NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-
-
-@dataclass
-class _Loop:
-    node: cst.For | cst.While
-    # A `.backward()` call sits in this loop's own body (not in a nested loop).
-    trains: bool = False
-    # Synchronising calls and formatting, kept until we know whether the loop trains.
-    syncs: list[cst.CSTNode] = field(default_factory=list)
-
-
-def _is_periodic(test: cst.BaseExpression) -> bool:
-    """`if step % log_every == 0:`: logging every N steps, the recommended way."""
-    stack: list[cst.CSTNode] = [test]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
-            return True
-        stack.extend(child_nodes(node))
-    return False
-
-
-def _leaves_loop(block: cst.BaseSuite) -> bool:
-    """A branch that raises, breaks, returns or exits: taken once, not every step."""
-    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
-    for statement in statements:
-        small = statement.body if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else []
-        for item in small:
-            if isinstance(item, (cst.Raise, cst.Break, cst.Return)):
-                return True
-            if isinstance(item, cst.Expr) and isinstance(item.value, cst.Call):
-                name = dotted_name(item.value.func)
-                if name in ("exit", "quit", "sys.exit", "os._exit"):
-                    return True
-    return False
 
 
 class HostSyncInLoop(Rule):
@@ -256,66 +218,59 @@ class HostSyncInLoop(Rule):
     ]
 
     def setup(self) -> None:
-        self._loops: list[_Loop] = []
-
-    def _enter(self, node: cst.For | cst.While) -> None:
-        self._loops.append(_Loop(node))
+        self._loops = self.context.shared(TrainingLoops)
+        # Synchronising calls and formatting per loop (by id), kept until we know whether the
+        # loop trains.
+        self._syncs: dict[int, list[cst.CSTNode]] = {}
 
     def _leave(self, node: cst.For | cst.While) -> None:
-        if not self._loops or self._loops[-1].node is not node:
+        syncs = self._syncs.pop(id(node), [])
+        if not syncs:
             return
-        loop = self._loops.pop()
-        if loop.trains:
-            for call in loop.syncs:
+        if self._loops.trains(node):
+            for call in syncs:
                 self.report(call)
-        elif self._loops:
+            return
+        outer = self._loops.outer(node)
+        if outer is not None:
             # An inner loop (over metrics, say) runs on every step of the loop around it.
-            self._loops[-1].syncs.extend(loop.syncs)
+            self._syncs.setdefault(id(outer), []).extend(syncs)
 
-    visit_For = visit_While = _enter
     leave_For = leave_While = _leave
 
-    def _current(self, node: cst.CSTNode) -> _Loop | None:
-        """The innermost loop whose body holds `node` directly (not through a nested def)."""
-        if not self._loops:
-            return None
-        innermost = self._loops[-1].node
-        for ancestor in self.context.ancestors(node):
-            if ancestor is innermost:
-                return self._loops[-1]
-            if isinstance(ancestor, _NESTED_SCOPES):
-                return None
-        return None
+    def _every_step(self, node: cst.CSTNode) -> Loop | None:
+        """The loop that runs `node` on every step, if any."""
+        loop = self._loops.innermost(node)
+        return loop if loop is not None and self._loops.every_step(node, loop) else None
+
+    def _add(self, node: cst.CSTNode, loop: Loop) -> None:
+        self._syncs.setdefault(id(loop), []).append(node)
 
     def visit_Call(self, node: cst.Call) -> None:
-        loop = self._current(node)
-        if loop is None:
-            return
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "backward":
-            loop.trains = True
+            return
+        loop = self._loops.innermost(node)
+        if loop is None:
             return
         if isinstance(func, cst.Name) and func.value == "print" and self.context.binding_scope("print") is None:
-            if any(self._on_device(arg.value) for arg in node.args) and not self._under_periodic_if(node, loop):
-                loop.syncs.append(node)
-            return
-        if isinstance(func, cst.Name) and func.value in _NUMBER_BUILTINS and self.context.binding_scope(func.value) is None:
-            if len(node.args) == 1 and self._on_device(node.args[0].value) and not self._under_periodic_if(node, loop):
-                loop.syncs.append(node)
-            return
-        if isinstance(func, cst.Attribute) and func.attr.value == "format" and isinstance(func.value, cst.SimpleString):
+            reads = any(self._on_device(arg.value) for arg in node.args)
+        elif isinstance(func, cst.Name) and func.value in _NUMBER_BUILTINS \
+                and self.context.binding_scope(func.value) is None:
+            reads = len(node.args) == 1 and self._on_device(node.args[0].value)
+        elif isinstance(func, cst.Attribute) and func.attr.value == "format" and isinstance(func.value, cst.SimpleString):
             # `"{:.3f}".format(loss)` reads the value, as `loss.item()` does.
-            if any(self._on_device(arg.value) for arg in node.args) and not self._under_periodic_if(node, loop):
-                loop.syncs.append(node)
-            return
-        if self._is_sync_call(node) and not self._under_periodic_if(node, loop):
-            loop.syncs.append(node)
+            reads = any(self._on_device(arg.value) for arg in node.args)
+        else:
+            reads = self._is_sync_call(node)
+        if reads and self._loops.every_step(node, loop):
+            self._add(node, loop)
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
         """`f"{loss:.4f}"`: formatting a device tensor reads its value on the host."""
-        loop = self._current(node)
-        if loop is not None and self._on_device(node.expression) and not self._under_periodic_if(node, loop):
-            loop.syncs.append(node.expression)
+        loop = self._loops.innermost(node)
+        if loop is not None and self._on_device(node.expression) and self._loops.every_step(node, loop):
+            self._add(node.expression, loop)
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         """`total += loss.data[0]`: before PyTorch 0.4, how a loss was read as a number."""
@@ -325,11 +280,11 @@ class HostSyncInLoop(Rule):
         index = node.slice[0].slice
         if not (isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and index.value.value == "0"):
             return
-        loop = self._current(node)
+        loop = self._loops.innermost(node)
         if loop is None or not self._on_device(value.value) or not self._read_as_number(node):
             return
-        if not self._under_periodic_if(node, loop):
-            loop.syncs.append(node)
+        if self._loops.every_step(node, loop):
+            self._add(node, loop)
 
     def _read_as_number(self, node: cst.Subscript) -> bool:
         """Used where a Python number is: added onto an accumulator, appended to a list of
@@ -358,16 +313,3 @@ class HostSyncInLoop(Rule):
             return False
         method = node.func.attr.value
         return method in _SYNC_METHODS or method == "to" and self.context.flow.move_destination(node) == HOST_PLACE
-
-    def _under_periodic_if(self, node: cst.CSTNode, loop: _Loop) -> bool:
-        """Under `if step % N == 0:`, or in a branch that leaves the loop (`sys.exit(1)`)."""
-        child: cst.CSTNode = node
-        for ancestor in self.context.ancestors(node):
-            if ancestor is loop.node:
-                return False
-            if isinstance(ancestor, (cst.If, cst.IfExp)) and _is_periodic(ancestor.test):
-                return True
-            if isinstance(ancestor, cst.If) and child is ancestor.body and _leaves_loop(ancestor.body):
-                return True
-            child = ancestor
-        return False

@@ -453,6 +453,30 @@ class FlowModel:
         summary = self._class(id(class_node))
         return summary is not None and summary.is_module
 
+    def attributes_handed_to_modules(self, method: cst.FunctionDef) -> frozenset[str]:
+        """The attributes of `self` that a method hands to a call making a module
+        (`nn.Sequential(*self.layers)`, `nn.ModuleList(self.blocks)`), nested functions
+        included: a container kept there is registered after all."""
+        params = method.params.params
+        if not params:
+            return frozenset()
+        self_name = params[0].name.value
+        found: set[str] = set()
+        stack: list[tuple[cst.CSTNode, Scope]] = [(method.body, method)]
+        while stack:
+            node, scope = stack.pop()
+            if type(node) is cst.FunctionDef:
+                scope = node
+            elif type(node) is cst.Call:
+                handed = [arg.value.attr.value for arg in node.args
+                          if isinstance(arg.value, cst.Attribute) and isinstance(arg.value.value, cst.Name)
+                          and arg.value.value.value == self_name]
+                flow = self.flow_for(scope) if handed else None
+                if flow is not None and flow.values.get(id(node), UNKNOWN).is_module_like:
+                    found.update(handed)
+            stack.extend((child, scope) for child in child_nodes(node))
+        return frozenset(found)
+
     def fix_agreement(self, statement: cst.BaseSmallStatement, replacement: cst.BaseSmallStatement,
                       moved: Collection[str]) -> FixAgreement:
         """Interpret `statement`'s body again with `replacement` in its place, and compare the
