@@ -13,6 +13,7 @@ from enum import Enum
 from functools import cache
 
 from torchdevlint.analysis.brains import torch_ops
+from torchdevlint.analysis.devices import AVAILABILITY_CHECKS, LEGACY_CUDA_TENSOR_TYPES
 
 
 class Result(Enum):
@@ -333,3 +334,81 @@ GRADLESS_METHODS: frozenset[str] = frozenset(
      "logical_or", "isnan", "isinf", "isfinite", "any", "all", "long", "int", "short", "byte", "char", "bool",
      "sign", "round", "floor", "ceil", "nonzero"}
 )
+
+
+# ---- calls with a role of their own ------------------------------------------------------
+
+# What the checks answer on a machine without a GPU, in one process.
+CPU_MODE_ANSWERS: dict[str, bool | int] = {
+    **{check: False for check in AVAILABILITY_CHECKS if not check.endswith("device_count")},
+    **{check: 0 for check in AVAILABILITY_CHECKS if check.endswith("device_count")},
+    "torch.distributed.is_initialized": False,
+    "torch.distributed.get_world_size": 1,
+    "torch.distributed.get_rank": 0,
+}
+LEGACY_HOST_TENSOR_TYPES: frozenset[str] = frozenset(
+    f"torch.{name}Tensor" for name in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte",
+                                       "Bool", "")
+)
+
+
+class CallRole(Enum):
+    """What a call does that its operator schema (or its absence) does not say: the device
+    it names or sets, the module it wraps, the data it loads or saves. The interpreter looks
+    a call's role up here (`call_role`) before it asks `torch_ops` about it."""
+
+    CURRENT_ACCELERATOR = "the accelerator's device, or None"
+    CPU_MODE_CHECK = "a check whose answer the CPU mode knows"
+    MEMORY_BUFFER = "an in-memory byte stream"
+    DEVICE = "a device"
+    SET_DEFAULT_DEVICE = "sets where factories put tensors"
+    SET_CUDA_DEVICE = "sets the current CUDA device"
+    WRAPPER = "wraps a module (DataParallel, DDP, compile)"
+    DATALOADER = "a DataLoader"
+    TENSOR_DATASET = "a dataset of the tensors given"
+    HOST_DATASET = "a library dataset of host data"
+    NUMPY_FLOAT64 = "a float64 NumPy array"
+    LEGACY_CUDA_TENSOR = "a legacy CUDA tensor constructor"
+    LEGACY_HOST_TENSOR = "a legacy host tensor constructor"
+    RETURNS_ITS_TENSOR = "returns the tensor it is given"
+    FROM_NUMPY = "a host tensor sharing a NumPy array's memory"
+    LOAD = "loads what was saved"
+    SAVE = "saves a value"
+    STRIP_STATE_DICT_PREFIX = "strips a state_dict's key prefix in place"
+    PYTHON_NUMBER = "Python math: a number"
+
+
+_CALL_ROLES: dict[str, CallRole] = {
+    CURRENT_ACCELERATOR: CallRole.CURRENT_ACCELERATOR,
+    **dict.fromkeys(CPU_MODE_ANSWERS, CallRole.CPU_MODE_CHECK),
+    "io.BytesIO": CallRole.MEMORY_BUFFER,
+    TORCH_DEVICE: CallRole.DEVICE,
+    **dict.fromkeys(SET_DEFAULT_DEVICE, CallRole.SET_DEFAULT_DEVICE),
+    SET_CUDA_DEVICE: CallRole.SET_CUDA_DEVICE,
+    **dict.fromkeys(WRAPPERS, CallRole.WRAPPER),
+    **dict.fromkeys(DATALOADERS, CallRole.DATALOADER),
+    **dict.fromkeys(TENSOR_DATASETS, CallRole.TENSOR_DATASET),
+    **dict.fromkeys(NUMPY_FLOAT64_CONSTRUCTORS, CallRole.NUMPY_FLOAT64),
+    **dict.fromkeys(LEGACY_CUDA_TENSOR_TYPES, CallRole.LEGACY_CUDA_TENSOR),
+    **dict.fromkeys(LEGACY_HOST_TENSOR_TYPES, CallRole.LEGACY_HOST_TENSOR),
+    **dict.fromkeys(RETURNS_ITS_TENSOR, CallRole.RETURNS_ITS_TENSOR),
+    "torch.from_numpy": CallRole.FROM_NUMPY,
+    **dict.fromkeys(TORCH_LOAD, CallRole.LOAD),
+    **dict.fromkeys(TORCH_SAVE, CallRole.SAVE),
+    STRIP_STATE_DICT_PREFIX: CallRole.STRIP_STATE_DICT_PREFIX,
+}
+_PREFIX_ROLES: tuple[tuple[tuple[str, ...], CallRole], ...] = (
+    (HOST_DATASET_PREFIXES, CallRole.HOST_DATASET),
+    (PYTHON_NUMBER_MODULES, CallRole.PYTHON_NUMBER),
+)
+
+
+def call_role(qualified: str) -> CallRole | None:
+    """The role of a call by its qualified name, if it has one of its own."""
+    role = _CALL_ROLES.get(qualified)
+    if role is not None:
+        return role
+    for prefixes, prefixed_role in _PREFIX_ROLES:
+        if qualified.startswith(prefixes):
+            return prefixed_role
+    return None

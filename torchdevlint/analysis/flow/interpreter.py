@@ -10,7 +10,7 @@ node; every place where tensors must be on one device is recorded as a `Meeting`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import libcst as cst
@@ -95,17 +95,20 @@ _ARRAY_OPERAND_KINDS = frozenset({Kind.OTHER, Kind.SCALAR})
 # Libraries whose attributes are their API, never the program's settings.
 _LIBRARY_PREFIXES = ("torch", "numpy", "os", "sys", "jax", "tensorflow", "transformers", "lightning",
                      "pytorch_lightning", "accelerate", "deepspeed", "apex")
-# What the CPU mode's checks answer: no GPU, one process.
-_CPU_MODE_ANSWERS: dict[str, ModeConstant] = {
-    **{check: False for check in AVAILABILITY_CHECKS if not check.endswith("device_count")},
-    **{check: 0 for check in AVAILABILITY_CHECKS if check.endswith("device_count")},
-    "torch.distributed.is_initialized": False,
-    "torch.distributed.get_world_size": 1,
-    "torch.distributed.get_rank": 0,
-}
-_LEGACY_HOST_TENSOR_TYPES = frozenset(
-    f"torch.{name}Tensor" for name in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool", "")
-)
+
+
+@dataclass(frozen=True)
+class _KnownCall:
+    """A call of a known function, its arguments evaluated."""
+
+    node: cst.Call
+    qualified: str
+    # One per argument of the call, in order; then the positional ones and the keywords.
+    arguments: list[Value]
+    positional: list[Value]
+    keywords: dict[str, Value]
+    # The body's bindings, which some calls change (`torch.cuda.set_device`).
+    env: Env
 
 
 class Oracle(Protocol):
@@ -1433,7 +1436,7 @@ class Interpreter:
             return None
         if qualified in LEGACY_CUDA_TENSOR_TYPES:
             return frozenset({Place(PlaceKind.DEVICE, "cuda", frozenset({"cuda"}))})
-        if qualified in _LEGACY_HOST_TENSOR_TYPES:
+        if qualified in torch_api.LEGACY_HOST_TENSOR_TYPES:
             return frozenset({HOST_PLACE})
         if qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES:
             return receiver.places
@@ -1539,62 +1542,11 @@ class Interpreter:
         keywords = {arg.keyword.value: value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is not None}
         positional = [value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is None and not arg.star]
         has_splat = any(arg.star == "**" for arg in node.args)
-        if qualified == torch_api.CURRENT_ACCELERATOR:
-            # The accelerator's device, or None (which the CPU mode gets) on a CPU-only build.
-            self.flow.held[id(node)] = (Held.CURRENT_ACCELERATOR, node)
-            return Value(frozenset({Kind.DEVICE}), device=Place(PlaceKind.DEVICE, "", None),
-                         holds=frozenset({id(node)}), in_cpu_mode=SWITCHED_OFF)
-        answer = _CPU_MODE_ANSWERS.get(qualified)
-        if answer is not None:
-            return replace(SCALAR, in_cpu_mode=answer)
-        if qualified == "io.BytesIO":
-            return Value.of(Kind.MEMORY_BUFFER)
-        if qualified == torch_api.TORCH_DEVICE:
-            place = self._device_call_place(node, positional, keywords)
-            named = self._constant(node.args[0].value) if node.args else None
-            if not isinstance(named, str):
-                named = "cpu" if place.kind is PlaceKind.HOST or place.types and "cpu" in place.types else None
-            return replace(device_value(place), in_cpu_mode=named)
-        if qualified in torch_api.SET_DEFAULT_DEVICE:
-            chosen = positional[0] if positional else keywords.get("device", UNKNOWN)
-            # A device the model can name, or else somewhere it cannot (a tensor type, say).
-            env[DEFAULT_DEVICE] = chosen if chosen.device is not None else Value.of(Kind.DEVICE)
-            return SCALAR
-        if qualified == torch_api.SET_CUDA_DEVICE:
-            index = self._device_index_argument(node, arguments)
-            env[CURRENT_CUDA_DEVICE] = device_value(cuda_place("'cuda'", index))
-            return SCALAR
-        if qualified in torch_api.WRAPPERS:
-            inner = positional[0] if positional else keywords.get("module", UNKNOWN)
-            first = self._first_device_id(node) if qualified in torch_api.DATA_PARALLEL else None
-            # What it wraps is a module, whatever the model could see of it.
-            placed = inner.is_module_like or inner.kinds == _UNKNOWN_ONLY
-            return Value(frozenset({Kind.WRAPPED_MODULE}), inner.places if placed else None,
-                         device=None if first is None else cuda_place("device_ids[0]", first))
-        if qualified in torch_api.DATALOADERS:
-            dataset = positional[0] if positional else keywords.get("dataset", UNKNOWN)
-            if "collate_fn" in keywords:
-                element: Value = UNKNOWN
-            else:
-                element = self._dataset_element(dataset)
-            # Which loops iterate this loader is asked of the model (see `Value.holds`).
-            self.flow.held[id(node)] = (Held.DATALOADER, node)
-            return Value(frozenset({Kind.DATALOADER}), items=(("*", element),), holds=frozenset({id(node)}))
-        if qualified in torch_api.TENSOR_DATASETS:
-            parts = tuple((str(i), tensor(v.places) if v.is_tensor_like else UNKNOWN) for i, v in enumerate(positional))
-            return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), items=parts)),))
-        if qualified.startswith(torch_api.HOST_DATASET_PREFIXES):
-            return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), frozenset({HOST_PLACE}))),))
-        if qualified in torch_api.NUMPY_FLOAT64_CONSTRUCTORS and "dtype" not in keywords:
-            return Value(frozenset({Kind.OTHER}), float64=True)
-        if qualified in LEGACY_CUDA_TENSOR_TYPES:
-            return tensor([Place(PlaceKind.DEVICE, "cuda", frozenset({"cuda"}))])
-        if qualified in _LEGACY_HOST_TENSOR_TYPES:
-            return tensor([HOST_PLACE])
-        if qualified in torch_api.RETURNS_ITS_TENSOR and positional:
-            return positional[0]
-        if qualified in ("torch.from_numpy",):
-            return tensor([HOST_PLACE], float64=bool(positional) and positional[0].float64)
+        role = torch_api.call_role(qualified)
+        if role is not None:
+            result = self._call_with_role(role, _KnownCall(node, qualified, arguments, positional, keywords, env))
+            if result is not None:
+                return result
         op = torch_api.function_op(qualified)
         # `torch.linspace(0, 1, n)`, `torch.normal(0.0, 1.0, size=(n,))`: made from numbers.
         from_numbers = op is not None and op.like_factory and bool(positional) and positional[0].kinds == {Kind.SCALAR} \
@@ -1619,7 +1571,72 @@ class Interpreter:
             # Assigned to a Module, it moves with the Module.
             source = positional[0] if positional else UNKNOWN
             return tensor([MODULE_DEVICE_PLACE] if self.module_method else source.places)
-        if qualified in torch_api.TORCH_LOAD:
+        if op is not None and op.like_factory and "device" in keywords:
+            return tensor(self._device_argument(keywords["device"], node))
+        if op is not None or qualified in torch_api.NN_TENSOR_CLASSES or qualified.startswith("torch.nn.functional."):
+            return self._tensor_function(node, qualified, op, arguments)
+        if qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES and qualified.startswith("torch."):
+            return reference(qualified)
+        return UNKNOWN
+
+    def _call_with_role(self, role: torch_api.CallRole, call: _KnownCall) -> Value | None:
+        """What a call with a role of its own (see `torch_api.CallRole`) returns and does;
+        None where this call is an ordinary one after all (`np.zeros(n, dtype=...)`)."""
+        Role = torch_api.CallRole
+        node, positional, keywords, env = call.node, call.positional, call.keywords, call.env
+        if role is Role.CURRENT_ACCELERATOR:
+            # The accelerator's device, or None (which the CPU mode gets) on a CPU-only build.
+            self.flow.held[id(node)] = (Held.CURRENT_ACCELERATOR, node)
+            return Value(frozenset({Kind.DEVICE}), device=Place(PlaceKind.DEVICE, "", None),
+                         holds=frozenset({id(node)}), in_cpu_mode=SWITCHED_OFF)
+        if role is Role.CPU_MODE_CHECK:
+            return replace(SCALAR, in_cpu_mode=torch_api.CPU_MODE_ANSWERS[call.qualified])
+        if role is Role.MEMORY_BUFFER:
+            return Value.of(Kind.MEMORY_BUFFER)
+        if role is Role.DEVICE:
+            place = self._device_call_place(node, positional, keywords)
+            named = self._constant(node.args[0].value) if node.args else None
+            if not isinstance(named, str):
+                named = "cpu" if place.kind is PlaceKind.HOST or place.types and "cpu" in place.types else None
+            return replace(device_value(place), in_cpu_mode=named)
+        if role is Role.SET_DEFAULT_DEVICE:
+            chosen = positional[0] if positional else keywords.get("device", UNKNOWN)
+            # A device the model can name, or else somewhere it cannot (a tensor type, say).
+            env[DEFAULT_DEVICE] = chosen if chosen.device is not None else Value.of(Kind.DEVICE)
+            return SCALAR
+        if role is Role.SET_CUDA_DEVICE:
+            index = self._device_index_argument(node, call.arguments)
+            env[CURRENT_CUDA_DEVICE] = device_value(cuda_place("'cuda'", index))
+            return SCALAR
+        if role is Role.WRAPPER:
+            inner = positional[0] if positional else keywords.get("module", UNKNOWN)
+            first = self._first_device_id(node) if call.qualified in torch_api.DATA_PARALLEL else None
+            # What it wraps is a module, whatever the model could see of it.
+            placed = inner.is_module_like or inner.kinds == _UNKNOWN_ONLY
+            return Value(frozenset({Kind.WRAPPED_MODULE}), inner.places if placed else None,
+                         device=None if first is None else cuda_place("device_ids[0]", first))
+        if role is Role.DATALOADER:
+            dataset = positional[0] if positional else keywords.get("dataset", UNKNOWN)
+            element = UNKNOWN if "collate_fn" in keywords else self._dataset_element(dataset)
+            # Which loops iterate this loader is asked of the model (see `Value.holds`).
+            self.flow.held[id(node)] = (Held.DATALOADER, node)
+            return Value(frozenset({Kind.DATALOADER}), items=(("*", element),), holds=frozenset({id(node)}))
+        if role is Role.TENSOR_DATASET:
+            parts = tuple((str(i), tensor(v.places) if v.is_tensor_like else UNKNOWN) for i, v in enumerate(positional))
+            return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), items=parts)),))
+        if role is Role.HOST_DATASET:
+            return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), frozenset({HOST_PLACE}))),))
+        if role is Role.NUMPY_FLOAT64:
+            return None if "dtype" in keywords else Value(frozenset({Kind.OTHER}), float64=True)
+        if role is Role.LEGACY_CUDA_TENSOR:
+            return tensor([Place(PlaceKind.DEVICE, "cuda", frozenset({"cuda"}))])
+        if role is Role.LEGACY_HOST_TENSOR:
+            return tensor([HOST_PLACE])
+        if role is Role.RETURNS_ITS_TENSOR:
+            return positional[0] if positional else None
+        if role is Role.FROM_NUMPY:
+            return tensor([HOST_PLACE], float64=bool(positional) and positional[0].float64)
+        if role is Role.LOAD:
             # Whatever was saved (a model, a checkpoint dict, tensors), where `map_location` puts it.
             self.flow.held[id(node)] = (Held.LOAD, node)
             loaded = replace(UNKNOWN, holds=frozenset({id(node)}))
@@ -1629,26 +1646,21 @@ class Interpreter:
             if location is not None and location.is_known and location.device is not None:
                 return loaded.with_places([location.device])
             return loaded
-        if qualified in torch_api.TORCH_SAVE:
+        if role is Role.SAVE:
             if positional:
                 self.flow.saves.append((node, positional[0]))
             return SCALAR
-        if qualified == torch_api.STRIP_STATE_DICT_PREFIX and node.args:
+        if role is Role.STRIP_STATE_DICT_PREFIX:
+            if not node.args:
+                return None
             # Strips the keys in place: what it held no longer has the prefix.
             stripped = node.args[0].value
             key = place_key(stripped.value if type(stripped) is cst.Subscript else stripped)
             if key is not None and key in env:
                 env[key] = replace(env[key], holds=frozenset())
             return SCALAR
-        if qualified.startswith(torch_api.PYTHON_NUMBER_MODULES):
-            return SCALAR
-        if op is not None and op.like_factory and "device" in keywords:
-            return tensor(self._device_argument(keywords["device"], node))
-        if op is not None or qualified in torch_api.NN_TENSOR_CLASSES or qualified.startswith("torch.nn.functional."):
-            return self._tensor_function(node, qualified, op, arguments)
-        if qualified.rpartition(".")[2] in torch_api.DTYPE_NAMES and qualified.startswith("torch."):
-            return reference(qualified)
-        return UNKNOWN
+        assert role is Role.PYTHON_NUMBER
+        return SCALAR
 
     def _dataset_element(self, dataset: Value) -> Value:
         known = dataset.item("*")
