@@ -43,7 +43,9 @@ class TargetNotMoved(Rule):
     Code that moves the model and its data under separate tests of the device choice (`if
     torch.cuda.is_available(): model.cuda()`, and later `if torch.cuda.is_available(): x =
     x.cuda()`) is also read as a GPU machine runs it, every such test true together: a target
-    none of them moves meets the model's output there.
+    none of them moves meets the model's output there. That holds for conditional expressions
+    (`x = x.cuda() if use_cuda else x`) and across bodies: a model moved under a module-level
+    test meets the inputs a training function moves under its own.
 
     Host data indexed with indices on the device (`captions[order]` where `order` came from
     the model's output) is reported too: the reverse, device data indexed from the host, is
@@ -212,6 +214,24 @@ class TargetNotMoved(Rule):
             """,
             name="model-and-all-data-moved-under-the-same-guard",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            use_cuda = torch.cuda.is_available()
+            model = nn.Linear(13, 1)
+            model = model.cuda() if use_cuda else model
+            criterion = nn.MSELoss()
+            def train(features, prices):
+                for epoch in range(5):
+                    x = features.cuda() if use_cuda else features
+                    y = prices.cuda() if use_cuda else prices
+                    loss = criterion(model(x), y)
+                    loss.backward()
+            train(torch.randn(64, 13), torch.randn(64, 1))
+            """,
+            name="conditional-moves-of-model-inputs-and-targets-across-functions",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -231,6 +251,42 @@ class TargetNotMoved(Rule):
                 loss = criterion(model(inputs), prices)
             """,
             name="targets-left-behind-by-the-guards-a-gpu-takes-together",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            use_cuda = torch.cuda.is_available()
+            model = nn.Linear(13, 1)
+            model = model.cuda() if use_cuda else model
+            criterion = nn.MSELoss()
+            features = torch.randn(64, 13)
+            prices = torch.randn(64, 1)
+            for epoch in range(5):
+                x = features.cuda() if use_cuda else features
+                loss = criterion(model(x), prices)
+            """,
+            name="targets-left-behind-by-conditional-expressions",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            use_cuda = torch.cuda.is_available()
+            model = nn.Linear(13, 1)
+            if use_cuda:
+                model.cuda()
+            criterion = nn.MSELoss()
+            def train(features, prices):
+                for epoch in range(5):
+                    x = features
+                    if use_cuda:
+                        x = x.cuda()
+                    loss = criterion(model(x), prices)
+                    loss.backward()
+            train(torch.randn(64, 13), torch.randn(64, 1))
+            """,
+            name="model-moved-at-module-level-targets-left-behind-in-a-training-function",
         ),
         Invalid(
             """

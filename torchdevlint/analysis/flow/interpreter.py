@@ -115,6 +115,7 @@ class Oracle(Protocol):
     """What the interpreter asks the file-wide model."""
 
     def outer_value(self, scope: cst.CSTNode, name: str) -> Value | None: ...
+    def gpu_world_outer_value(self, scope: cst.CSTNode, name: str) -> Value | None: ...
     def call_result(self, definition: int, call: cst.Call | None, arguments: Sequence[Value],
                     receiver: Value | None) -> Value: ...
     def instance_value(self, class_id: int) -> Value: ...
@@ -787,6 +788,10 @@ class Interpreter:
 
     def _if_expression(self, node: cst.IfExp, env: Env) -> Value:
         taken = self._cpu_mode_truth(node.test, env)
+        if self.gpu_world and taken is not None and (cpu_mode.names_the_cpu_mode(node.test)
+                                                     or cpu_mode.names_a_gpu_setting(node.test)):
+            # `x.cuda() if use_cuda else x`: the side a GPU machine takes, as `if` statements.
+            return self._evaluate(node.orelse if taken else node.body, env)
         body = self._evaluate(node.body, self._branch(env, True) if taken is False else env)
         orelse = self._evaluate(node.orelse, self._branch(env, True) if taken is True else env)
         result = self._conditional(node, body, orelse)
@@ -930,7 +935,10 @@ class Interpreter:
         found = env.get(name)
         if found is not None:
             return found
-        outer = self.oracle.outer_value(self.flow.node, name)
+        # A GPU machine takes the device choice's branches together in the bodies around this
+        # one too (`if use_cuda: model.cuda()` at module level, the inputs moved in `train`).
+        outer = self.oracle.gpu_world_outer_value(self.flow.node, name) if self.gpu_world \
+            else self.oracle.outer_value(self.flow.node, name)
         if outer is not None:
             return outer
         if name in ("True", "False", "None"):

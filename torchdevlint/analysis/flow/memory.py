@@ -68,6 +68,9 @@ class RecordingOracle:
     def outer_value(self, scope: cst.CSTNode, name: str) -> Value | None:
         return self._ask("outer_value", scope, name)  # type: ignore[return-value]
 
+    def gpu_world_outer_value(self, scope: cst.CSTNode, name: str) -> Value | None:
+        return self._ask("gpu_world_outer_value", scope, name)  # type: ignore[return-value]
+
     def call_result(self, definition: int, call: cst.Call | None, arguments: Sequence[Value],
                     receiver: Value | None) -> Value:
         return self._ask("call_result", definition, call, tuple(arguments), receiver)  # type: ignore[return-value]

@@ -150,6 +150,8 @@ class FlowModel:
         self._all_declared_done = False
         self._functions_reached_in_cpu_mode: dict[int, bool] = {}
         self._stuck_switches: frozenset[str] | None = None
+        # What the module binds when it finishes on a GPU machine (see `gpu_world_outer_value`).
+        self._gpu_world_final: tuple[Env | None] | None = None
 
     @property
     def entry_cuda_device(self) -> Value:
@@ -784,6 +786,27 @@ class FlowModel:
                 return found
             definition = self._definitions.get(id(enclosing))
         return None
+
+    def gpu_world_outer_value(self, scope: cst.CSTNode, name: str) -> Value | None:
+        """A free name of a function as the module leaves it on a GPU machine, where every
+        test of the device choice took its GPU side (see `Interpreter.gpu_world`); in other
+        enclosing bodies, and where the module is still running, as `outer_value` says."""
+        definition = self._definitions.get(id(scope))
+        if definition is None or not isinstance(definition.enclosing, cst.Module):
+            return self.outer_value(scope, name)
+        final = self._module_gpu_world_final()
+        found = final.get(name) if final is not None else None
+        return found if found is not None else self.outer_value(scope, name)
+
+    def _module_gpu_world_final(self) -> Env | None:
+        if self._gpu_world_final is None:
+            flow = self._flow(self.module)
+            if flow is None or not (flow.cpu_mode_tests or flow.gpu_setting_tests):
+                return flow.final if flow is not None else None
+            interpreter = Interpreter(self, self.module, {}, owner=None, self_name=None, module_method=False,
+                                      deadline=self.deadline, gpu_world=True)
+            self._gpu_world_final = (interpreter.run(self.module.body).final,)
+        return self._gpu_world_final[0]
 
     def call_result(self, definition: int, call: cst.Call | None, arguments: Sequence[Value],
                     receiver: Value | None) -> Value:
