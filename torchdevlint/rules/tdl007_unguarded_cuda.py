@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis.cuda_uses import (
-    CPU_FALLBACK_CHECKS,
     CudaProgram,
     CudaUse,
     UseKind,
@@ -16,7 +15,7 @@ from torchdevlint.analysis.cuda_uses import (
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.edits import PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.shared_fixes import route_through
 
@@ -76,8 +75,7 @@ class UnguardedCuda(Rule):
     A `--cuda` option declared `type=bool` with a true default is no guard: `bool("False")`
     is `True`, so the CPU mode keeps it on (TDL014 reports the option itself).
 
-    Also finds a guard that names `torch.cuda.is_available` without calling it: a function is
-    always true, so the GPU branch is always taken.
+    A guard that names `torch.cuda.is_available` without calling it is TDL017's.
 
     ## Why is this bad?
     Without a GPU, `.cuda()` and a `"cuda"` device fail with "AssertionError: Torch not
@@ -89,9 +87,7 @@ class UnguardedCuda(Rule):
     `.to(device)`, the `"cuda"` string becomes that variable, and `torch.cuda.FloatTensor(...)`
     becomes `torch.FloatTensor(...).to(device)`: on a machine without a GPU the program now
     runs on the CPU instead of failing, which changes what it does there. `.cuda(n)`,
-    `"cuda:n"`, constructors through another name and the `torch.cuda` calls get no fix. A
-    missing `()` after `torch.cuda.is_available` is added; the GPU branch is then skipped
-    where there is no GPU.
+    `"cuda:n"`, constructors through another name and the `torch.cuda` calls get no fix.
 
     ## Options
     None.
@@ -349,20 +345,6 @@ class UnguardedCuda(Rule):
         Invalid(
             """
             import torch
-            if torch.cuda.is_available:
-                model = torch.nn.Linear(2, 2).cuda()
-            """,
-            fixed="""
-            import torch
-            if torch.cuda.is_available():
-                model = torch.nn.Linear(2, 2).cuda()
-            """,
-            applicability=Applicability.UNSAFE,
-            name="is-available-not-called",
-        ),
-        Invalid(
-            """
-            import torch
 
             class Config:
                 use_gpu = True
@@ -488,30 +470,6 @@ class UnguardedCuda(Rule):
         device = self._program.fallback_device_variable()
         edits = route_through(use, device, self.context.code_for_node) if device is not None else ()
         return self.make_fix(*edits, applicability=Applicability.UNSAFE) if edits else None
-
-    # ---- `torch.cuda.is_available` without a call ------------------------------------------
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if self.context.imports.qualified_name(node) not in CPU_FALLBACK_CHECKS:
-            return
-        parent = self.context.parent(node)
-        if isinstance(parent, cst.Call) and parent.func is node:
-            return
-        if self._in_boolean_position(node, parent):
-            self.report(
-                node,
-                message=f"{self.context.code_for_node(node)} is not called; a function is always true",
-                fix=self.make_fix(
-                    NodeEdit.insert_after(node, "()"), applicability=Applicability.UNSAFE, title="Call it"
-                ),
-            )
-
-    def _in_boolean_position(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
-        if isinstance(parent, (cst.If, cst.IfExp, cst.While, cst.Assert)):
-            return parent.test is node
-        if isinstance(parent, cst.BooleanOperation):
-            return True
-        return isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
 
     def leave_Module(self, node: cst.Module) -> None:
         if not self._sites or self._program.declares_gpu_only:

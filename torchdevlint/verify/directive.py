@@ -138,6 +138,7 @@ _SCENARIOS: dict[str, tuple[ProgramHost, int]] = {
     "TDL014": (ProgramHost.CPU, 0),
     "TDL015": (ProgramHost.CPU, 0),
     "TDL016": (ProgramHost.MPS, 0),
+    "TDL017": (ProgramHost.CPU, 0),
 }
 
 
