@@ -1408,8 +1408,12 @@ class Interpreter:
         if method == "type_as" and arguments:
             return tensor(arguments[0].places) if arguments[0].is_tensor_like else tensor(None)
         if method == "type" and node.args:
-            return tensor(self._type_destination(node.args[0].value, arguments[0], receiver),
-                          origins=receiver.origins, zero_dim=receiver.zero_dim, grad=receiver.grad)
+            places = self._type_destination(node.args[0].value, arguments[0], receiver)
+            if places == _HOST_ONLY and receiver.on_accelerator:
+                # A legacy CPU type brings the data back, as `.cpu()` does (TDL018 reports it).
+                self.flow.origins[id(node)] = node
+                return tensor(places, origins=frozenset({id(node)}), zero_dim=receiver.zero_dim, grad=receiver.grad)
+            return tensor(places, origins=receiver.origins, zero_dim=receiver.zero_dim, grad=receiver.grad)
         op = torch_api.method_op(method)
         checked = op is not None and op.device_check in _CHECKED
         if (checked or method in torch_api.HAND_CHECKED_METHODS) and method not in torch_api.SHAPE_ONLY_TENSOR_METHODS:
