@@ -139,6 +139,7 @@ _SCENARIOS: dict[str, tuple[ProgramHost, int]] = {
     "TDL015": (ProgramHost.CPU, 0),
     "TDL016": (ProgramHost.MPS, 0),
     "TDL017": (ProgramHost.CPU, 0),
+    "TDL019": (ProgramHost.CPU, 0),
 }
 
 

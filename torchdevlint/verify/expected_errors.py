@@ -74,6 +74,7 @@ EXPECTED_BY_RULE: dict[str, re.Pattern[str]] = {
     "TDL015": NO_ACCELERATOR_DEVICE,
     "TDL016": MPS_FLOAT64,
     "TDL017": NO_GPU,
+    "TDL019": NO_GPU,
 }
 
 
@@ -85,9 +86,9 @@ def predicted_by(codes: Iterable[str], error: ErrorInfo) -> bool:
 
 # Rules whose bug surfaces away from the finding and from any name bound there: a DataParallel
 # checkpoint saved with `module.` keys fails where it is loaded, perhaps much later; a
-# `type=bool` device flag, or an availability check never called, fails wherever CUDA is
-# then used.
-_SURFACES_AWAY = frozenset({"TDL004", "TDL014", "TDL017"})
+# `type=bool` device flag, an availability check never called, or a CUDA default device,
+# fails wherever CUDA is then used.
+_SURFACES_AWAY = frozenset({"TDL004", "TDL014", "TDL017", "TDL019"})
 
 
 def surfaces_away(code: str) -> bool:

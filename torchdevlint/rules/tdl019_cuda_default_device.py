@@ -1,0 +1,161 @@
+"""TDL019 cuda-default-device."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchdevlint.analysis.brains import naming
+from torchdevlint.analysis.cuda_uses import CudaProgram, is_device_test
+from torchdevlint.analysis.devices import device_literal, mentions_any
+from torchdevlint.diagnostics import Applicability
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
+
+_GPU_WORDS = tuple(sorted(naming.GPU_WORDS))
+
+
+class CudaDefaultDevice(Rule):
+    """
+    ## What it does
+    Finds a function that takes a model and gives its device parameter a CUDA default:
+    `def summary(model, input_size, device=torch.device("cuda:0"))`, `device="cuda"`. A
+    parameter takes a model when its name says so (`model`, `net`, `encoder` …).
+
+    ## Why is this bad?
+    Every caller that leaves the argument out gets CUDA, wherever the model is: on a machine
+    without a GPU the function fails with "Torch not compiled with CUDA enabled" or "Found
+    no NVIDIA driver on your system", and with the model on the CPU or on another GPU the
+    inputs it makes meet the model on the wrong device. Helpers like this are written once
+    and called from other files, so the default is where the bug lives.
+
+    Not reported: functions named for the GPU (`to_cuda`, `gpu_benchmark`) or decorated with
+    a GPU condition, programs that need GPUs by design (a process group on NCCL, see TDL007),
+    and functions with no model parameter (TDL203 reports CUDA hard-coded in a program with
+    no CPU mode).
+
+    ## Fix safety
+    Unsafe. The default becomes `None`, and the function starts by taking the model's
+    device: `device = next(model.parameters()).device if device is None else device`. Callers that
+    relied on the default now work where the model is; a model without parameters would
+    need the device passed.
+
+    ## Options
+    None.
+    """
+
+    code = "TDL019"
+    slug = "cuda-default-device"
+    message = "A CUDA default device ignores where the model is and fails without a GPU"
+    fix_title = "Default to the model's device"
+    requires_any_text = ("cuda",)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            def summary(model, input_size, device=None):
+                if device is None:
+                    device = next(model.parameters()).device
+                return model(torch.rand(2, *input_size, device=device))
+            def to_cuda(model, device="cuda"):
+                return model.to(device)
+            def noise(shape, device="cuda"):
+                return torch.randn(shape, device=device)
+            """,
+            name="the-models-device-named-for-the-gpu-and-no-model",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            def evaluate(model, loader, device=torch.device("cuda")):
+                return [model(x.to(device)) for x in loader]
+            """,
+            name="a-program-that-needs-gpus",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            def summary(model, input_size, batch_size=2, device=torch.device("cuda:0")):
+                x = torch.rand(batch_size, *input_size).to(device)
+                return model(x).shape
+            """,
+            fixed="""
+            import torch
+            def summary(model, input_size, batch_size=2, device=None):
+                device = next(model.parameters()).device if device is None else device
+                x = torch.rand(batch_size, *input_size).to(device)
+                return model(x).shape
+            """,
+            applicability=Applicability.UNSAFE,
+            name="documented-summary-helper",
+            in_docs=True,
+        ),
+        Invalid(
+            """
+            import torch
+            def predict(net, images, *, device="cuda"):
+                \"\"\"Class indices for a batch of images.\"\"\"
+                return net(images.to(device)).argmax(1)
+            def embed(encoder, tokens, device: str = "cuda:1"): return encoder(tokens.to(device))
+            """,
+            fixed="""
+            import torch
+            def predict(net, images, *, device=None):
+                \"\"\"Class indices for a batch of images.\"\"\"
+                device = next(net.parameters()).device if device is None else device
+                return net(images.to(device)).argmax(1)
+            def embed(encoder, tokens, device: str = "cuda:1"): return encoder(tokens.to(device))
+            """,
+            applicability=Applicability.UNSAFE,
+            count=2,
+            name="keyword-only-after-a-docstring-and-a-one-line-body",
+        ),
+    ]
+
+    def setup(self) -> None:
+        self._program = self.context.shared(CudaProgram)
+        self._found: list[tuple[cst.Param, PendingFix | None]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if mentions_any(node.name, _GPU_WORDS) or any(
+                is_device_test(d.decorator, self.context.imports) for d in node.decorators):
+            return
+        params = node.params
+        every = [*params.posonly_params, *params.params, *params.kwonly_params]
+        models = [p.name.value for p in every if any(word in p.name.value.lower() for word in naming.MODEL_NAME_WORDS)]
+        if not models:
+            return
+        for param in every:
+            if param.default is None or not any(word in param.name.value.lower() for word in naming.DEVICE_SETTING_WORDS):
+                continue
+            literal = device_literal(param.default, self.context.imports)
+            if literal is not None and literal.type == "cuda":
+                self._found.append((param, self._fix(node, param, models[0])))
+
+    def _fix(self, function: cst.FunctionDef, param: cst.Param, model: str) -> PendingFix | None:
+        assert param.default is not None
+        body = function.body
+        if not isinstance(body, cst.IndentedBlock) or not body.body:
+            return None  # `def f(...): return ...` on one line: no place for a statement
+        first = body.body[0]
+        statements = list(body.body)
+        if isinstance(first, cst.SimpleStatementLine) and len(first.body) == 1 and isinstance(first.body[0], cst.Expr) \
+                and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+            statements = statements[1:]  # after the docstring
+        if not statements:
+            return None
+        name = param.name.value
+        guard = f"{name} = next({model}.parameters()).device if {name} is None else {name}"
+        return self.make_fix(NodeEdit(param.default, "None"), NodeEdit.insert_line_before(statements[0], guard),
+                             applicability=Applicability.UNSAFE)
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if self._program.declares_gpu_only:
+            return
+        for param, fix in self._found:
+            assert param.default is not None
+            self.report(param.default, fix=fix)
