@@ -16,6 +16,7 @@ from __future__ import annotations
 import configparser
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomllib
@@ -123,3 +124,26 @@ _READERS: tuple[Callable[[Path], list[str] | None], ...] = (
 )
 
 FACTS: dict[str, Callable[[Path], str | None]] = {TORCH_FLOOR: torch_floor}
+
+
+@dataclass(frozen=True)
+class TorchVersionOptions:
+    """A rule's `torch-version` option: the oldest PyTorch the code must run on, which
+    decides which API a fix may write. Unset, it is the floor the project declares for torch
+    (pyproject.toml, setup.cfg, setup.py, requirements*.txt), else 2.6."""
+
+    torch_version: str = field(default="2.6", metadata={PROJECT_FACT: TORCH_FLOOR})
+
+    def __post_init__(self) -> None:
+        parts = self.torch_version.split(".") if isinstance(self.torch_version, str) else []
+        if len(parts) < 2 or not all(part.isdigit() for part in parts[:2]):
+            raise ValueError('torch-version must be a version such as "2.6"')
+
+    def at_least(self, major: int, minor: int) -> bool:
+        found = tuple(int(part) for part in self.torch_version.split(".")[:2])
+        return found >= (major, minor)
+
+    @property
+    def has_accelerator_api(self) -> bool:
+        """`torch.accelerator` (CUDA, ROCm, MPS, XPU alike) exists from 2.6."""
+        return self.at_least(2, 6)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -17,30 +17,11 @@ from torchdevlint.analysis.cuda_uses import (
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
-from torchdevlint.project import PROJECT_FACT, TORCH_FLOOR
+from torchdevlint.project import TorchVersionOptions
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.shared_fixes import route_through
 
 _DEVICE_NAME = "device"
-
-
-@dataclass(frozen=True)
-class TorchVersionOptions:
-    # The oldest PyTorch the code must run on: from 2.6 the fix chooses the device with
-    # `torch.accelerator` (CUDA, ROCm, MPS, XPU alike), before it with `torch.cuda`. Unset,
-    # it is the floor the project declares for torch (pyproject.toml, setup.cfg, setup.py,
-    # requirements*.txt), else 2.6.
-    torch_version: str = field(default="2.6", metadata={PROJECT_FACT: TORCH_FLOOR})
-
-    def __post_init__(self) -> None:
-        parts = self.torch_version.split(".") if isinstance(self.torch_version, str) else []
-        if len(parts) < 2 or not all(part.isdigit() for part in parts[:2]):
-            raise ValueError('torch-version must be a version such as "2.6"')
-
-    @property
-    def has_accelerator_api(self) -> bool:
-        major, minor = (int(part) for part in self.torch_version.split(".")[:2])
-        return (major, minor) >= (2, 6)
 
 
 @dataclass(frozen=True)
