@@ -36,6 +36,16 @@ def test_the_generated_brain_is_what_the_pinned_torch_states() -> None:
     assert actual == expected, "the torch brain is stale: run python scripts/generate_torch_brain.py"
 
 
+def test_the_device_types_are_those_the_installed_torch_parses() -> None:
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError) as raised:
+        torch.device("nosuchdevice")
+    listed = str(raised.value).split("Expected one of ")[1].split(" device type")[0]
+    assert torch_api.TORCH_DEVICE_TYPES == frozenset(listed.split(", "))
+    assert torch_api.torch_device_accepts("cuda:1") and torch_api.torch_device_accepts("xla")
+    assert not any(torch_api.torch_device_accepts(text) for text in ("auto", "gpu", "0", "", "cuda:x"))
+
+
 def test_linting_never_imports_torch_for_the_brain() -> None:
     code = "import sys; from torchdevlint.analysis.brains import torch_api; " \
            "torch_api.function_op('torch.zeros'); print('torch' in sys.modules)"

@@ -13,6 +13,7 @@ from enum import Enum
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.brains.argparse_options import read_option
 from torchdevlint.analysis.devices import integer_value, string_value
 from torchdevlint.analysis.names import dotted_name
@@ -34,6 +35,11 @@ class CommandLine:
         # dest -> what it holds (None: unknown, or parsers disagree).
         self._options: dict[str, OptionKind | None] = {}
         self._namespaces: set[str] = set()
+        # dest -> the strings its default and choices offer.
+        self._offered: dict[str, set[str]] = {}
+        # Attribute names the program compares or assigns (`args.device == "auto"`,
+        # `args.device = ...`): an option so handled may be remapped before it is used.
+        self._handled: set[str] = set()
 
     def option_kind(self, node: cst.BaseExpression) -> OptionKind | None:
         """What `args.<dest>` holds, where `node` reads an option of a parsed namespace."""
@@ -41,16 +47,47 @@ class CommandLine:
             return self._options.get(node.attr.value)
         return None
 
+    def offered_strings(self, dest: str) -> frozenset[str]:
+        """The strings an option's default and choices offer; empty for no such option.
+        Complete once the walk is over."""
+        return frozenset(self._offered.get(dest, ()))
+
+    def is_namespace(self, name: str) -> bool:
+        """Whether a name holds the parsed options: bound by `parse_args()` here, or named as
+        parsed options are passed around (`args`, `opt`, `cfg`)."""
+        return name in self._namespaces or name in naming.OPTION_NAMESPACE_NAMES
+
+    def handled(self, dest: str) -> bool:
+        """Whether the program compares or assigns an attribute of that name anywhere (known
+        once the walk is over)."""
+        return dest in self._handled
+
     # ---- the walk --------------------------------------------------------------------------
 
     def leave_Call(self, node: cst.Call) -> None:
         option = read_option(node)
         dest = option.dest if option is not None else None
-        if dest is None:
+        if option is None or dest is None:
             return
         kind = _option_kind(node)
         previous = self._options.get(dest, kind)
         self._options[dest] = kind if previous == kind else None
+        offered = self._offered.setdefault(dest, set())
+        default = option.keywords.get("default")
+        if default is not None and string_value(default) is not None:
+            offered.add(string_value(default) or "")
+        choices = option.keywords.get("choices")
+        if isinstance(choices, (cst.List, cst.Tuple, cst.Set)):
+            offered.update(text for text in (string_value(e.value) for e in choices.elements) if text is not None)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        for side in (node.left, *(target.comparator for target in node.comparisons)):
+            if isinstance(side, cst.Attribute):
+                self._handled.add(side.attr.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, cst.Attribute):
+            self._handled.add(node.target.attr.value)
 
     def leave_Assign(self, node: cst.Assign) -> None:
         value = node.value

@@ -56,6 +56,10 @@ HOST_COPY_READ_EARLY = re.compile(r"a non_blocking copy to the CPU was read befo
 NO_ACCELERATOR_DEVICE = re.compile(r"'NoneType' object has no attribute '(type|index)'")
 # A float64 tensor on Apple's GPU (and on the emulated one, `verify.mps`).
 MPS_FLOAT64 = re.compile(r"MPS framework doesn't support float64")
+# A device string torch.device does not parse (`"auto"`, `"gpu"`, `"0"`, `""`).
+DEVICE_STRING_REJECTED = re.compile(
+    r"device type at start of device string|Invalid device string|Device string must not be empty"
+)
 PREFIXED_STATE_DICT = re.compile(
     r"Error\(s\) in loading state_dict(?s:.*)(Unexpected|Missing) key\(s\) in state_dict: \"module\."
 )
@@ -75,6 +79,7 @@ EXPECTED_BY_RULE: dict[str, re.Pattern[str]] = {
     "TDL016": MPS_FLOAT64,
     "TDL017": NO_GPU,
     "TDL019": NO_GPU,
+    "TDL020": DEVICE_STRING_REJECTED,
 }
 
 

@@ -50,3 +50,7 @@ DEVICE_FLAG_WORDS = ("cuda", "gpu", "cpu", "device", "mps", "xpu", "accelerator"
 
 # Words in a checkpoint path that say a script reads its own earlier runs back (a resume).
 RESUME_PATH_WORDS = ("resume", "checkpoint", "ckpt")
+
+# Names a parsed command line usually goes by where it is passed around (`def main(args)`,
+# `train(opt)`): read as argparse namespaces beside the names bound by `parse_args()`.
+OPTION_NAMESPACE_NAMES = frozenset({"args", "opt", "opts", "options", "flags", "hparams", "cfg", "config", "argv"})

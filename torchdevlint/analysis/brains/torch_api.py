@@ -412,3 +412,22 @@ def call_role(qualified: str) -> CallRole | None:
         if qualified.startswith(prefixes):
             return prefixed_role
     return None
+
+
+# ---- device strings ------------------------------------------------------------------------
+
+# The device types `torch.device("<type>[:<index>]")` accepts, as c10's parser lists them
+# (`Expected one of cpu, cuda, ... device type at start of device string`); the C++ source
+# is their only record, so `tests/test_torch_brain.py` compares this with the installed torch.
+TORCH_DEVICE_TYPES: frozenset[str] = frozenset(
+    {
+        "cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla",
+        "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone",
+    }
+)
+
+
+def torch_device_accepts(text: str) -> bool:
+    """Whether `torch.device(text)` accepts the string: a device type, then `:<index>`."""
+    kind, colon, index = text.partition(":")
+    return kind in TORCH_DEVICE_TYPES and (not colon or index.isdigit())
