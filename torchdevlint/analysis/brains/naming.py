@@ -54,3 +54,7 @@ RESUME_PATH_WORDS = ("resume", "checkpoint", "ckpt")
 # Names a parsed command line usually goes by where it is passed around (`def main(args)`,
 # `train(opt)`): read as argparse namespaces beside the names bound by `parse_args()`.
 OPTION_NAMESPACE_NAMES = frozenset({"args", "opt", "opts", "options", "flags", "hparams", "cfg", "config", "argv"})
+
+# Words in the name of a function that runs training steps (`train_one_epoch`, `fit`): a
+# loop calling one is a training loop, whose backward passes are out of sight.
+TRAINING_CALL_WORDS = ("train", "epoch", "fit")

@@ -1,0 +1,165 @@
+"""TDL105 timing-without-synchronize."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from torchdevlint.analysis.timing import unsynchronised_readings
+from torchdevlint.diagnostics import Applicability
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
+
+
+class TimingWithoutSynchronize(Rule):
+    """
+    ## What it does
+    Finds a measurement with the wall clock (`time.time()`, `time.perf_counter()`,
+    `time.monotonic()`, `timeit.default_timer()` subtracted from, or bound to a name a later
+    statement subtracts from) that follows, in the same block as an earlier reading, work the
+    flow model shows on an accelerator (a model on the GPU called, device tensors computed,
+    `loss.backward()`) with nothing in between that waits for it: no
+    `torch.cuda.synchronize()` (or `torch.accelerator.synchronize()`), no CUDA event, no
+    transfer to the host (`.item()`, `.cpu()`, printing a tensor).
+
+    ## Why is this bad?
+    CUDA queues kernels and returns at once. The difference of the two readings is how long
+    it took to queue the work, not to do it: a benchmark that reports 2 ms for a forward
+    pass that takes 40 ms, and comparisons between models or settings that mean nothing. It
+    is a measurement rule: it is off by default.
+
+    Not reported: readings with a synchronisation or a host transfer between the work and the
+    reading, readings around host-only work, readings that start a span (`end = time.time()`)
+    or check a time limit (`if time.time() - t0 > limit:`), per-step readings in a loop that
+    waits for its work each step (`loss.item()`), where their average comes out right, and
+    timing through CUDA events. A training loop (it calls `.backward()` or a function
+    named for training, such as `train_one_epoch`, or iterates a DataLoader) is timed as a whole: CUDA queues only so far ahead, so what is unfinished at
+    its end is a step's worth of a long span. A helper of the file that returns Python numbers
+    (`loss, acc = evaluate(...)`) has waited for its work.
+
+    ## Fix safety
+    Safe: the fix puts `if torch.cuda.is_available(): torch.cuda.synchronize()` on the line
+    before the reading's statement, so the reading waits for the queued work; on a machine
+    without a GPU the line does nothing. Readings inside a larger statement (a compound
+    statement's header, after a `;`) get no fix.
+
+    ## Options
+    None.
+    """
+
+    code = "TDL105"
+    slug = "timing-without-synchronize"
+    message = "This reading times the queueing of GPU work, not the work: synchronise before reading the clock"
+    fix_title = "Synchronise before reading the clock"
+    default_enabled = False
+    requires_any_text = ("time", "timer")
+
+    VALID = [
+        Valid(
+            """
+            import time
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(64, 64).to(device)
+            x = torch.randn(32, 64, device=device)
+            start = time.perf_counter()
+            y = model(x)
+            torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            begin = time.time()
+            loss = model(x).sum()
+            print(loss.item())
+            took = time.time() - begin
+            """,
+            name="synchronised-and-read-back",
+        ),
+        Valid(
+            """
+            import time
+            import numpy as np
+            start = time.time()
+            values = np.random.rand(1000).sum()
+            elapsed = time.time() - start
+            """,
+            name="host-work",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import time
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(64, 64).to(device)
+            x = torch.randn(32, 64, device=device)
+            start = time.perf_counter()
+            y = model(x)
+            elapsed = time.perf_counter() - start
+            """,
+            fixed="""
+            import time
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(64, 64).to(device)
+            x = torch.randn(32, 64, device=device)
+            start = time.perf_counter()
+            y = model(x)
+            if torch.cuda.is_available(): torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            """,
+            applicability=Applicability.SAFE,
+            name="documented-forward-timed-without-waiting",
+            in_docs=True,
+        ),
+        Invalid(
+            """
+            from time import time
+            import torch
+            def predict(model, batches):
+                model = model.cuda()
+                predictions = []
+                t0 = time()
+                for x in batches:
+                    predictions.append(model(x.cuda()).argmax(1))
+                print(f"inference took {time() - t0:.2f}s")
+                return predictions
+            """,
+            fixed="""
+            from time import time
+            import torch
+            def predict(model, batches):
+                model = model.cuda()
+                predictions = []
+                t0 = time()
+                for x in batches:
+                    predictions.append(model(x.cuda()).argmax(1))
+                if torch.cuda.is_available(): torch.cuda.synchronize()
+                print(f"inference took {time() - t0:.2f}s")
+                return predictions
+            """,
+            applicability=Applicability.SAFE,
+            name="an-inference-loop-timed-in-a-function",
+        ),
+    ]
+
+    def leave_Module(self, node: cst.Module) -> None:
+        self._check_block(node.body, loop_body=False)
+
+    def leave_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._check_block(node.body, loop_body=isinstance(self.context.parent(node), (cst.For, cst.While)))
+
+    def _check_block(self, body: Sequence[cst.BaseStatement], *, loop_body: bool) -> None:
+        statements = {id(small): statement for statement in body if isinstance(statement, cst.SimpleStatementLine)
+                      for small in statement.body[:1]}
+        flow, imports = self.context.flow, self.context.imports
+        for reading, unit in unsynchronised_readings(body, flow, imports, loop_body=loop_body):
+            self.report(reading, fix=self._fix(statements.get(id(unit))))
+
+    def _fix(self, statement: cst.SimpleStatementLine | None) -> PendingFix | None:
+        torch = self.context.imports.local_name_for("torch")
+        if statement is None or torch is None:
+            return None
+        return self.make_fix(
+            NodeEdit.insert_line_before(statement, f"if {torch}.cuda.is_available(): {torch}.cuda.synchronize()"),
+            applicability=Applicability.SAFE)
