@@ -33,10 +33,11 @@ class TimingWithoutSynchronize(Rule):
     reading, readings around host-only work, readings that start a span (`end = time.time()`)
     or check a time limit (`if time.time() - t0 > limit:`), per-step readings in a loop that
     waits for its work each step (`loss.item()`), where their average comes out right, and
-    timing through CUDA events. A training loop (it calls `.backward()` or a function
-    named for training, such as `train_one_epoch`, or iterates a DataLoader) is timed as a whole: CUDA queues only so far ahead, so what is unfinished at
-    its end is a step's worth of a long span. A helper of the file that returns Python numbers
-    (`loss, acc = evaluate(...)`) has waited for its work.
+    timing through CUDA events. A training loop (it calls `.backward()` or a function named
+    for training, such as `train_one_epoch`, or iterates a DataLoader) is timed as a whole:
+    CUDA queues only so far ahead, so what is unfinished at its end is a step's worth of a
+    long span. A helper of the file that returns Python numbers (`loss, acc =
+    evaluate(...)`) has waited for its work.
 
     ## Fix safety
     Safe: the fix puts `if torch.cuda.is_available(): torch.cuda.synchronize()` on the line
