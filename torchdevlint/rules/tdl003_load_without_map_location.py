@@ -101,6 +101,21 @@ class LoadWithoutMapLocation(Rule):
         Valid(
             """
             import torch
+            import torch.nn as nn
+            model = nn.Linear(4, 2)
+            torch.save({"state_dict": model.state_dict(), "size": 4}, "checkpoint.pth")
+            def load_checkpoint(filepath):
+                checkpoint = torch.load(filepath)
+                restored = nn.Linear(checkpoint["size"], 2)
+                restored.load_state_dict(checkpoint["state_dict"])
+                return restored
+            model = load_checkpoint("checkpoint.pth")
+            """,
+            name="a-helper-loading-the-file-each-of-its-calls-saved-before",
+        ),
+        Valid(
+            """
+            import torch
             state = torch.load("model.pt", map_location="cpu")
             other = torch.load("model.pt", "cpu")
             scripted = torch.jit.load("model.pt")
@@ -206,6 +221,28 @@ class LoadWithoutMapLocation(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            torch.save(nn.Linear(4, 2).state_dict(), "checkpoint.pth")
+            def load_weights(filepath):
+                return torch.load(filepath)
+            mine = load_weights("checkpoint.pth")
+            released = load_weights("released.pth")
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            torch.save(nn.Linear(4, 2).state_dict(), "checkpoint.pth")
+            def load_weights(filepath):
+                return torch.load(filepath, map_location="cpu")
+            mine = load_weights("checkpoint.pth")
+            released = load_weights("released.pth")
+            """,
+            applicability=Applicability.UNSAFE,
+            name="a-helper-also-called-with-a-file-another-run-saved",
+        ),
         Invalid(
             """
             import torch

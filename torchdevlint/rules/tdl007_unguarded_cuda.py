@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.cuda_uses import (
     CudaProgram,
     CudaUse,
@@ -14,6 +15,7 @@ from torchdevlint.analysis.cuda_uses import (
     kept_for_the_gpu,
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
+from torchdevlint.analysis.flow.values import Off
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -100,6 +102,23 @@ class UnguardedCuda(Rule):
     requires_any_text = ("cuda", "is_available")
 
     VALID = [
+        Valid(
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gpu-index", type=int, default=0)
+            args = parser.parse_args()
+            if torch.cuda.is_available():
+                args.device = torch.device("cuda")
+            else:
+                args.device = torch.device("cpu")
+                args.gpu_index = -1
+            with torch.cuda.device(args.gpu_index):
+                model = torch.nn.Linear(2, 2).to(args.device)
+            """,
+            name="a-device-context-given-minus-one-in-the-cpu-mode",
+        ),
         Valid(
             """
             import os
@@ -483,5 +502,16 @@ class UnguardedCuda(Rule):
                 assert isinstance(site.node, cst.Call)
                 if flow.qualified_name(site.node.func) not in LEGACY_CUDA_TENSOR_TYPES:
                     continue
+            if self._device_switched_off(site.node):
+                continue
             if self._reached_in_cpu_mode(site):
                 self.report(site.node, fix=site.fix)
+
+    def _device_switched_off(self, node: cst.CSTNode) -> bool:
+        """`with torch.cuda.device(args.gpu_index):` where the CPU mode sets the index to -1
+        (or None): a no-op there."""
+        if not (isinstance(node, cst.Call) and node.args and node.args[0].keyword is None):
+            return False
+        if self.context.imports.qualified_name(node.func) != torch_api.CUDA_DEVICE_CONTEXT:
+            return False
+        return isinstance(self.context.flow.value_of(node.args[0].value).in_cpu_mode, Off)

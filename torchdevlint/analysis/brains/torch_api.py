@@ -135,6 +135,7 @@ DATA_PARALLEL_FUNCTIONS: frozenset[str] = frozenset(
 # What `.cuda()` and `"cuda"` mean from here on: set, and (with `torch.cuda.device(n)`) changed
 # for a block.
 SET_CUDA_DEVICE = "torch.cuda.set_device"
+# `with torch.cuda.device(n):`; a no-op given a negative index or None.
 CUDA_DEVICE_CONTEXT = "torch.cuda.device"
 # Where tensor factories without `device=` put their tensors from here on (`torch.device(d)`
 # as a context manager: in its block).

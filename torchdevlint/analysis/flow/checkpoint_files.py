@@ -101,7 +101,21 @@ class CheckpointFiles:
         if path is None or scope is None:
             return False
         key = self._file_key(load, path, scope, {})
-        return key is not None and self._written_before(load, scope, key, _CALL_DEPTH, set())
+        if key is not None:
+            return self._written_before(load, scope, key, _CALL_DEPTH, set())
+        if not isinstance(scope, cst.FunctionDef):
+            return False
+        # `def load_checkpoint(path): torch.load(path)`: the file each same-file call names,
+        # saved before that call (every call, and at least one).
+        sites = self._call_sites(scope)
+        for site in sites:
+            caller = self._scope_of.get(id(site))
+            if caller is None:
+                return False
+            site_key = self._file_key(load, path, scope, self._bind_arguments(scope, site, caller))
+            if site_key is None or not self._written_before(site, caller, site_key, _CALL_DEPTH - 1, {id(scope)}):
+                return False
+        return bool(sites)
 
     def same_file(self, save: cst.Call, load: cst.Call, qualified_name: _QualifiedName) -> bool:
         """Whether a `torch.save` and a `torch.load` name the same file (each path read in its
