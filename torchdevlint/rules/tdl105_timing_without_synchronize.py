@@ -54,7 +54,7 @@ class TimingWithoutSynchronize(Rule):
     message = "This reading times the queueing of GPU work, not the work: synchronise before reading the clock"
     fix_title = "Synchronise before reading the clock"
     default_enabled = False
-    requires_any_text = ("time", "timer")
+    requires_any_text = ("time(", "perf_counter", "monotonic", "default_timer", "time_ns")
 
     VALID = [
         Valid(

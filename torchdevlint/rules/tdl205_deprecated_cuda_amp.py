@@ -61,7 +61,7 @@ class DeprecatedCudaAmp(Rule):
     fix_title = "Use torch.amp with \"cuda\""
     default_enabled = False
     marks = frozenset({Mark.DEPRECATED})
-    requires_any_text = ("amp",)
+    requires_any_text = ("cuda.amp", "cuda import amp")
     Options = TorchVersionOptions
     options: TorchVersionOptions
 
