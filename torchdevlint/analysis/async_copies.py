@@ -9,7 +9,7 @@ statement of the same block before anything synchronises.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from enum import Enum
 
 import libcst as cst
@@ -18,7 +18,7 @@ from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.flow.values import HOST_PLACE
 from torchdevlint.analysis.loader_flow import is_non_blocking
 from torchdevlint.analysis.names import ImportTable
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.tree import child_nodes, small_statements
 
 # Reading these says nothing about the values, so it does not race with the copy.
 _METADATA = frozenset({"shape", "dtype", "device", "size", "dim", "ndim", "numel", "is_pinned", "layout", "names"})
@@ -56,15 +56,6 @@ def is_cpu_copy(flow: FlowQueries, node: cst.CSTNode) -> bool:
     )
 
 
-def _units(body: Sequence[cst.BaseStatement]) -> Iterator[cst.CSTNode]:
-    """The statements of a block in order, with `a; b` split into its small statements."""
-    for statement in body:
-        if isinstance(statement, cst.SimpleStatementLine):
-            yield from statement.body
-        else:
-            yield statement
-
-
 def _hands_over(value: cst.BaseExpression | cst.From | None, name: str) -> bool:
     """`return copy`, `yield copy, other`: the bare tensor goes to the caller unread."""
     if isinstance(value, cst.Name):
@@ -100,7 +91,7 @@ def copies_read_early(body: Sequence[cst.BaseStatement], flow: FlowQueries, impo
     """The copies a block binds to a name (`y = x.to("cpu", non_blocking=True)`) whose
     values a later statement of the block reads before anything synchronises."""
     found: list[cst.Call] = []
-    units = list(_units(body))
+    units = list(small_statements(body))
     for index, unit in enumerate(units):
         if not (isinstance(unit, cst.Assign) and len(unit.targets) == 1):
             continue

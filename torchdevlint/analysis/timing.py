@@ -19,7 +19,7 @@ from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.flow.values import Kind, Value
 from torchdevlint.analysis.names import ImportTable
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.tree import child_nodes, small_statements
 
 TIMERS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.process_time", "timeit.default_timer",
                     "time.time_ns", "time.perf_counter_ns", "time.monotonic_ns"})
@@ -28,14 +28,6 @@ _WAITING_METHODS = frozenset({"synchronize", "item", "tolist", "numpy", "cpu", "
 _WAITING_MODULES = ("torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize",
                     "torch.mps.synchronize", "torch.cuda.Event", "torch.distributed.barrier")
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-
-
-def _units(body: Sequence[cst.BaseStatement]) -> Iterator[cst.CSTNode]:
-    for statement in body:
-        if isinstance(statement, cst.SimpleStatementLine):
-            yield from statement.body
-        else:
-            yield statement
 
 
 def _calls(unit: cst.CSTNode) -> Iterator[cst.Call]:
@@ -58,7 +50,7 @@ def unsynchronised_readings(body: Sequence[cst.BaseStatement], flow: FlowQueries
     not one compared with a limit (`if time.time() - t0 > limit:`). In a loop's body that
     waits for its work somewhere (`loss.item()` each step), the per-step readings come out
     right on average, and none is reported."""
-    units = list(_units(body))
+    units = list(small_statements(body))
     per_unit = [list(_calls(unit)) for unit in units]
     # A measurement needs a reading before it: blocks with fewer than two ask nothing more.
     if sum(imports.qualified_name(call.func) in TIMERS for calls in per_unit for call in calls) < 2:

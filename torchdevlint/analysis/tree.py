@@ -9,6 +9,7 @@ that. Whitespace, comments and punctuation are skipped: no rule looks inside the
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
@@ -75,3 +76,12 @@ def keyword_argument(call: cst.Call, name: str) -> cst.Arg | None:
         if arg.keyword is not None and arg.keyword.value == name:
             return arg
     return None
+
+
+def small_statements(body: Sequence[cst.BaseStatement]) -> Iterator[cst.CSTNode]:
+    """The statements of a block in order, with `a; b` split into its small statements."""
+    for statement in body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            yield from statement.body
+        else:
+            yield statement
