@@ -41,7 +41,7 @@ def test_the_device_types_are_those_the_installed_torch_parses() -> None:
     with pytest.raises(RuntimeError) as raised:
         torch.device("nosuchdevice")
     listed = str(raised.value).split("Expected one of ")[1].split(" device type")[0]
-    assert torch_api.TORCH_DEVICE_TYPES == frozenset(listed.split(", "))
+    assert frozenset(listed.split(", ")) == torch_api.TORCH_DEVICE_TYPES
     assert torch_api.torch_device_accepts("cuda:1") and torch_api.torch_device_accepts("xla")
     assert not any(torch_api.torch_device_accepts(text) for text in ("auto", "gpu", "0", "", "cuda:x"))
 
