@@ -18,7 +18,7 @@ from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
 from torchdevlint.analysis.names import ImportTable
-from torchdevlint.analysis.tree import keyword_argument
+from torchdevlint.analysis.tree import child_nodes, keyword_argument
 
 
 class EnclosingMethod(Protocol):
@@ -212,3 +212,46 @@ class ModuleAttributes:
         if name is not None and not _device_safe_use(node, self.context.ancestors(node)):
             self._current_class().used_in_forward.add(name)
 
+
+
+def attributes_read_after_construction(class_node: cst.ClassDef) -> frozenset[str] | None:
+    """The attributes of `self` that a class's methods read once the instance is built: in
+    every method but `__init__` and the helpers only `__init__` (or such helpers) call
+    (`self.backbone = self._pick(name)` reading a table of candidates). A container only
+    those read is a setup-time table, not the module's state. None where the class has no
+    other method (its `forward` is elsewhere): nothing shows what is used."""
+    methods = {statement.name.value: statement for statement in class_node.body.body
+               if isinstance(statement, cst.FunctionDef)}
+    callers: dict[str, set[str]] = {name: set() for name in methods}
+    reads: dict[str, set[str]] = {name: set() for name in methods}
+    for name, method in methods.items():
+        self_name = _first_parameter(method)
+        if self_name is None:
+            continue
+        stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(method.body, None)]
+        while stack:
+            node, parent = stack.pop()
+            attribute = _self_attribute(node, self_name) if isinstance(node, cst.BaseExpression) else None
+            if attribute is not None and not (isinstance(parent, cst.AssignTarget) and parent.target is node):
+                reads[name].add(attribute)
+                if attribute in methods:
+                    called = isinstance(parent, cst.Call) and parent.func is node
+                    # Passed around (`callback=self._pick`): anyone may call it later.
+                    callers[attribute].add(name if called else "<escapes>")
+            stack.extend((child, node) for child in child_nodes(node))
+    setup = {"__init__"}
+    changed = True
+    while changed:
+        changed = False
+        for name, calling in callers.items():
+            if name not in setup and calling and calling <= setup:
+                setup.add(name)
+                changed = True
+    if set(methods) <= setup:
+        return None
+    return frozenset(attribute for name, found in reads.items() if name not in setup for attribute in found)
+
+
+def _first_parameter(function: cst.FunctionDef) -> str | None:
+    params = [*function.params.posonly_params, *function.params.params]
+    return params[0].name.value if params else None

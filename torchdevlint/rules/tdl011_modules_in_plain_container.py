@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.devices import string_value
+from torchdevlint.analysis.module_attributes import attributes_read_after_construction
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -57,7 +58,10 @@ class ModulesInPlainContainer(Rule):
     on the first GPU run), `model.parameters()` does not list them (the optimizer never
     trains them), and the state dict does not save them.
 
-    Lists of modules that are registered elsewhere (`[self.conv1, self.conv2]`) are fine.
+    Lists of modules that are registered elsewhere (`[self.conv1, self.conv2]`) are fine, and
+    so is a table of candidates that only `__init__` (and the helpers only it calls) reads to
+    pick the one it registers (`self.backbone = self.backbones[name]`): the others are never
+    used.
 
     ## Fix safety
     Offered for lists, and for dicts whose keys are string literals without dots that are not
@@ -77,6 +81,23 @@ class ModulesInPlainContainer(Rule):
     requires_any_text = ("__init__",)
 
     VALID = [
+        Valid(
+            """
+            import torch.nn as nn
+            import torchvision.models as models
+            class Contrastive(nn.Module):
+                def __init__(self, name, dim):
+                    super().__init__()
+                    self.backbones = {"resnet18": models.resnet18(num_classes=dim),
+                                      "resnet50": models.resnet50(num_classes=dim)}
+                    self.backbone = self._pick(name)
+                def _pick(self, name):
+                    return self.backbones[name]
+                def forward(self, x):
+                    return self.backbone(x)
+            """,
+            name="a-table-of-candidates-read-only-while-constructing",
+        ),
         Valid(
             """
             import torch.nn as nn
@@ -240,8 +261,11 @@ class ModulesInPlainContainer(Rule):
             return
         # `nn.Sequential(*self.layers)`, `nn.ModuleList(self.layers)`: registered after all.
         registered = self.context.flow.attributes_handed_to_modules(node)
+        method = self.context.enclosing_method()
+        used = attributes_read_after_construction(method.owner) if method is not None else None
+        # (None: no method besides the constructor shows what the instance uses.)
         for name, assignment, fix in self._candidates:
-            if name not in registered:
+            if name not in registered and (used is None or name in used):
                 self.report(assignment, fix=fix)
         self._candidates.clear()
 
