@@ -74,8 +74,9 @@ class CommandLine:
         self._options[dest] = kind if previous == kind else None
         offered = self._offered.setdefault(dest, set())
         default = option.keywords.get("default")
-        if default is not None and string_value(default) is not None:
-            offered.add(string_value(default) or "")
+        default_text = string_value(default) if default is not None else None
+        if default_text is not None:
+            offered.add(default_text)
         choices = option.keywords.get("choices")
         if isinstance(choices, (cst.List, cst.Tuple, cst.Set)):
             offered.update(text for text in (string_value(e.value) for e in choices.elements) if text is not None)

@@ -151,10 +151,13 @@ class TimingWithoutSynchronize(Rule):
         self._check_block(node.body, loop_body=isinstance(self.context.parent(node), (cst.For, cst.While)))
 
     def _check_block(self, body: Sequence[cst.BaseStatement], *, loop_body: bool) -> None:
-        statements = {id(small): statement for statement in body if isinstance(statement, cst.SimpleStatementLine)
-                      for small in statement.body[:1]}
-        flow, imports = self.context.flow, self.context.imports
-        for reading, unit in unsynchronised_readings(body, flow, imports, loop_body=loop_body):
+        found = unsynchronised_readings(body, self.context.flow, self.context.imports, loop_body=loop_body)
+        if not found:
+            return
+        # A fix goes before a reading's line only where its statement starts that line.
+        statements = {id(statement.body[0]): statement for statement in body
+                      if isinstance(statement, cst.SimpleStatementLine) and statement.body}
+        for reading, unit in found:
             self.report(reading, fix=self._fix(statements.get(id(unit))))
 
     def _fix(self, statement: cst.SimpleStatementLine | None) -> PendingFix | None:
