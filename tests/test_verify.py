@@ -871,6 +871,24 @@ def test_emulated_gpus_are_told_apart() -> None:
         assert gpu_of(output) == 1
 
 
+class _MovesItems(torch.utils.data.Dataset):  # type: ignore[type-arg]  # items are tensors
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((2,), float(index)).to("cuda")
+
+
+def test_cuda_in_a_worker_forked_after_cuda_started_fails_as_on_cuda() -> None:
+    from torchdevlint.verify.emulation import emulated_gpu, gpu_of
+
+    with emulated_gpu():
+        # Before CUDA starts, the main process loads on the GPU; after it, a forked worker cannot.
+        assert gpu_of(next(iter(torch.utils.data.DataLoader(_MovesItems(), batch_size=2)))) == 0
+        with pytest.raises(RuntimeError, match="Cannot re-initialize CUDA in forked subprocess"):
+            next(iter(torch.utils.data.DataLoader(_MovesItems(), batch_size=2, num_workers=1)))
+
+
 class _NormalisedLinear(torch.nn.Module):
     """`shift` a plain tensor attribute (which DataParallel does not copy), or a buffer."""
 

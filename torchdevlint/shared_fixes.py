@@ -1,6 +1,7 @@
 """The fixes several rules share, beside `edits.py` since rules never import each other:
-`pin_memory=True` given to the DataLoaders TDL101 and TDL102 report, and a CUDA use sent
-through a device variable (TDL007, TDL203)."""
+`pin_memory=True` given to the DataLoaders TDL101 and TDL102 report, a CUDA use sent
+through a device variable (TDL007, TDL203), and the device of a model's data where a method
+makes a tensor (TDL002, TDL022)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from collections.abc import Callable
 import libcst as cst
 
 from torchdevlint.analysis.cuda_uses import CudaUse, UseKind
+from torchdevlint.analysis.flow.results import Env, names_bound_by
+from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
 from torchdevlint.analysis.loader_flow import LoaderCall
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Rule
@@ -52,3 +56,82 @@ def route_through(use: CudaUse, device: str, code_for_node: Callable[[cst.CSTNod
         if isinstance(named, cst.Attribute) and isinstance(named.value, cst.Attribute):
             return NodeEdit(named.value, code_for_node(named.value.value)), NodeEdit.insert_after(call, f".to({device})")
     return ()
+
+
+def model_data_device(rule: Rule, call: cst.Call, scope: cst.FunctionDef) -> tuple[str, Applicability] | None:
+    """Where the model's data is, as code, for a tensor a module's method makes at `call`.
+
+    A parameter of the method that holds the model's data there (even if it is rebound
+    later), never one the method uses as a dict or a list (`fields.items()`, `**batch`, `for x
+    in xs`): safe when it is annotated as a Tensor, unsafe otherwise (it may be a list or a
+    dict). With no such input, `next(self.parameters()).device`, unsafe (a module without
+    parameters has none). None where neither is at hand.
+    """
+    env = _env_at(rule, call, scope)
+    if env is None:
+        return None
+    params = [*scope.params.posonly_params, *scope.params.params]
+    self_name = params[0].name.value if params else None
+    shadowed = _names_bound_around(rule, call, scope) | _used_as_containers(scope)
+    for param in params[1:]:
+        name = param.name.value
+        value = env.get(name)
+        if name in shadowed or value is None or not value.is_tensor_like:
+            continue
+        if value.places != frozenset({MODULE_DEVICE_PLACE}):
+            continue
+        return f"{name}.device", Applicability.SAFE if value.is_tensor else Applicability.UNSAFE
+    if self_name is None or self_name in shadowed or self_name not in env:
+        return None
+    # No input at hand: the module's own device (fails only on a module without parameters).
+    return f"next({self_name}.parameters()).device", Applicability.UNSAFE
+
+
+def _env_at(rule: Rule, call: cst.Call, scope: cst.FunctionDef) -> Env | None:
+    flow = rule.context.flow.flow_for(scope)
+    if flow is None:
+        return None
+    current: cst.CSTNode | None = call
+    while current is not None and id(current) not in flow.before:
+        current = rule.context.parents.get(id(current))
+    if current is None:
+        return None
+    return rule.context.flow.env_before(current)
+
+
+def _names_bound_around(rule: Rule, call: cst.Call, scope: cst.FunctionDef) -> set[str]:
+    """Names a comprehension or lambda between the call and its function binds."""
+    names: set[str] = set()
+    current = rule.context.parents.get(id(call))
+    while current is not None and current is not scope:
+        if isinstance(current, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            clause: cst.CompFor | None = current.for_in
+            while clause is not None:
+                names.update(name.value for name in names_bound_by(clause.target))
+                clause = clause.inner_for_in
+        elif isinstance(current, cst.Lambda):
+            names.update(p.name.value for p in current.params.params)
+        current = rule.context.parents.get(id(current))
+    return names
+
+
+_CONTAINER_METHODS = frozenset({"items", "keys", "values", "get", "append", "extend"})
+
+
+def _used_as_containers(scope: cst.FunctionDef) -> set[str]:
+    """Names the method uses as a dict or list (`batch.items()`, `**batch`, `batch["x"]`,
+    `for x in xs`): no tensor whose `.device` a fix could read."""
+    found: set[str] = set()
+    stack: list[cst.CSTNode] = [scope.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) \
+                and node.func.attr.value in _CONTAINER_METHODS:
+            found.add(node.func.value.value)
+        elif isinstance(node, cst.Arg) and node.star and isinstance(node.value, cst.Name) or isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and len(node.slice) == 1 \
+                and isinstance(node.slice[0].slice, cst.Index) and isinstance(node.slice[0].slice.value, cst.SimpleString):
+            found.add(node.value.value)
+        elif isinstance(node, (cst.For, cst.CompFor)) and isinstance(node.iter, cst.Name):
+            found.add(node.iter.value)
+        stack.extend(child_nodes(node))
+    return found

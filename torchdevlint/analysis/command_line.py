@@ -35,6 +35,8 @@ class CommandLine:
         # dest -> what it holds (None: unknown, or parsers disagree).
         self._options: dict[str, OptionKind | None] = {}
         self._namespaces: set[str] = set()
+        # dest -> its integer default (None: not an integer, or parsers disagree).
+        self._integer_defaults: dict[str, int | None] = {}
         # dest -> the strings its default and choices offer.
         self._offered: dict[str, set[str]] = {}
         # Attribute names the program compares or assigns (`args.device == "auto"`,
@@ -45,6 +47,13 @@ class CommandLine:
         """What `args.<dest>` holds, where `node` reads an option of a parsed namespace."""
         if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value in self._namespaces:
             return self._options.get(node.attr.value)
+        return None
+
+    def integer_default(self, node: cst.BaseExpression) -> int | None:
+        """The integer default of the option `args.<dest>` reads, if it has one."""
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) \
+                and self.is_namespace(node.value.value):
+            return self._integer_defaults.get(node.attr.value)
         return None
 
     def offered_strings(self, dest: str) -> frozenset[str]:
@@ -75,6 +84,8 @@ class CommandLine:
         offered = self._offered.setdefault(dest, set())
         default = option.keywords.get("default")
         default_text = string_value(default) if default is not None else None
+        number = integer_value(default) if default is not None else None
+        self._integer_defaults[dest] = number if self._integer_defaults.get(dest, number) == number else None
         if default_text is not None:
             offered.add(default_text)
         choices = option.keywords.get("choices")

@@ -229,6 +229,11 @@ class CudaWalkContext(Protocol):
 
     def ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]: ...
 
+    @property
+    def flow(self) -> FlowQueries: ...
+
+    def scopes(self) -> list[cst.CSTNode]: ...
+
 
 class CudaProgram:
     """What the file says, so far in the walk, about running with or without a GPU.
@@ -257,6 +262,16 @@ class CudaProgram:
         self._fallback_devices: dict[int, set[str]] = {}
 
     # ---- questions -----------------------------------------------------------------------
+
+    def model_method_here(self) -> cst.FunctionDef | None:
+        """The method of an `nn.Module` (not `__init__`) whose code the point being visited is,
+        nested functions and lambdas included: code that runs where the model's data is."""
+        method = next((scope for scope in self._context.scopes() if isinstance(scope, cst.FunctionDef)), None)
+        if method is None or method.name.value == "__init__":
+            return None
+        flow = self._context.flow
+        owner = flow.class_of_method(method)
+        return method if owner is not None and flow.is_module_class(owner) else None
 
     def exits_without_gpu(self, ancestors: Sequence[cst.CSTNode]) -> bool:
         """Whether a scope around a point (its ancestors) has already ended without a GPU."""

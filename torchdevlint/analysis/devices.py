@@ -47,10 +47,12 @@ CUDA_INITIALISING_FUNCTIONS: frozenset[str] = frozenset(
 )
 
 # `torch.cuda.FloatTensor(...)` and friends: legacy constructors that allocate on the GPU.
-LEGACY_CUDA_TENSOR_TYPES: frozenset[str] = frozenset(
-    f"torch.cuda.{name}Tensor"
-    for name in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
-)
+# The legacy tensor types and the dtype each makes (`torch.FloatTensor` is float32 ...).
+LEGACY_TENSOR_DTYPES: dict[str, str] = {
+    "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
+    "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
+}
+LEGACY_CUDA_TENSOR_TYPES: frozenset[str] = frozenset(f"torch.cuda.{name}Tensor" for name in LEGACY_TENSOR_DTYPES)
 
 # Contexts and decorators under which results do not require grad.
 GRAD_DISABLING: frozenset[str] = frozenset(

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.results import Env, OriginSite, names_bound_by
-from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.flow.results import OriginSite
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.shared_fixes import model_data_device
 
 
 class ForwardTensorWithoutDevice(Rule):
@@ -587,81 +586,13 @@ class ForwardTensorWithoutDevice(Rule):
         scope = site.scope
         if site.module_class is None or not isinstance(scope, cst.FunctionDef):
             return None
-        env = self._env_at(site.call, scope)
-        if env is None:
+        chosen = model_data_device(self, site.call, scope)
+        if chosen is None:
             return None
-        params = [*scope.params.posonly_params, *scope.params.params]
-        self_name = params[0].name.value if params else None
-        shadowed = self._names_bound_around(site.call, scope) | _used_as_containers(scope)
-        device: str | None = None
-        applicability = Applicability.UNSAFE
-        for param in params[1:]:
-            name = param.name.value
-            value = env.get(name)
-            if name in shadowed or value is None or not value.is_tensor_like:
-                continue
-            if value.places != frozenset({MODULE_DEVICE_PLACE}):
-                continue
-            device = f"{name}.device"
-            if value.is_tensor:
-                applicability = Applicability.SAFE
-            break
-        if device is None:
-            if self_name is None or self_name in shadowed or self_name not in env:
-                return None
-            # No input at hand: the module's own device (fails only on a module without parameters).
-            device = f"next({self_name}.parameters()).device"
+        device, applicability = chosen
         call = site.call
         if call.args:
             edit = NodeEdit.insert_after(call.args[-1].value, f", device={device}")
         else:
             edit = NodeEdit(call, f"{self.context.code_for_node(call.func)}(device={device})")
         return self.make_fix(edit, applicability=applicability)
-
-    def _env_at(self, call: cst.Call, scope: cst.FunctionDef) -> Env | None:
-        flow = self.context.flow.flow_for(scope)
-        if flow is None:
-            return None
-        current: cst.CSTNode | None = call
-        while current is not None and id(current) not in flow.before:
-            current = self.context.parents.get(id(current))
-        if current is None:
-            return None
-        return self.context.flow.env_before(current)
-
-    def _names_bound_around(self, call: cst.Call, scope: cst.FunctionDef) -> set[str]:
-        """Names a comprehension or lambda between the call and its function binds."""
-        names: set[str] = set()
-        current = self.context.parents.get(id(call))
-        while current is not None and current is not scope:
-            if isinstance(current, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-                clause: cst.CompFor | None = current.for_in
-                while clause is not None:
-                    names.update(name.value for name in names_bound_by(clause.target))
-                    clause = clause.inner_for_in
-            elif isinstance(current, cst.Lambda):
-                names.update(p.name.value for p in current.params.params)
-            current = self.context.parents.get(id(current))
-        return names
-
-
-_CONTAINER_METHODS = frozenset({"items", "keys", "values", "get", "append", "extend"})
-
-
-def _used_as_containers(scope: cst.FunctionDef) -> set[str]:
-    """Names the method uses as a dict or list (`batch.items()`, `**batch`, `batch["x"]`,
-    `for x in xs`): no tensor whose `.device` a fix could read."""
-    found: set[str] = set()
-    stack: list[cst.CSTNode] = [scope.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) \
-                and node.func.attr.value in _CONTAINER_METHODS:
-            found.add(node.func.value.value)
-        elif isinstance(node, cst.Arg) and node.star and isinstance(node.value, cst.Name) or isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and len(node.slice) == 1 \
-                and isinstance(node.slice[0].slice, cst.Index) and isinstance(node.slice[0].slice.value, cst.SimpleString):
-            found.add(node.value.value)
-        elif isinstance(node, (cst.For, cst.CompFor)) and isinstance(node.iter, cst.Name):
-            found.add(node.iter.value)
-        stack.extend(child_nodes(node))
-    return found

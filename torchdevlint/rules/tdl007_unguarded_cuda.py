@@ -77,7 +77,9 @@ class UnguardedCuda(Rule):
     A `--cuda` option declared `type=bool` with a true default is no guard: `bool("False")`
     is `True`, so the CPU mode keeps it on (TDL014 reports the option itself).
 
-    A guard that names `torch.cuda.is_available` without calling it is TDL017's.
+    A guard that names `torch.cuda.is_available` without calling it is TDL017's, and a
+    legacy CUDA constructor in a model's methods TDL022's (its fix makes the tensor where the
+    model's data is, which serves the CPU mode too).
 
     ## Why is this bad?
     Without a GPU, `.cuda()` and a `"cuda"` device fail with "AssertionError: Torch not
@@ -483,6 +485,8 @@ class UnguardedCuda(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         for use in cuda_uses(node, self.context.imports, self._program.constructor_aliases):
+            if use.kind is UseKind.LEGACY_CONSTRUCTOR and self._program.model_method_here() is not None:
+                continue  # made on the current GPU, not the model's: TDL022 reports it with its fix
             self._add(use.node, self._fix(use), node, alias=use.kind is UseKind.ALIAS_CALL)
 
     def _fix(self, use: CudaUse) -> PendingFix | None:

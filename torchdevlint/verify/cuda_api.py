@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ EMULATED_GPU_NAME = "torchdevlint emulated GPU"
 CUDA_STRING = re.compile(r"cuda(?::(\d+))?")
 _EMULATED_MEMORY = 80 * 1024**3
 _NO_GPUS = "No CUDA GPUs are available"
+BAD_FORK = (
+    "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+    "you must use the 'spawn' start method"
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,11 @@ class Placement:
     gpu_of: Callable[[Tensor], int | None]
     # The tensor, moved to an emulated GPU (a copy, as `.to` makes it).
     place: Callable[[Tensor, int], Tensor]
+
+
+def _mark_forked(machine: EmulatedMachine | None) -> None:
+    if machine is not None:
+        machine.forked()
 
 
 # -- the machine ------------------------------------------------------------------------------
@@ -55,6 +65,11 @@ class EmulatedMachine:
         self._visible: int | None = None  # fixed when CUDA initialises, as CUDA fixes it
         # The GPU a move under way targets (`.to("cuda:1")`), for the allocation it causes.
         self.target_index: int | None = None
+        # A process forked after CUDA started (a DataLoader worker, say) cannot start it again.
+        self._forked_after_start = False
+        # Weakly: a verify child makes one machine, but tests make many in one process.
+        machine = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _mark_forked(machine()))
 
     def _visible_now(self) -> int:
         """How many GPUs `CUDA_VISIBLE_DEVICES` lets through, read as CUDA reads it."""
@@ -75,10 +90,16 @@ class EmulatedMachine:
         return self._visible is not None
 
     def initialize(self) -> None:
+        if self._forked_after_start:
+            raise RuntimeError(BAD_FORK)
         if self._visible is None:
             self._visible = self._visible_now()
         if self._visible == 0:
             raise RuntimeError(_NO_GPUS)
+
+    def forked(self) -> None:
+        """This process was just forked from the one that ran the machine."""
+        self._forked_after_start = self.initialized
 
     def device_count(self) -> int:
         return self._visible if self._visible is not None else self._visible_now()

@@ -60,6 +60,8 @@ MPS_FLOAT64 = re.compile(r"MPS framework doesn't support float64")
 DEVICE_STRING_REJECTED = re.compile(
     r"device type at start of device string|Invalid device string|Device string must not be empty"
 )
+# CUDA used in a DataLoader worker forked after the training process started CUDA.
+CUDA_IN_FORKED_WORKER = re.compile(r"Cannot re-initialize CUDA in forked subprocess")
 PREFIXED_STATE_DICT = re.compile(
     r"Error\(s\) in loading state_dict(?s:.*)(Unexpected|Missing) key\(s\) in state_dict: \"module\."
 )
@@ -80,6 +82,8 @@ EXPECTED_BY_RULE: dict[str, re.Pattern[str]] = {
     "TDL017": NO_GPU,
     "TDL019": NO_GPU,
     "TDL020": DEVICE_STRING_REJECTED,
+    "TDL021": CUDA_IN_FORKED_WORKER,
+    "TDL022": DEVICE_MISMATCH,
 }
 
 
@@ -92,8 +96,9 @@ def predicted_by(codes: Iterable[str], error: ErrorInfo) -> bool:
 # Rules whose bug surfaces away from the finding and from any name bound there: a DataParallel
 # checkpoint saved with `module.` keys fails where it is loaded, perhaps much later; a
 # `type=bool` device flag, an availability check never called, or a CUDA default device,
-# fails wherever CUDA is then used.
-_SURFACES_AWAY = frozenset({"TDL004", "TDL014", "TDL017", "TDL019"})
+# fails wherever CUDA is then used. A DataLoader worker's error is raised again in the
+# training process, where the loop asks for the next batch.
+_SURFACES_AWAY = frozenset({"TDL004", "TDL014", "TDL017", "TDL019", "TDL021"})
 
 
 def surfaces_away(code: str) -> bool:

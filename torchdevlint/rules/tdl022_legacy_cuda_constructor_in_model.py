@@ -1,0 +1,186 @@
+"""TDL022 legacy-cuda-constructor-in-model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from torchdevlint.analysis.cuda_uses import CudaProgram
+from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES, LEGACY_TENSOR_DTYPES
+from torchdevlint.analysis.names import dotted_name
+from torchdevlint.diagnostics import Applicability
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.shared_fixes import model_data_device
+
+# One argument that is a size, not data: `x.size()`, `x.shape`, `len(xs)`, `int(n)`.
+_SIZE_METHODS = frozenset({"size", "len", "int", "numel", "dim"})
+
+
+class LegacyCudaConstructorInModel(Rule):
+    """
+    ## What it does
+    Finds the legacy CUDA tensor types called as constructors (`torch.cuda.FloatTensor(b, n)`,
+    `torch.cuda.LongTensor([0, 1])`, …) in the methods of an `nn.Module` other than
+    `__init__`: `forward`, mask and state builders, and lambdas or comprehensions in them.
+
+    ## Why is this bad?
+    Such a tensor is made on the *current* CUDA device, whatever device the model and its
+    inputs are on. With the model on a second GPU (`model.to("cuda:1")`, one process per GPU
+    without `torch.cuda.set_device`) the tensor lands on `cuda:0` and the next operation
+    fails with "Expected all tensors to be on the same device"; on a machine without a GPU,
+    or with the model on the CPU, the constructor fails outright ("type torch.cuda.FloatTensor
+    not available"). The legacy types are also deprecated: PyTorch asks for factories with a
+    `dtype=` and a `device=`.
+
+    Not reported: `__init__` (a tensor made there is a parameter or attribute that `.to()`
+    moves or TDL010 reports), functions outside a module, and the CPU types
+    (`torch.FloatTensor`, see TDL018).
+
+    ## Fix safety
+    The constructor becomes the factory it stands for on the device of the model's data:
+    sizes become `torch.empty(..., dtype=..., device=...)`, a list or tuple of values
+    `torch.tensor(..., dtype=..., device=...)`. The device is a parameter of the method that
+    holds the model's data there: safe when it is annotated as a Tensor, unsafe otherwise.
+    With no such input it is `next(self.parameters()).device`, unsafe. A single argument
+    that may be either a size or data (a plain name) gets no fix.
+
+    ## Options
+    None.
+    """
+
+    code = "TDL022"
+    slug = "legacy-cuda-constructor-in-model"
+    message = "A legacy CUDA tensor made in a model lands on the current GPU, not on the model's"
+    fix_title = "Make the tensor on the device of the model's data"
+    requires_any_text = ("Tensor(",)
+    requires_also_any_text = ("cuda",)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class Dropout2d(nn.Module):
+                def __init__(self, p):
+                    super().__init__()
+                    self.p = p
+                    self.scale = nn.Parameter(torch.cuda.FloatTensor([1.0]))
+                def forward(self, x):
+                    return x * torch.empty(x.size(0), x.size(1), 1, 1, device=x.device).bernoulli_(1 - self.p)
+            def make_noise(n):
+                return torch.cuda.FloatTensor(n).normal_()
+            """,
+            name="in-init-outside-a-module-and-the-factory",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            class SpatialDropout(nn.Module):
+                def __init__(self, p):
+                    super().__init__()
+                    self.p = p
+                def forward(self, x: torch.Tensor):
+                    keep = torch.cuda.FloatTensor(x.size(0), x.size(1), 1, 1).bernoulli_(1 - self.p)
+                    return x * keep / (1 - self.p)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class SpatialDropout(nn.Module):
+                def __init__(self, p):
+                    super().__init__()
+                    self.p = p
+                def forward(self, x: torch.Tensor):
+                    keep = torch.empty(x.size(0), x.size(1), 1, 1, dtype=torch.float32, device=x.device).bernoulli_(1 - self.p)
+                    return x * keep / (1 - self.p)
+            """,
+            applicability=Applicability.SAFE,
+            name="dropout-mask-on-the-current-gpu",
+            in_docs=True,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            class Pointer(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.score = nn.Linear(8, 1)
+                def forward(self, states, lengths):
+                    order = torch.cuda.LongTensor([0, 2, 1])
+                    empty = torch.cuda.FloatTensor()
+                    picked = torch.cuda.ByteTensor(states.size()).zero_()
+                    scale = torch.cuda.FloatTensor(lengths)
+                    return self.score(states[order]), empty, picked, scale
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Pointer(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.score = nn.Linear(8, 1)
+                def forward(self, states, lengths):
+                    order = torch.tensor([0, 2, 1], dtype=torch.int64, device=states.device)
+                    empty = torch.empty(0, dtype=torch.float32, device=states.device)
+                    picked = torch.empty(states.size(), dtype=torch.uint8, device=states.device).zero_()
+                    scale = torch.cuda.FloatTensor(lengths)
+                    return self.score(states[order]), empty, picked, scale
+            """,
+            applicability=Applicability.UNSAFE,
+            count=4,
+            name="data-no-arguments-a-size-and-a-name",
+        ),
+    ]
+
+    def setup(self) -> None:
+        self._program = self.context.shared(CudaProgram)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        qualified = self.context.flow.qualified_name(func)
+        if qualified not in LEGACY_CUDA_TENSOR_TYPES:
+            return
+        method = self._program.model_method_here()
+        if method is None:
+            return
+        self.report(node, fix=self._fix(node, method, qualified))
+
+    def _fix(self, call: cst.Call, method: cst.FunctionDef, qualified: str) -> PendingFix | None:
+        written = dotted_name(call.func) or ""
+        if not written.endswith(".cuda." + qualified.rsplit(".", 1)[-1]) or any(arg.keyword or arg.star for arg in call.args):
+            return None  # `from torch.cuda import FloatTensor`, keywords: rewrite by hand
+        torch_name = written[: -len(".cuda." + qualified.rsplit(".", 1)[-1])]
+        factory = self._factory(call.args)
+        chosen = model_data_device(self, call, method)
+        if factory is None or chosen is None:
+            return None
+        device, applicability = chosen
+        dtype = LEGACY_TENSOR_DTYPES[qualified.rsplit(".", 1)[-1].removesuffix("Tensor")]
+        arguments = ", ".join(self.context.code_for_node(arg.value) for arg in call.args) or "0"
+        replacement = f"{torch_name}.{factory}({arguments}, dtype={torch_name}.{dtype}, device={device})"
+        return self.make_fix(NodeEdit(call, replacement), applicability=applicability)
+
+    @staticmethod
+    def _factory(args: Sequence[cst.Arg]) -> str | None:
+        """`empty` for sizes, `tensor` for data; None where one argument may be either."""
+        if len(args) != 1:
+            return "empty"  # none, or several: each a size
+        value = args[0].value
+        if isinstance(value, (cst.List, cst.Tuple)):
+            return "tensor"
+        if isinstance(value, cst.Integer):
+            return "empty"
+        if isinstance(value, cst.Attribute) and value.attr.value == "shape":
+            return "empty"
+        if isinstance(value, cst.Call):
+            name = value.func.attr.value if isinstance(value.func, cst.Attribute) else (
+                value.func.value if isinstance(value.func, cst.Name) else "")
+            if name in _SIZE_METHODS or name == "Size":
+                return "empty"
+        return None
