@@ -87,6 +87,12 @@ EXPECTED_BY_RULE: dict[str, re.Pattern[str]] = {
 }
 
 
+# Rules whose bug needs a machine verify does not emulate, with what it needs.
+NOT_EMULATED: dict[str, str] = {
+    "TDL023": "one process per GPU (torchrun or mp.spawn) on several GPUs",
+}
+
+
 def predicted_by(codes: Iterable[str], error: ErrorInfo) -> bool:
     """Does one of the findings' rules predict this error? Unknown (future) rules: a device mismatch."""
     text = f"{error.type}: {error.message}"

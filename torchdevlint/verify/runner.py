@@ -35,7 +35,7 @@ from torchdevlint.verify.directive import (
     scenarios_for,
     with_host,
 )
-from torchdevlint.verify.expected_errors import predicted_by
+from torchdevlint.verify.expected_errors import NOT_EMULATED, predicted_by
 from torchdevlint.verify.proof import EXERCISED, Budget
 from torchdevlint.verify.protocol import (
     CHILD_MODULE,
@@ -635,8 +635,9 @@ def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome,
 
 
 def proven_findings(findings: Iterable[Diagnostic]) -> list[Diagnostic]:
-    """The findings a run can prove: correctness bugs fail; slow or dated code still runs."""
-    return [d for d in findings if d.code.startswith(CORRECTNESS_PREFIX)]
+    """The findings a run can prove: correctness bugs fail; slow or dated code still runs, and
+    a bug that needs a machine verify does not emulate (`NOT_EMULATED`) cannot show."""
+    return [d for d in findings if d.code.startswith(CORRECTNESS_PREFIX) and d.code not in NOT_EMULATED]
 
 
 # The rules a program is linted with, and their options.
@@ -897,10 +898,15 @@ def _finish(item: _Pending) -> ProgramReport:
     proven = proven_findings(item.findings)
     if not proven or not item.scenarios:
         why = "nothing to verify: not run"
-        if item.findings:
+        verdict = Verdict.NO_FINDING
+        unseen = sorted({d.code for d in item.findings if d.code in NOT_EMULATED})
+        if unseen:
+            verdict = Verdict.NOT_RUNNABLE
+            why = "; ".join(f"{code}'s bug needs {NOT_EMULATED[code]}, which verify does not emulate" for code in unseen)
+            why += ": not run"
+        elif item.findings:
             why = f"no correctness ({CORRECTNESS_PREFIX}xx) finding, nothing fails at run time: not run"
-        return ProgramReport(item.path, item.accelerator, item.spec, item.findings, Verdict.NO_FINDING, why,
-                             cells=item.cells)
+        return ProgramReport(item.path, item.accelerator, item.spec, item.findings, verdict, why, cells=item.cells)
     reference = item.reference.result() if item.reference is not None else None
     first, *more = (_judged(scenario, reference, item.cells, proven) for scenario in item.scenarios)
     verdict, why = first.verdict, first.note

@@ -175,12 +175,17 @@ CUDA_CALLS_NEEDING_A_GPU: frozenset[str] = frozenset(
     )
 )
 
-WRAPPERS: frozenset[str] = DATA_PARALLEL | frozenset(
+DISTRIBUTED_DATA_PARALLEL: frozenset[str] = frozenset(
     {
         "torch.nn.DistributedDataParallel",
         "torch.nn.parallel.DistributedDataParallel",
         "torch.nn.parallel.distributed.DistributedDataParallel",
     }
+)
+WRAPPERS: frozenset[str] = DATA_PARALLEL | DISTRIBUTED_DATA_PARALLEL
+# Calls that give each process its own GPU: the current device, or a process group's device.
+PER_PROCESS_DEVICE_CALLS: frozenset[str] = frozenset(
+    {"torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device"}
 )
 
 # Capitalised torch.nn names that are tensors, not modules.
