@@ -188,6 +188,18 @@ PER_PROCESS_DEVICE_CALLS: frozenset[str] = frozenset(
     {"torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device"}
 )
 
+# Autocast contexts: those taking the device type as their first argument (`device_type=`),
+# and those whose name fixes it.
+AUTOCAST_WITH_DEVICE_TYPE: frozenset[str] = frozenset(
+    {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
+)
+AUTOCAST_OF_DEVICE_TYPE: dict[str, str] = {
+    "torch.cuda.amp.autocast": "cuda",
+    "torch.cuda.amp.autocast_mode.autocast": "cuda",
+    "torch.cpu.amp.autocast": "cpu",
+    "torch.cpu.amp.autocast_mode.autocast": "cpu",
+}
+
 # Capitalised torch.nn names that are tensors, not modules.
 NN_TENSOR_CLASSES: frozenset[str] = frozenset(
     {"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer",
