@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from torchdevlint.analysis.brains.torch_api import DISTRIBUTED_DATA_PARALLEL, PER_PROCESS_DEVICE_CALLS
+from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow.values import PlaceKind
 from torchdevlint.analysis.tree import keyword_argument
+from torchdevlint.diagnostics import Applicability
+from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 _PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
+_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"})
+# Text of a statement that may place a model before the process group is set up.
+_PLACING = (".cuda(", ".to(", "device")
+
+
+@dataclass(frozen=True)
+class _ProcessGroup:
+    call: cst.Call
+    statement: cst.SimpleStatementLine
+    function: cst.FunctionDef | None
+    # Set up from the environment torchrun gives (no rank given, no other init method).
+    from_environment: bool
 
 
 class DdpWithoutLocalDevice(Rule):
@@ -35,8 +52,13 @@ class DdpWithoutLocalDevice(Rule):
     the file cannot tell, and programs that set the current device or the visible GPUs.
 
     ## Fix safety
-    No fix: which variable holds the local rank (`LOCAL_RANK`, `args.local_rank`, the first
-    argument `mp.spawn` passes) is the program's to say.
+    Unsafe. Where the function that wraps the model sets up the process group first, and
+    nothing before that places a model, the fix sets the current device right after
+    `init_process_group(...)`: to `int(os.environ["LOCAL_RANK"])` for a group set up from
+    the environment (as `torchrun` starts it), or to the first parameter of a function
+    `mp.spawn` starts (its process index). `.cuda()` and `"cuda"` then mean each process's
+    own GPU. That assumes one node, or a local rank `torchrun` sets; elsewhere the program
+    must say which variable holds the local rank, and no fix is offered.
 
     ## Options
     None.
@@ -45,6 +67,7 @@ class DdpWithoutLocalDevice(Rule):
     code = "TDL023"
     slug = "ddp-without-local-device"
     message = "DistributedDataParallel over a model on one fixed GPU: every process uses that GPU"
+    fix_title = "Set each process's current device after `init_process_group`"
     requires_any_text = ("DistributedDataParallel",)
 
     VALID = [
@@ -60,7 +83,6 @@ class DdpWithoutLocalDevice(Rule):
             model = DDP(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])
             """,
             name="current-device-set-per-process",
-            in_docs=True,
         ),
         Valid(
             """
@@ -96,9 +118,21 @@ class DdpWithoutLocalDevice(Rule):
             import torch
             import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel as DDP
-            dist.init_process_group("nccl")
-            model = DDP(torch.nn.Linear(8, 2).cuda())
+            def main():
+                dist.init_process_group("nccl")
+                model = DDP(torch.nn.Linear(8, 2).cuda())
             """,
+            fixed="""
+            import os
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            def main():
+                dist.init_process_group("nccl")
+                torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+                model = DDP(torch.nn.Linear(8, 2).cuda())
+            """,
+            applicability=Applicability.UNSAFE,
             name="moved-to-the-current-gpu",
             in_docs=True,
         ),
@@ -107,19 +141,45 @@ class DdpWithoutLocalDevice(Rule):
             import torch
             import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
+            import torch.multiprocessing as mp
             device = torch.device("cuda")
-            def main(rank, world_size):
-                dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            def main(gpu, world_size):
+                dist.init_process_group("nccl", rank=gpu, world_size=world_size)
                 model = torch.nn.Linear(8, 2).to(device)
                 model = DistributedDataParallel(model, device_ids=[0])
+            def evaluate():
+                model = DistributedDataParallel(torch.nn.Linear(8, 2).cuda())
+            if __name__ == "__main__":
+                mp.spawn(main, args=(2,), nprocs=2)
             """,
-            name="a-device-variable-and-numbered-device-ids",
+            fixed="""
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel
+            import torch.multiprocessing as mp
+            device = torch.device("cuda")
+            def main(gpu, world_size):
+                dist.init_process_group("nccl", rank=gpu, world_size=world_size)
+                torch.cuda.set_device(gpu)
+                model = torch.nn.Linear(8, 2).to(device)
+                model = DistributedDataParallel(model, device_ids=[0])
+            def evaluate():
+                model = DistributedDataParallel(torch.nn.Linear(8, 2).cuda())
+            if __name__ == "__main__":
+                mp.spawn(main, args=(2,), nprocs=2)
+            """,
+            applicability=Applicability.UNSAFE,
+            count=2,
+            name="a-spawned-worker-numbered-device-ids-and-no-process-group",
         ),
     ]
 
     def setup(self) -> None:
-        self._wrapped: list[cst.Call] = []
+        self._wrapped: list[tuple[cst.Call, cst.FunctionDef | None]] = []
         self._per_process = False
+        self._groups: list[_ProcessGroup] = []
+        # ids of the functions `mp.spawn` starts.
+        self._spawned: set[int] = set()
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if "CUDA_VISIBLE_DEVICES" in node.value:
@@ -128,10 +188,29 @@ class DdpWithoutLocalDevice(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         flow = self.context.flow
         qualified = flow.qualified_name(node.func)
-        if qualified in PER_PROCESS_DEVICE_CALLS or qualified in _PROCESS_GROUP and keyword_argument(node, "device_id") is not None:
+        if qualified in PER_PROCESS_DEVICE_CALLS:
             self._per_process = True
+        elif qualified in _PROCESS_GROUP:
+            if keyword_argument(node, "device_id") is not None:
+                self._per_process = True
+            else:
+                self._process_group(node)
+        elif qualified in _SPAWN and node.args and node.args[0].keyword is None:
+            reference = flow.value_of(node.args[0].value).reference
+            if reference is not None and reference.definition is not None:
+                self._spawned.add(reference.definition)
         elif qualified in DISTRIBUTED_DATA_PARALLEL and self._on_one_fixed_gpu(node):
-            self._wrapped.append(node)
+            self._wrapped.append((node, self.context.enclosing_function()))
+
+    def _process_group(self, call: cst.Call) -> None:
+        statement = next((a for a in self.context.ancestors(call) if isinstance(a, cst.SimpleStatementLine)), None)
+        if statement is None:
+            return
+        positional = [arg for arg in call.args if arg.keyword is None]
+        method = keyword_argument(call, "init_method")
+        from_environment = len(positional) <= 1 and keyword_argument(call, "rank") is None and (
+            method is None or string_value(method.value) == "env://")
+        self._groups.append(_ProcessGroup(call, statement, self.context.enclosing_function(), from_environment))
 
     def _on_one_fixed_gpu(self, call: cst.Call) -> bool:
         positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
@@ -150,5 +229,40 @@ class DdpWithoutLocalDevice(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if self._per_process:
             return
-        for call in self._wrapped:
-            self.report(call)
+        fixed: set[int] = set()
+        for call, function in self._wrapped:
+            group = next((g for g in self._groups if g.function is function and function is not None), None)
+            fix = None
+            if group is not None and id(group.call) not in fixed:
+                fix = self._fix(group)
+                fixed.add(id(group.call))
+            self.report(call, fix=fix)
+
+    def _fix(self, group: _ProcessGroup) -> PendingFix | None:
+        function = group.function
+        if function is None or not isinstance(function.body, cst.IndentedBlock):
+            return None
+        for statement in function.body.body:
+            if statement is group.statement:
+                break
+            if any(text in self.context.code_for_node(statement) for text in _PLACING):
+                return None  # a model may be placed before the process group is set up
+        else:
+            return None  # set up in a nested block: where the current device should be set is unclear
+        imports: list[tuple[str, str | None]] = []
+        torch_name = self.context.imports.local_name_for("torch")
+        if torch_name is None:
+            torch_name = "torch"
+            imports.append(("torch", None))
+        if group.from_environment:
+            os_name = self.context.imports.local_name_for("os")
+            if os_name is None:
+                os_name = "os"
+                imports.append(("os", None))
+            local_rank = f'int({os_name}.environ["LOCAL_RANK"])'
+        elif id(function) in self._spawned and function.params.params:
+            local_rank = function.params.params[0].name.value
+        else:
+            return None
+        return self.make_fix(NodeEdit.insert_line_after(group.statement, f"{torch_name}.cuda.set_device({local_rank})"),
+                             applicability=Applicability.UNSAFE, required_imports=tuple(imports))
