@@ -1249,3 +1249,22 @@ def test_the_emulated_apple_gpu_rejects_float64_there_as_mps_does() -> None:
             points.double()
         assert points.cpu().double().dtype == torch.float64  # back on the host, float64 is fine
     assert MPS_FLOAT64.startswith("Cannot convert a MPS Tensor to float64")
+
+
+def test_a_dataloader_workers_error_is_reported_where_the_worker_raised_it() -> None:
+    from torchdevlint.verify.child import _error_info
+
+    original = (
+        "Traceback (most recent call last):\n"
+        '  File "/torch/utils/data/_utils/worker.py", line 349, in _worker_loop\n'
+        "    data = fetcher.fetch(index)\n"
+        '  File "/run/train.py", line 28, in __getitem__\n'
+        "    window = self.series[index].to(device)\n"
+        "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+        "you must use the 'spawn' start method\n"
+    )
+    error = RuntimeError(f"Caught RuntimeError in DataLoader worker process 1.\nOriginal {original}")
+    info = _error_info(error, "/run/train.py")
+    assert (info.type, info.line, info.trace) == ("RuntimeError", 28, (28,))
+    assert info.message.startswith("Cannot re-initialize CUDA in forked subprocess")
+    assert info.message.endswith("(in DataLoader worker process 1)")

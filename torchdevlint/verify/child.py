@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import select
 import signal
 import sys
@@ -43,12 +44,25 @@ def probe() -> int:
 def _error_info(error: BaseException, path: str) -> ErrorInfo:
     trace = tuple(frame.lineno for frame in traceback.extract_tb(error.__traceback__)
                   if frame.filename == path and frame.lineno is not None)
-    message = str(error)
+    kind, message = type(error).__name__, str(error)
     if isinstance(error, KeyError) and len(error.args) == 1:
         message = repr(error.args[0])
+    worker = _WORKER_ERROR.match(message)
+    if worker is not None:
+        # A DataLoader worker's error, raised again where the loop asks for a batch: the
+        # worker's own frames of the program are deeper, and its last line is the error.
+        process, original = worker.group(1), worker.group(2)
+        trace += tuple(int(line) for file, line in _TRACEBACK_FRAME.findall(original) if file == path)
+        last = original.rstrip().rsplit("\n", 1)[-1]
+        kind, _, text = last.partition(": ")
+        message = f"{text} (in DataLoader worker process {process})"
     # The innermost frame of the program itself is where the error shows.
-    return ErrorInfo(type(error).__name__, message, trace[-1] if trace else None, trace,
-                     _module_being_imported(error, path))
+    return ErrorInfo(kind, message, trace[-1] if trace else None, trace, _module_being_imported(error, path))
+
+
+_WORKER_ERROR = re.compile(r"Caught \w+ in DataLoader worker process (\d+)\.\nOriginal Traceback \(most recent call last\):\n(.*)",
+                           re.DOTALL)
+_TRACEBACK_FRAME = re.compile(r'^  File "(.*)", line (\d+), in ', re.MULTILINE)
 
 
 def _module_being_imported(error: BaseException, path: str) -> str | None:

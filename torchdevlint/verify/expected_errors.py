@@ -102,9 +102,8 @@ def predicted_by(codes: Iterable[str], error: ErrorInfo) -> bool:
 # Rules whose bug surfaces away from the finding and from any name bound there: a DataParallel
 # checkpoint saved with `module.` keys fails where it is loaded, perhaps much later; a
 # `type=bool` device flag, an availability check never called, or a CUDA default device,
-# fails wherever CUDA is then used. A DataLoader worker's error is raised again in the
-# training process, where the loop asks for the next batch.
-_SURFACES_AWAY = frozenset({"TDL004", "TDL014", "TDL017", "TDL019", "TDL021"})
+# fails wherever CUDA is then used.
+_SURFACES_AWAY = frozenset({"TDL004", "TDL014", "TDL017", "TDL019"})
 
 
 def surfaces_away(code: str) -> bool:
