@@ -23,7 +23,7 @@ from torchdevlint.analysis.brains.torch_api import DATALOADERS
 from torchdevlint.analysis.command_line import CommandLine
 from torchdevlint.analysis.devices import integer_value, string_value
 from torchdevlint.analysis.flow.results import FlowQueries
-from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.names import ImportTable, dotted_name
 from torchdevlint.analysis.tree import keyword_argument
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, ...)
@@ -40,6 +40,9 @@ _START_METHOD = re.compile(r"(^|\.)(set_start_method|get_context)$")
 class WorkerWalkContext(Protocol):
     @property
     def flow(self) -> FlowQueries: ...
+
+    @property
+    def imports(self) -> ImportTable: ...
 
     def enclosing_function(self) -> cst.FunctionDef | None: ...
 
@@ -73,8 +76,8 @@ class LoaderWorkers:
         self._functions: dict[int, cst.FunctionDef] = {}
         # Dataset classes by id, with their worker methods.
         self._worker_methods: dict[int, list[cst.FunctionDef]] = {}
-        # id of a same-file ClassDef or FunctionDef/Lambda a worker runs -> loaders.
-        self._run_in_workers: dict[int, list[WorkerLoader]] = {}
+        # Loaders with workers, with their dataset and collate_fn arguments.
+        self._loaders: list[tuple[WorkerLoader, cst.Arg | None, cst.Arg | None]] = []
         self._fresh_start = False
         # Module-level `NAME = <int>` bindings (None: bound more than once or to something else).
         self._module_integers: dict[str, int | None] = {}
@@ -104,7 +107,9 @@ class LoaderWorkers:
         if _START_METHOD.search(name) and node.args and string_value(node.args[0].value) in _FRESH_START:
             self._fresh_start = True
             return
-        if self._context.flow.qualified_name(func) in DATALOADERS:
+        # The import table, not the flow model: asking the model about every call would
+        # interpret every function of the file.
+        if self._context.imports.qualified_name(func) in DATALOADERS:
             self._loader(node)
             return
         function = self._context.enclosing_function()
@@ -128,20 +133,10 @@ class LoaderWorkers:
             method = string_value(context.value)
             if method is None or method in _FRESH_START:
                 return  # a fresh interpreter, or a context this file does not name
-        loader = WorkerLoader(call, workers)
-        flow = self._context.flow
         dataset = keyword_argument(call, "dataset") or (positional[0] if positional else None)
-        if dataset is not None:
-            held = flow.value_of(dataset.value)
-            instance = held.instance_of
-            if instance is not None and not held.is_module_like:
-                self._run_in_workers.setdefault(instance, []).append(loader)
         collate = keyword_argument(call, "collate_fn") or (
             positional[_COLLATE_POSITION] if len(positional) > _COLLATE_POSITION else None)
-        if collate is not None:
-            reference = flow.value_of(collate.value).reference
-            if reference is not None and reference.definition is not None:
-                self._run_in_workers.setdefault(reference.definition, []).append(loader)
+        self._loaders.append((WorkerLoader(call, workers), dataset, collate))
 
     def _may_be_positive(self, node: cst.BaseExpression) -> bool:
         """Whether a `num_workers` value is known to be, or defaults to, more than 0."""
@@ -155,7 +150,7 @@ class LoaderWorkers:
             default = self._options.integer_default(node)
             return default is not None and default > 0
         if isinstance(node, cst.Call):
-            name = self._context.flow.qualified_name(node.func)
+            name = self._context.imports.qualified_name(node.func) or dotted_name(node.func)
             if name in _CPU_COUNTS:
                 return True
             if name in ("min", "max"):
@@ -171,7 +166,7 @@ class LoaderWorkers:
         if self._fresh_start:
             return []
         found: dict[int, WorkerMove] = {}
-        for owner, loaders in self._run_in_workers.items():
+        for owner, loaders in self._run_in_workers().items():
             functions = self._worker_methods.get(owner)
             if functions is None:
                 function = self._functions.get(owner)
@@ -184,6 +179,29 @@ class LoaderWorkers:
                     elif self._makes_cuda_data(call):
                         found[id(call)] = WorkerMove(call, function, tuple(loaders))
         return list(found.values())
+
+    def _run_in_workers(self) -> dict[int, list[WorkerLoader]]:
+        """id of a same-file ClassDef or FunctionDef a loader's workers run -> those loaders.
+
+        The flow model is asked only where a dataset method or a function that could be a
+        collate function moves data: asking it interprets the file.
+        """
+        classes = {owner for owner, methods in self._worker_methods.items()
+                   if any(id(method) in self._candidates for method in methods)}
+        function_names = {function.name.value for function in self._functions.values()}
+        flow = self._context.flow
+        run: dict[int, list[WorkerLoader]] = {}
+        for loader, dataset, collate in self._loaders:
+            if dataset is not None and classes:
+                held = flow.value_of(dataset.value)
+                if held.instance_of in classes and not held.is_module_like:
+                    run.setdefault(held.instance_of, []).append(loader)
+            named = (dotted_name(collate.value) or "").rsplit(".", 1)[-1] if collate is not None else ""
+            if collate is not None and named in function_names:
+                reference = flow.value_of(collate.value).reference
+                if reference is not None and reference.definition is not None:
+                    run.setdefault(reference.definition, []).append(loader)
+        return run
 
     def _makes_cuda_data(self, call: cst.Call) -> bool:
         flow = self._context.flow

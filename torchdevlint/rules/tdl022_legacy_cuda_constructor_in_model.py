@@ -143,7 +143,7 @@ class LegacyCudaConstructorInModel(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        qualified = self.context.flow.qualified_name(func)
+        qualified = self.context.imports.qualified_name(func)
         if qualified not in LEGACY_CUDA_TENSOR_TYPES:
             return
         method = self._program.model_method_here()

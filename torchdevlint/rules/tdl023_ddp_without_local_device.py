@@ -186,8 +186,7 @@ class DdpWithoutLocalDevice(Rule):
             self._per_process = True
 
     def visit_Call(self, node: cst.Call) -> None:
-        flow = self.context.flow
-        qualified = flow.qualified_name(node.func)
+        qualified = self.context.imports.qualified_name(node.func)
         if qualified in PER_PROCESS_DEVICE_CALLS:
             self._per_process = True
         elif qualified in _PROCESS_GROUP:
@@ -196,7 +195,7 @@ class DdpWithoutLocalDevice(Rule):
             else:
                 self._process_group(node)
         elif qualified in _SPAWN and node.args and node.args[0].keyword is None:
-            reference = flow.value_of(node.args[0].value).reference
+            reference = self.context.flow.value_of(node.args[0].value).reference
             if reference is not None and reference.definition is not None:
                 self._spawned.add(reference.definition)
         elif qualified in DISTRIBUTED_DATA_PARALLEL and self._on_one_fixed_gpu(node):
