@@ -68,6 +68,14 @@ def test_a_later_cell_sees_the_earlier_cells_bindings(tmp_path: Path) -> None:
     assert findings(result.stdout) == ["analysis.ipynb:cell 4:2:1: TDL001"]
 
 
+def test_a_host_copy_that_ends_a_cell_is_shown_not_thrown_away(tmp_path: Path) -> None:
+    write_notebook(tmp_path, SETUP, "x = torch.zeros(3)", "x.cpu()", "x.cpu()\ny = x * 2", "x.cuda()")
+    result = run_cli("check", "--no-cache", "--select", "TDL001", "analysis.ipynb", cwd=tmp_path)
+    # Jupyter shows a cell's last expression: `x.cpu()` there is for looking at; the one in the
+    # middle of cell 4 is lost, and so is the move to the GPU that ends cell 5.
+    assert findings(result.stdout) == ["analysis.ipynb:cell 4:1:1: TDL001", "analysis.ipynb:cell 5:1:1: TDL001"]
+
+
 def test_a_later_cell_reloads_what_an_earlier_cell_saved(tmp_path: Path) -> None:
     write_notebook(tmp_path, SETUP, "import torch.nn as nn\nPATH = './net.pth'\nnet = nn.Linear(4, 2)",
                    "old = torch.load('pretrained.pth')",

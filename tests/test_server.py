@@ -467,7 +467,7 @@ def test_a_deleted_cell_loses_its_findings_and_an_added_one_is_linted(tmp_path: 
                     array=types.NotebookCellArrayChange(start=2, delete_count=0, cells=[
                         types.NotebookCell(kind=types.NotebookCellKind.Code, document=added)]),
                     did_open=[types.TextDocumentItem(uri=added, language_id="python", version=1,
-                                                     text="x.cpu()\n")])))))
+                                                     text="x.cuda()\n")])))))
         while (found := await editor.diagnostics(added)) == []:
             pass  # the publish after the deletion, before the cell was added
         assert [d.code for d in found] == ["TDL001"]

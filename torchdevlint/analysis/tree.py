@@ -85,3 +85,21 @@ def small_statements(body: Sequence[cst.BaseStatement]) -> Iterator[cst.CSTNode]
             yield from statement.body
         else:
             yield statement
+
+
+# The comment before each cell of a notebook linted as one program (`notebook/program.py`).
+NOTEBOOK_CELL_MARKER = "# %% torchdevlint cell "
+
+
+def ends_notebook_cell(module: cst.Module, statement: cst.BaseStatement) -> bool:
+    """Whether a top-level statement of a notebook's program is the last of its cell: Jupyter
+    shows the value of such an expression statement (`y_preds.cpu()`), so it is not thrown
+    away."""
+    body = module.body
+    for index, candidate in enumerate(body):
+        if candidate is statement:
+            if index + 1 == len(body):
+                return True
+            return any(line.comment is not None and line.comment.value.startswith(NOTEBOOK_CELL_MARKER.rstrip())
+                       for line in body[index + 1].leading_lines)
+    return False

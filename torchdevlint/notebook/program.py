@@ -12,12 +12,13 @@ import bisect
 import re
 from dataclasses import dataclass
 
+from torchdevlint.analysis.tree import NOTEBOOK_CELL_MARKER
 from torchdevlint.diagnostics import Fix
 from torchdevlint.notebook.document import Cell, NotebookDocument
 from torchdevlint.notebook.ipython import MaskedCell, is_python_cell, mask, placeholder_lines
 from torchdevlint.sourcefile import CellLines, LineIndex
 
-_SEPARATOR_TEXT = "# %% torchdevlint cell {number}\n"
+_SEPARATOR_TEXT = NOTEBOOK_CELL_MARKER + "{number}\n"
 # IPython runs a cell indented as a whole (pasted code) without its indentation; as the body
 # of `if True:` it parses with every line and column in place.
 _INDENTED_SEPARATOR_TEXT = "if True:  # %% torchdevlint cell {number}\n"

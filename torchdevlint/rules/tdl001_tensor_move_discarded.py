@@ -6,6 +6,7 @@ import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.flow.results import FixAgreement
+from torchdevlint.analysis.tree import ends_notebook_cell
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -55,6 +56,8 @@ class TensorMoveDiscarded(Rule):
     place (Hugging Face `BatchEncoding`, torchmetrics metrics) or values of unknown kind. A
     value of unknown kind (a parameter, a loader's batch) that the same function calls a
     Tensor-only method on (`batch.view(...)`, `batch.size(0)`, `batch.numel()`) is a Tensor.
+    In a notebook, `.cpu()` ending its cell (`y_preds.cpu()`) is not reported: Jupyter shows
+    the tensor, which is the point; a move to the device there is.
 
     ## Fix safety
     The fix assigns the result back (`x = x.to(device)`, also for `self.h` and
@@ -470,6 +473,12 @@ class TensorMoveDiscarded(Rule):
             and isinstance(value.func, cst.Attribute)
             and value.func.attr.value in torch_api.MOVE_METHODS
         ):
+            return
+        line = self.context.parent(node)
+        if value.func.attr.value == "cpu" and self.context.path.endswith(".ipynb") \
+                and isinstance(line, cst.SimpleStatementLine) and ends_notebook_cell(self.context.module, line):
+            # A cell's last expression, brought to the host: Jupyter shows it, which is its
+            # point (`y_preds.cpu()`). A move to the device there is still the in-place mistake.
             return
         base, _ = _move_chain_base(value)
         # The receiver of the first move must be a Tensor, so the whole chain is one.

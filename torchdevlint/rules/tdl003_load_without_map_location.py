@@ -101,6 +101,24 @@ class LoadWithoutMapLocation(Rule):
         Valid(
             """
             import torch
+            from pathlib import Path
+            model = torch.nn.Linear(2, 2)
+            MODEL_DIR = Path("models")
+            MODEL_NAME = "linear_0.pth"
+            MODEL_PATH = MODEL_DIR / MODEL_NAME
+            torch.save(obj=model.state_dict(), f=MODEL_PATH)
+            model.load_state_dict(torch.load(f=MODEL_PATH))
+            # A notebook's next model rebinds the names: each load reads the binding before it.
+            MODEL_NAME = "linear_1.pth"
+            MODEL_PATH = MODEL_DIR / MODEL_NAME
+            torch.save(model.state_dict(), MODEL_PATH)
+            model.load_state_dict(torch.load(MODEL_PATH))
+            """,
+            name="notebook-round-trips-with-names-rebound-per-model",
+        ),
+        Valid(
+            """
+            import torch
             import torch.nn as nn
             model = nn.Linear(4, 2)
             torch.save({"state_dict": model.state_dict(), "size": 4}, "checkpoint.pth")

@@ -15,11 +15,13 @@ from torchdevlint.analysis.cuda_uses import (
     kept_for_the_gpu,
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
-from torchdevlint.analysis.flow.values import Off
+from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Off
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.shared_fixes import route_through
+
+_ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class _Site:
     fix: PendingFix | None
     # A call of a name that may hold a legacy CUDA constructor.
     alias: bool = False
+    # For `x.cuda()` / `x.to("cuda")`: what is moved.
+    moved: cst.BaseExpression | None = None
 
 
 class UnguardedCuda(Rule):
@@ -104,6 +108,35 @@ class UnguardedCuda(Rule):
     requires_any_text = ("cuda", "is_available")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(4, 2).to(device)
+            # A loss without a class weight holds no tensors: moving it touches no GPU.
+            criterion = nn.CrossEntropyLoss().cuda()
+            """,
+            name="a-loss-without-tensors-moved",
+        ),
+        Valid(
+            """
+            import argparse
+            import torch
+            import torch.distributed as dist
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gpu", type=int, default=None)
+            parser.add_argument("--multiprocessing-distributed", action="store_true")
+            args = parser.parse_args()
+            model = torch.nn.Linear(4, 2)
+            if args.gpu is not None:
+                model = model.cuda(args.gpu)
+            else:
+                # No GPU chosen: every GPU (a distributed switch off is no CPU mode).
+                model = torch.nn.DataParallel(model).cuda()
+            """,
+            name="a-distributed-switch-off-and-no-gpu-index",
+        ),
         Valid(
             """
             import argparse
@@ -479,15 +512,17 @@ class UnguardedCuda(Rule):
     # ---- sites -------------------------------------------------------------------------------
 
     def _add(self, node: cst.CSTNode, fix: PendingFix | None, visited: cst.CSTNode, *,
-             alias: bool = False) -> None:
+             alias: bool = False, moved: cst.BaseExpression | None = None) -> None:
         """Collect a use; `visited` is the node being visited (on the path), `node` is reported."""
-        self._sites.append(_Site(node, visited, tuple(self.context.ancestors(visited)), fix, alias))
+        self._sites.append(_Site(node, visited, tuple(self.context.ancestors(visited)), fix, alias, moved))
 
     def visit_Call(self, node: cst.Call) -> None:
         for use in cuda_uses(node, self.context.imports, self._program.constructor_aliases):
             if use.kind is UseKind.LEGACY_CONSTRUCTOR and self._program.model_method_here() is not None:
                 continue  # made on the current GPU, not the model's: TDL022 reports it with its fix
-            self._add(use.node, self._fix(use), node, alias=use.kind is UseKind.ALIAS_CALL)
+            moved = node.func.value if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("cuda", "to") \
+                else None
+            self._add(use.node, self._fix(use), node, alias=use.kind is UseKind.ALIAS_CALL, moved=moved)
 
     def _fix(self, use: CudaUse) -> PendingFix | None:
         device = self._program.fallback_device_variable()
@@ -508,6 +543,8 @@ class UnguardedCuda(Rule):
                     continue
             if self._device_switched_off(site.node):
                 continue
+            if site.moved is not None and flow.value_of(site.moved).places == _ANYWHERE_ONLY:
+                continue  # a module without parameters or buffers (a loss): moving it touches no GPU
             if self._reached_in_cpu_mode(site):
                 self.report(site.node, fix=site.fix)
 

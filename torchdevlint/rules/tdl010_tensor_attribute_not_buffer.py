@@ -49,6 +49,19 @@ class TensorAttributeNotBuffer(Rule):
     VALID = [
         Valid(
             """
+            import torch.nn as nn
+            class Siamese(nn.Module):
+                def __init__(self, base_encoder, dim=128):
+                    super().__init__()
+                    # A class (or factory) passed in, called to build a part: not a model's output.
+                    self.encoder = base_encoder(num_classes=dim)
+                def forward(self, x):
+                    return self.encoder(x)
+            """,
+            name="a-part-built-from-a-class-passed-to-init",
+        ),
+        Valid(
+            """
             import torch
             import torch.nn as nn
 

@@ -71,6 +71,9 @@ class _Body:
     # Each name's bindings: the bound expression, or None for a binding that is not a
     # single plain value (a loop target, an augmented assignment, an unpacking, an import).
     bindings: dict[str, list[cst.BaseExpression | None]] = field(default_factory=dict)
+    # Where each binding is in program order, for a module-level assignment in no block (a
+    # notebook cell's `PATH = ...`); None for any other binding.
+    binding_orders: dict[str, list[int | None]] = field(default_factory=dict)
     saves: list[cst.Call] = field(default_factory=list)
     calls: list[cst.Call] = field(default_factory=list)
 
@@ -182,9 +185,12 @@ class CheckpointFiles:
                                 and item.asname.name.value == path.value:
                             return self._key(item.item, scope, arguments, _NAME_DEPTH)
                 ancestor = self._parent.get(id(ancestor))
-        return self._key(path, scope, arguments, _NAME_DEPTH)
+        # At module level, a name reads the binding before it (a notebook rebinds `PATH` per model).
+        at = self._order.get(id(call)) if scope is self._module else None
+        return self._key(path, scope, arguments, _NAME_DEPTH, at)
 
-    def _key(self, node: cst.BaseExpression, scope: _Scope, arguments: _Arguments, depth: int) -> str | None:
+    def _key(self, node: cst.BaseExpression, scope: _Scope, arguments: _Arguments, depth: int,
+             at: int | None = None) -> str | None:
         """A text naming the file `node` names, the same wherever the same file is named, or
         None where the file cannot be told."""
         if depth <= 0:
@@ -195,19 +201,19 @@ class CheckpointFiles:
         if isinstance(node, (cst.Integer, cst.Float)):
             return node.value
         if isinstance(node, cst.Name):
-            return self._name_key(node.value, scope, arguments, depth)
+            return self._name_key(node.value, scope, arguments, depth, at)
         if isinstance(node, cst.Attribute):
             # Attributes of a shared object (`args.save`, `self.best_path`, `cfg.OUT`) name the
             # same thing wherever they are read.
             dotted = dotted_name(node)
             return f"<attr {dotted}>" if dotted is not None else None
         if isinstance(node, cst.ConcatenatedString):
-            left = self._key(node.left, scope, arguments, depth)
-            right = self._key(node.right, scope, arguments, depth)
+            left = self._key(node.left, scope, arguments, depth, at)
+            right = self._key(node.right, scope, arguments, depth, at)
             return None if left is None or right is None else f"{left}+{right}"
         if isinstance(node, cst.BinaryOperation):
-            left = self._key(node.left, scope, arguments, depth)
-            right = self._key(node.right, scope, arguments, depth)
+            left = self._key(node.left, scope, arguments, depth, at)
+            right = self._key(node.right, scope, arguments, depth, at)
             operator = type(node.operator).__name__
             return None if left is None or right is None else f"({left} {operator} {right})"
         if isinstance(node, cst.FormattedString):
@@ -216,7 +222,7 @@ class CheckpointFiles:
                 if isinstance(part, cst.FormattedStringText):
                     parts.append(repr(part.value))
                 elif isinstance(part, cst.FormattedStringExpression):
-                    inner = self._key(part.expression, scope, arguments, depth)
+                    inner = self._key(part.expression, scope, arguments, depth, at)
                     if inner is None:
                         return None
                     parts.append(f"{{{inner}}}")
@@ -227,17 +233,18 @@ class CheckpointFiles:
                 # `open(p, "wb")` is the file p; any other call's result is not known to name
                 # the same file twice (`tempfile.mktemp()`).
                 if function == "open" and node.args and node.args[0].keyword is None:
-                    return self._key(node.args[0].value, scope, arguments, depth)
+                    return self._key(node.args[0].value, scope, arguments, depth, at)
                 return None
             if not function.startswith(("os.path.", "path.", "osp.", "Path", "pathlib.")) and function != "str":
                 return None
-            keys = [self._key(arg.value, scope, arguments, depth) for arg in node.args]
+            keys = [self._key(arg.value, scope, arguments, depth, at) for arg in node.args]
             if any(key is None for key in keys) or any(arg.keyword is not None or arg.star for arg in node.args):
                 return None
             return f"{function}({', '.join(key for key in keys if key is not None)})"
         return None
 
-    def _name_key(self, name: str, scope: _Scope, arguments: _Arguments, depth: int) -> str | None:
+    def _name_key(self, name: str, scope: _Scope, arguments: _Arguments, depth: int,
+                  at: int | None = None) -> str | None:
         if isinstance(scope, cst.FunctionDef):
             if name in _parameter_names(scope):
                 passed = arguments.get(name)
@@ -250,10 +257,18 @@ class CheckpointFiles:
                 return self._bound_key(bindings, scope, arguments, depth)
             if name in function_bindings(scope).declared_outer:
                 return None
-        bindings = self._bodies[id(self._module)].bindings.get(name)
+        module = self._bodies[id(self._module)]
+        bindings = module.bindings.get(name)
         if bindings is None:
             # Imported or built in: the same object wherever it is read.
             return f"<global {name}>"
+        orders = module.binding_orders.get(name, [])
+        if at is not None and scope is self._module and None not in orders:
+            # Straight-line module code: the binding read is the last one before the use.
+            before = [(order, bound) for order, bound in zip(orders, bindings, strict=True) if order is not None and order < at]
+            if before:
+                order, bound = before[-1]
+                return self._key(bound, self._module, {}, depth - 1, order) if bound is not None else None
         return self._bound_key(bindings, self._module, {}, depth)
 
     def _bound_key(self, bindings: list[cst.BaseExpression | None], scope: _Scope, arguments: _Arguments,
@@ -392,10 +407,11 @@ class CheckpointFiles:
 
     def _record_bindings(self, node: cst.CSTNode, scope: _Scope) -> None:
         if isinstance(node, cst.Assign):
+            at = self._top_level_order(node, scope)
             for target in node.targets:
-                self._bind_target(scope, target.target, node.value)
+                self._bind_target(scope, target.target, node.value, at)
         elif isinstance(node, cst.AnnAssign) and node.value is not None:
-            self._bind_target(scope, node.target, node.value)
+            self._bind_target(scope, node.target, node.value, self._top_level_order(node, scope))
         elif isinstance(node, (cst.AugAssign, cst.For, cst.CompFor)):
             self._bind_target(scope, node.target, None)
         elif isinstance(node, cst.WithItem) and node.asname is not None:
@@ -410,17 +426,27 @@ class CheckpointFiles:
         elif isinstance(node, cst.ExceptHandler) and node.name is not None:
             self._bind_target(scope, node.name.name, None)
 
-    def _bind_target(self, scope: _Scope, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+    def _top_level_order(self, statement: cst.CSTNode, scope: _Scope) -> int | None:
+        """The program order of a module-level assignment in no block; None elsewhere."""
+        line = self._parent.get(id(statement))
+        if scope is not self._module or line is None or self._parent.get(id(line)) is not self._module:
+            return None
+        return self._order.get(id(statement))
+
+    def _bind_target(self, scope: _Scope, target: cst.BaseExpression, value: cst.BaseExpression | None,
+                     at: int | None = None) -> None:
         if isinstance(target, cst.Name):
-            self._bind(scope, target.value, value)
+            self._bind(scope, target.value, value, at)
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
                 self._bind_target(scope, element.value, None)
         elif isinstance(target, cst.StarredElement):
             self._bind_target(scope, target.value, None)
 
-    def _bind(self, scope: _Scope, name: str, value: cst.BaseExpression | None) -> None:
-        self._bodies[id(scope)].bindings.setdefault(name, []).append(value)
+    def _bind(self, scope: _Scope, name: str, value: cst.BaseExpression | None, at: int | None = None) -> None:
+        body = self._bodies[id(scope)]
+        body.bindings.setdefault(name, []).append(value)
+        body.binding_orders.setdefault(name, []).append(at)
 
 
 def _different_branches(statement: cst.CSTNode, first: cst.CSTNode, second: cst.CSTNode) -> bool:

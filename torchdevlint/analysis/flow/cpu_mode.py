@@ -134,10 +134,12 @@ def option_offers_cpu_mode(call: cst.Call) -> bool:
         return False
     if "cpu" in words or words & naming.NEGATION_WORDS and words & (naming.GPU_WORDS | naming.DEVICE_SETTING_WORDS):
         return True
+    # A switch for the GPU itself, not for distributed training (`--multiprocessing-distributed`
+    # off runs one process, on the GPU all the same).
     action = keywords.get("action")
-    if words & naming.GPU_WORDS and action is not None and option.action == "store_true":
+    if words & naming.GPU_SETTING_WORDS and action is not None and option.action == "store_true":
         return True
-    if words & naming.GPU_WORDS and option.type_name is not None:
+    if words & naming.GPU_SETTING_WORDS and option.type_name is not None:
         # `--cuda type=bool`: meant as a switch, though it may not switch (see `stuck_switch`).
         return option.type_name == "bool"
     if words & naming.DEVICE_SETTING_WORDS:

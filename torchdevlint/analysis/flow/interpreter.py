@@ -1194,7 +1194,7 @@ class Interpreter:
     def _unknown_call(self, node: cst.Call, callee_node: cst.BaseExpression, callee: Value,
                       arguments: list[Value]) -> Value:
         name = (dotted_name(callee_node) or "").rsplit(".", 1)[-1].lower()
-        if _named_like_a_model(callee_node):
+        if _named_like_a_model(callee_node) and not self._constructor_parameter(callee_node):
             # `model(x)` with `model` made where we cannot see: a module, where it was moved
             # (`model = Net().to(device)`) or else wherever its inputs are.
             return self._module_call(node, Value(frozenset({Kind.MODULE}), callee.places), arguments)
@@ -1218,6 +1218,15 @@ class Interpreter:
         receiver = callee if callee.instance_of is not None else None
         result = self.oracle.call_result(callee.reference.definition, node, arguments, receiver)
         return result
+
+    def _constructor_parameter(self, callee: cst.BaseExpression) -> bool:
+        """A parameter of a module's `__init__` called there (`self.encoder =
+        base_encoder(num_classes=dim)`): the class or factory of a part, not a model run on
+        data, which `__init__` does not do."""
+        scope = self.flow.node
+        return self.module_method and isinstance(scope, cst.FunctionDef) and scope.name.value == "__init__" \
+            and isinstance(callee, cst.Name) and any(
+                param.name.value == callee.value for param in (*scope.params.params, *scope.params.kwonly_params))
 
     def _module_call(self, node: cst.Call, module: Value, arguments: list[Value]) -> Value:
         operands = [Operand(node.func, module)]
@@ -1576,7 +1585,9 @@ class Interpreter:
         if torch_api.is_module_constructor(qualified):
             if "device" in keywords:
                 return Value(frozenset({Kind.MODULE}), self._device_argument(keywords["device"], node))
-            stateless = torch_api.is_stateless_module(qualified) and not (keywords.keys() & torch_api.STATEFUL_LOSS_KEYWORDS)
+            # A loss given a tensor (its class `weight`, `pos_weight`), by keyword or position, keeps it.
+            stateless = torch_api.is_stateless_module(qualified) and not (keywords.keys() & torch_api.STATEFUL_LOSS_KEYWORDS) \
+                and not any(value.is_tensor_like for value in positional)
             return _on_default_device(
                 Value(frozenset({Kind.MODULE}), frozenset({ANYWHERE_PLACE if stateless else HOST_PLACE})), env)
         if qualified in torch_api.NN_TENSOR_CLASSES:
