@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,10 @@ class RoundTrip:
             f"{self.still_compile}/{self.compiled_before}; second-run changes: {self.second_run_changes}; "
             f"violations: {len(self.violations)}"
         )
+
+
+# A line a fix's `required_imports` adds beside the file's imports.
+_IMPORT_LINE = re.compile(r"^(import|from) [\w.]+")
 
 
 def _compiles(data: bytes, name: str) -> bool:
@@ -118,9 +123,12 @@ def run(folder: Path, workdir: Path) -> RoundTrip:
         old_text = old.decode("utf-8", "surrogateescape")
         allowed = _allowed_lines(offered.get(path, []), old_text)
         matcher = difflib.SequenceMatcher(a=old_text.splitlines(), b=new.decode("utf-8", "surrogateescape").splitlines(), autojunk=False)
-        for tag, first, last, _, _ in matcher.get_opcodes():
+        new_lines = new.decode("utf-8", "surrogateescape").splitlines()
+        for tag, first, last, new_first, new_last in matcher.get_opcodes():
             if tag == "equal":
                 continue
+            if tag == "insert" and all(_IMPORT_LINE.match(line) for line in new_lines[new_first:new_last]):
+                continue  # an import a fix needs (`required_imports`), added beside the others
             touched = set(range(first + 1, last + 1)) if last > first else {first, first + 1}
             if not touched & allowed and not (tag == "insert" and {first, first + 1} & allowed):
                 result.violations.append(f"{path}: lines {first + 1}-{last} changed outside any fix")

@@ -9,6 +9,7 @@ from pathlib import PurePath
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.cuda_uses import CudaProgram, cuda_uses
 from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability
@@ -58,6 +59,10 @@ class LoadWithoutMapLocation(Rule):
     body, in a same-file function called earlier, or before every call of the function that
     loads. A resume that loads before the script saves anything is still reported.
 
+    Nor in a program that cannot run without a GPU: one that uses CUDA and offers no CPU mode
+    (no availability check, no CPU option), or sets up NCCL whatever its settings. It fails
+    on a machine without a GPU before its loads matter (TDL203 reports its hard-coded CUDA).
+
     ## Fix safety
     The fix adds `map_location=`. What goes into `load_state_dict` (directly, or as an item
     of the loaded checkpoint) is mapped to the configured location (`"cpu"`):
@@ -98,6 +103,17 @@ class LoadWithoutMapLocation(Rule):
     options: LoadOptions
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            # No availability check, no CPU option: this program needs a GPU to run at all.
+            model = nn.Linear(8, 2).cuda()
+            model.load_state_dict(torch.load("checkpoint.pth"))
+            print(model(torch.randn(4, 8).cuda()).argmax(1))
+            """,
+            name="a-program-that-needs-a-gpu",
+        ),
         Valid(
             """
             import torch
@@ -436,6 +452,7 @@ class LoadWithoutMapLocation(Rule):
         Invalid(
             """
             import torch
+            print("CUDA available:", torch.cuda.is_available())
             net = torch.load("whole_model.pt", weights_only=False)
             net.eval()
             scores = net(torch.randn(1, 3, 32, 32).cuda())
@@ -444,8 +461,31 @@ class LoadWithoutMapLocation(Rule):
         ),
     ]
 
+    def setup(self) -> None:
+        self._program = self.context.shared(CudaProgram)
+        self._found: list[tuple[cst.Call, PendingFix | None]] = []
+        self._uses_cuda = False
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if self._found and self._needs_a_gpu():
+            return
+        for call, fix in self._found:
+            self.report(call, fix=fix)
+
+    def _needs_a_gpu(self) -> bool:
+        """The program cannot run without a GPU: it sets up NCCL whatever its settings, or
+        uses CUDA and offers no CPU mode. A load without a GPU is then moot."""
+        if self._program.declares_gpu_only:
+            return True
+        if not self._uses_cuda or self._program.shows_cpu_mode:
+            return False
+        distributed = self.context.imports.imports_from("torch.distributed")
+        return not self.context.flow.offers_cpu_mode(by_gpu_settings=not distributed)
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if not self._uses_cuda and cuda_uses(node, self.context.imports, self._program.constructor_aliases):
+            self._uses_cuda = True
         written = func.value if type(func) is cst.Name else func.attr.value if type(func) is cst.Attribute else None
         if written != "load" and self.context.imports.qualified_name(func) not in torch_api.TORCH_LOAD:
             return  # not `….load(...)` nor an imported alias: no need to ask the model
@@ -467,7 +507,7 @@ class LoadWithoutMapLocation(Rule):
         if len(positional) >= 2 or not node.args or any(arg.star == "*" for arg in node.args):
             if keyword is None:
                 return
-        self.report(node, fix=self._fix(node, keyword))
+        self._found.append((node, self._fix(node, keyword)))
 
     def _fix(self, node: cst.Call, keyword: cst.Arg | None) -> PendingFix | None:
         into_load_state_dict = self._flows_into_load_state_dict(node)
