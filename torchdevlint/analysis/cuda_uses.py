@@ -251,6 +251,9 @@ class CudaProgram:
         self.shows_cpu_mode = False
         # A process group on NCCL set up whatever the settings: the program needs GPUs.
         self.declares_gpu_only = False
+        # The program stops without a GPU: an availability check in an `assert`, or in a
+        # module-level `if` that exits.
+        self.says_it_needs_a_gpu = False
         # Names assigned a legacy constructor (`Tensor = torch.cuda.FloatTensor`): their calls
         # are uses once the flow model confirms what they hold.
         self.constructor_aliases: set[str] = set()
@@ -299,6 +302,11 @@ class CudaProgram:
             self.shows_cpu_mode = True
         elif declares_gpu_only(node, self._context.imports, ancestors):
             self.declares_gpu_only = True
+        elif self._context.imports.qualified_name(node.func) in CPU_FALLBACK_CHECKS and requires_gpu(node, ancestors) \
+                and (any(isinstance(ancestor, cst.Assert) for ancestor in ancestors)
+                     or isinstance(self._context.current_scope, cst.Module)):
+            # `assert torch.cuda.is_available()`, or a module-level `if not ...: sys.exit()`.
+            self.says_it_needs_a_gpu = True
 
     def visit_Assert(self, node: cst.Assert) -> None:
         if self._is_device_test(node.test):

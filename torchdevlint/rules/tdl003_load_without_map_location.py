@@ -9,7 +9,7 @@ from pathlib import PurePath
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
-from torchdevlint.analysis.cuda_uses import CudaProgram, cuda_uses
+from torchdevlint.analysis.cuda_uses import CudaProgram
 from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability
@@ -59,9 +59,9 @@ class LoadWithoutMapLocation(Rule):
     body, in a same-file function called earlier, or before every call of the function that
     loads. A resume that loads before the script saves anything is still reported.
 
-    Nor in a program that cannot run without a GPU: one that uses CUDA and offers no CPU mode
-    (no availability check, no CPU option), or sets up NCCL whatever its settings. It fails
-    on a machine without a GPU before its loads matter (TDL203 reports its hard-coded CUDA).
+    Nor in a program that says it cannot run without a GPU: `assert torch.cuda.is_available()`,
+    a module-level `if not torch.cuda.is_available(): sys.exit(...)`, or an NCCL process group
+    set up whatever its settings. It stops on a machine without a GPU before its loads matter.
 
     ## Fix safety
     The fix adds `map_location=`. What goes into `load_state_dict` (directly, or as an item
@@ -107,7 +107,7 @@ class LoadWithoutMapLocation(Rule):
             """
             import torch
             import torch.nn as nn
-            # No availability check, no CPU option: this program needs a GPU to run at all.
+            assert torch.cuda.is_available(), "this script needs a GPU"
             model = nn.Linear(8, 2).cuda()
             model.load_state_dict(torch.load("checkpoint.pth"))
             print(model(torch.randn(4, 8).cuda()).argmax(1))
@@ -452,7 +452,6 @@ class LoadWithoutMapLocation(Rule):
         Invalid(
             """
             import torch
-            print("CUDA available:", torch.cuda.is_available())
             net = torch.load("whole_model.pt", weights_only=False)
             net.eval()
             scores = net(torch.randn(1, 3, 32, 32).cuda())
@@ -464,7 +463,6 @@ class LoadWithoutMapLocation(Rule):
     def setup(self) -> None:
         self._program = self.context.shared(CudaProgram)
         self._found: list[tuple[cst.Call, PendingFix | None]] = []
-        self._uses_cuda = False
 
     def leave_Module(self, node: cst.Module) -> None:
         if self._found and self._needs_a_gpu():
@@ -473,19 +471,12 @@ class LoadWithoutMapLocation(Rule):
             self.report(call, fix=fix)
 
     def _needs_a_gpu(self) -> bool:
-        """The program cannot run without a GPU: it sets up NCCL whatever its settings, or
-        uses CUDA and offers no CPU mode. A load without a GPU is then moot."""
-        if self._program.declares_gpu_only:
-            return True
-        if not self._uses_cuda or self._program.shows_cpu_mode:
-            return False
-        distributed = self.context.imports.imports_from("torch.distributed")
-        return not self.context.flow.offers_cpu_mode(by_gpu_settings=not distributed)
+        """The program says it cannot run without a GPU: it asserts one, exits without one, or
+        sets up NCCL whatever its settings. A load on a machine without one is then moot."""
+        return self._program.declares_gpu_only or self._program.says_it_needs_a_gpu
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if not self._uses_cuda and cuda_uses(node, self.context.imports, self._program.constructor_aliases):
-            self._uses_cuda = True
         written = func.value if type(func) is cst.Name else func.attr.value if type(func) is cst.Attribute else None
         if written != "load" and self.context.imports.qualified_name(func) not in torch_api.TORCH_LOAD:
             return  # not `….load(...)` nor an imported alias: no need to ask the model
