@@ -36,6 +36,12 @@ CPU_FALLBACK_CHECKS = frozenset(
 _TOLERANT_CALLEES = ("torch.amp.", "torch.cuda.amp.", "torch.cpu.amp.", "torch.autocast", "torch.cuda.")
 
 
+def _last_name(func: cst.BaseExpression) -> str | None:
+    """`is_available` for `torch.cuda.is_available` and for an imported `is_available`: a
+    test that costs nothing, before the import table is asked."""
+    return func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else None
+
+
 class UseKind(Enum):
     MOVE = "`.cuda()`"
     DEVICE_ARGUMENT = "a `\"cuda\"` device"
@@ -302,7 +308,8 @@ class CudaProgram:
             self.shows_cpu_mode = True
         elif declares_gpu_only(node, self._context.imports, ancestors):
             self.declares_gpu_only = True
-        elif self._context.imports.qualified_name(node.func) in CPU_FALLBACK_CHECKS and requires_gpu(node, ancestors) \
+        elif _last_name(node.func) == "is_available" \
+                and self._context.imports.qualified_name(node.func) in CPU_FALLBACK_CHECKS and requires_gpu(node, ancestors) \
                 and (any(isinstance(ancestor, cst.Assert) for ancestor in ancestors)
                      or isinstance(self._context.current_scope, cst.Module)):
             # `assert torch.cuda.is_available()`, or a module-level `if not ...: sys.exit()`.

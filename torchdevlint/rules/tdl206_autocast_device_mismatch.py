@@ -7,7 +7,7 @@ import libcst as cst
 from torchdevlint.analysis.brains.torch_api import AUTOCAST_OF_DEVICE_TYPE, AUTOCAST_WITH_DEVICE_TYPE
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow.values import SWITCHED_OFF, PlaceKind
-from torchdevlint.analysis.tree import keyword_argument
+from torchdevlint.analysis.tree import child_nodes, keyword_argument
 from torchdevlint.rule import Invalid, Rule, Valid
 
 _HOST = frozenset({"cpu"})
@@ -146,5 +146,5 @@ class AutocastDeviceMismatch(Rule):
                             return True
                         if device_type == "cuda" and "cpu" in types and on_in_cpu_mode:
                             return True
-            stack.extend(current.children)
+            stack.extend(child_nodes(current))  # code only, not whitespace
         return False
