@@ -6,6 +6,13 @@
 
 Prints a table of medians, each with its ratio to a bare LibCST parse of the same files, and
 the peak memory of the measured process. TorchFix and flake8 are timed when installed.
+
+The cold runs and the parse they are compared with are timed in rounds, one of each per round,
+and each ratio is the median of the per-round ratios: a shared machine that slows down for a
+minute slows both sides of a ratio, not one. Every process runs from compiled bytecode, kept in
+a private cache warmed before the first round, as after `pip install` (an environment with
+PYTHONDONTWRITEBYTECODE would otherwise recompile the tool's modules, but not LibCST's, in
+every process).
 """
 
 from __future__ import annotations
@@ -42,30 +49,50 @@ class Measurement:
     name: str
     seconds: list[float]
     peak_mib: float
+    # Timed in rounds with the parse (see `measure_in_rounds`).
+    rounds: bool = False
 
     @property
     def median(self) -> float:
         return statistics.median(self.seconds)
 
 
-def run_once(command: list[str], cwd: Path) -> tuple[float, float]:
+def run_once(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, _, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - start
     return elapsed, usage.ru_maxrss / 1024
 
 
-def measure(name: str, command: list[str], cwd: Path, runs: int, before_each=None) -> Measurement:  # type: ignore[no-untyped-def]
+def measure(name: str, command: list[str], cwd: Path, runs: int, env: dict[str, str] | None = None) -> Measurement:
     seconds: list[float] = []
     peak = 0.0
     for _ in range(runs):
-        if before_each is not None:
-            before_each()
-        elapsed, rss = run_once(command, cwd)
+        elapsed, rss = run_once(command, cwd, env)
         seconds.append(elapsed)
         peak = max(peak, rss)
     return Measurement(name, seconds, peak)
+
+
+def measure_in_rounds(named_commands: list[tuple[str, list[str]]], cwd: Path, runs: int,
+                      env: dict[str, str]) -> list[Measurement]:
+    """Each command once per round, in order, for `runs` rounds."""
+    measurements = [Measurement(name, [], 0.0) for name, _ in named_commands]
+    for _ in range(runs):
+        for measurement, (_, command) in zip(measurements, named_commands, strict=True):
+            elapsed, rss = run_once(command, cwd, env)
+            measurement.seconds.append(elapsed)
+            measurement.peak_mib = max(measurement.peak_mib, rss)
+    return measurements
+
+
+def ratio_to(measurement: Measurement, base: Measurement) -> float:
+    """The median of the per-round ratios where both were timed in the same rounds, else the
+    ratio of the medians."""
+    if len(measurement.seconds) == len(base.seconds) and measurement.rounds and base.rounds:
+        return statistics.median(m / b for m, b in zip(measurement.seconds, base.seconds, strict=True))
+    return measurement.median / base.median
 
 
 def corpus_size(folder: Path) -> tuple[int, int]:
@@ -96,38 +123,47 @@ def main() -> int:
         small = workdir / "small.py"
         small.write_text("import torch\nx = torch.zeros(3)\nx = x.cuda()\n")
 
-        results = [
-            measure("ast.parse (stdlib), 1 process", [python, "-c", _AST_ALL, str(corpus)], workdir, args.runs),
-            measure("LibCST parse_module, 1 process", [python, "-c", _PARSE_ALL, str(corpus)], workdir, args.runs),
-            measure("torchdevlint cold, --jobs 1", [*tdl, "--no-cache", "--jobs", "1", str(corpus)], workdir, args.runs),
-            measure(f"torchdevlint cold, --jobs {os.cpu_count()}", [*tdl, "--no-cache", str(corpus)], workdir, args.runs),
-        ]
-        subprocess.run([*tdl, "--cache-dir", str(cache), str(corpus)], stdout=subprocess.DEVNULL, check=False)
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = str(workdir / "bytecode")
+        parse = [python, "-c", _PARSE_ALL, str(corpus)]
+        cold_one = [*tdl, "--no-cache", "--jobs", "1", str(corpus)]
+        cold_all = [*tdl, "--no-cache", str(corpus)]
+        for command in (parse, [*tdl, "--no-cache", str(small)]):
+            run_once(command, workdir, env)  # compiles each side's modules into the bytecode cache
+
+        ast_parse = measure("ast.parse (stdlib), 1 process", [python, "-c", _AST_ALL, str(corpus)], workdir, args.runs, env)
+        rounds = measure_in_rounds([("LibCST parse_module, 1 process", parse), ("torchdevlint cold, --jobs 1", cold_one),
+                                    (f"torchdevlint cold, --jobs {os.cpu_count()}", cold_all)], workdir, args.runs, env)
+        for measurement in rounds:
+            measurement.rounds = True
+        results = [ast_parse, *rounds]
+        subprocess.run([*tdl, "--cache-dir", str(cache), str(corpus)], stdout=subprocess.DEVNULL, env=env, check=False)
         results.append(
-            measure("torchdevlint warm (cache)", [*tdl, "--cache-dir", str(cache), str(corpus)], workdir, args.runs)
+            measure("torchdevlint warm (cache)", [*tdl, "--cache-dir", str(cache), str(corpus)], workdir, args.runs, env)
         )
-        results.append(measure("torchdevlint, one small file", [*tdl, "--no-cache", str(small)], workdir, args.runs))
+        results.append(measure("torchdevlint, one small file", [*tdl, "--no-cache", str(small)], workdir, args.runs, env))
         torchfix = args.torchfix or shutil.which("torchfix")
         if torchfix:
-            results.append(measure("TorchFix, all rules", [torchfix, "--select", "ALL", str(corpus)], workdir, args.runs))
+            results.append(measure("TorchFix, all rules", [torchfix, "--select", "ALL", str(corpus)], workdir, args.runs, env))
         if args.torchfix_flake8:
             results.append(
-                measure("flake8 --select TOR (TorchFix plugin)", [args.torchfix_flake8, "--select", "TOR", str(corpus)], workdir, args.runs)
+                measure("flake8 --select TOR (TorchFix plugin)", [args.torchfix_flake8, "--select", "TOR", str(corpus)], workdir, args.runs, env)
             )
         flake8 = shutil.which("flake8")
         if flake8:
             results.append(
-                measure("flake8 --select TDL (torchdevlint plugin)", [flake8, "--select", "TDL", str(corpus)], workdir, args.runs)
+                measure("flake8 --select TDL (torchdevlint plugin)", [flake8, "--select", "TDL", str(corpus)], workdir, args.runs, env)
             )
 
-        base = results[1].median
+        base = results[1]
         print(f"corpus: {corpus if args.corpus else 'synthetic'}: {files} files, {lines} lines; "
-              f"{os.cpu_count()} cores; median of {args.runs} runs; Python {sys.version.split()[0]}")
+              f"{os.cpu_count()} cores; median of {args.runs} runs (the parse and the cold runs in {args.runs} rounds); "
+              f"Python {sys.version.split()[0]}")
         print()
         print("| work | median s | × LibCST parse | peak MiB (parent process) |")
         print("|---|---:|---:|---:|")
         for result in results:
-            print(f"| {result.name} | {result.median:.2f} | {result.median / base:.2f} | {result.peak_mib:.0f} |")
+            print(f"| {result.name} | {result.median:.2f} | {ratio_to(result, base):.2f} | {result.peak_mib:.0f} |")
         one, many = results[2].median, results[3].median
         print()
         print(f"parallel speed-up: {one / many:.2f}×")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import libcst as cst
 
@@ -42,6 +43,20 @@ _QualifiedName = Callable[[_Scope, cst.BaseExpression], str | None]
 # The nodes program order is told between: statements and the parts of compound ones.
 _STRUCTURAL = (cst.Module, cst.BaseSuite, cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.BaseSmallStatement,
                cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
+# Node types that may bind a name (`_record_bindings`), tested before its isinstance chain:
+# isinstance on LibCST's ABCs costs more than the rest of the walk.
+_BINDING_TYPES = frozenset({cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.WithItem,
+                            cst.NamedExpr, cst.Import, cst.ImportFrom, cst.ExceptHandler})
+_STRUCTURAL_BY_TYPE: dict[type, bool] = {}
+
+
+def _is_structural(node_type: type) -> bool:
+    structural = _STRUCTURAL_BY_TYPE.get(node_type)
+    if structural is None:
+        structural = _STRUCTURAL_BY_TYPE[node_type] = issubclass(node_type, _STRUCTURAL)
+    return structural
+
+
 # A parameter's argument at the call being followed, and the body that call is in.
 _Arguments = dict[str, tuple[cst.BaseExpression, _Scope]]
 
@@ -368,14 +383,16 @@ class CheckpointFiles:
         while stack:
             node, scope, owner, anchor = stack.pop()
             inner_scope, inner_owner, inner_anchor = scope, owner, anchor
-            if isinstance(node, _STRUCTURAL) or type(node) is cst.Call:
+            node_type = type(node)
+            if node_type is cst.Call or _is_structural(node_type):
                 self._order[id(node)] = counter
                 counter += 1
                 self._scope_of[id(node)] = scope
                 if anchor is not None:
                     self._parent[id(node)] = anchor
                 inner_anchor = node
-            if isinstance(node, cst.FunctionDef):
+            if node_type is cst.FunctionDef:
+                node = cast(cst.FunctionDef, node)
                 self._functions.setdefault(node.name.value, []).append(node)
                 if owner is not None:
                     self._class_of[id(node)] = owner
@@ -383,15 +400,16 @@ class CheckpointFiles:
                 self._bodies[id(node)] = _Body()
                 self._scope_by_id[id(node)] = node
                 inner_scope, inner_owner = node, None
-            elif isinstance(node, cst.ClassDef):
+            elif node_type is cst.ClassDef:
+                node = cast(cst.ClassDef, node)
                 # Class bodies run where they are written; the functions in them are methods.
                 self._bind(scope, node.name.value, None)
                 inner_owner = node
-            elif isinstance(node, cst.Lambda):
+            elif node_type is cst.Lambda:
                 continue  # not run where it is written
-            elif type(node) is cst.Call:
-                self._record_call(node, scope, qualified_name)
-            else:
+            elif node_type is cst.Call:
+                self._record_call(cast(cst.Call, node), scope, qualified_name)
+            elif node_type in _BINDING_TYPES:
                 self._record_bindings(node, scope)
             stack.extend((child, inner_scope, inner_owner, inner_anchor) for child in reversed(child_nodes(node)))
 

@@ -638,13 +638,14 @@ class FlowModel:
         # Reading its own unfinished state (through a function it calls) does not make a body
         # provisional; reading another unfinished body's does.
         self._provisional_reads.discard(key)
-        if not attributes_only:
-            if self._provisional_reads <= reads_before:
-                self._flows[key] = flow
-            elif self._in_progress:
-                # Good until the outermost question is answered: interpreted once per question,
-                # however many times a script's loop calls it.
-                self._provisional[key] = flow
+        if self._provisional_reads <= reads_before:
+            # Complete: an attribute collection's run that read no unfinished attributes is
+            # the method's flow too (the class's methods would otherwise all run twice).
+            self._flows[key] = flow
+        elif not attributes_only and self._in_progress:
+            # Good until the outermost question is answered: interpreted once per question,
+            # however many times a script's loop calls it.
+            self._provisional[key] = flow
         if not self._in_progress:
             self._provisional.clear()
         return flow
@@ -1004,8 +1005,10 @@ class FlowModel:
             method_definition = self._definitions[id(method)]
             flow = self._flows.get(id(method))
             if flow is None:
-                if id(method) in self._in_progress:
+                if id(method) in self._in_progress or not _assigns_own_attributes(method, self._self_name(method)):
                     continue
+                # Reads of this class's attributes by an earlier method must not hide this one's.
+                self._provisional_reads.discard(id(summary.node))
                 flow = self._interpret(method, self._entry_env(method_definition), summary.node, attributes_only=True)
             for name, value in flow.attribute_writes.items():
                 previous = collected.get(name)
@@ -1064,6 +1067,36 @@ def _moves_self(init: cst.FunctionDef) -> bool:
             return True
         if (type(node) is cst.FunctionDef or type(node) is cst.ClassDef) and node is not init:
             continue
+        stack.extend(child_nodes(node))
+    return False
+
+
+def _assigns_own_attributes(method: cst.FunctionDef, self_name: str | None) -> bool:
+    """Whether the method's own body binds `self.<name>` (the only writes its interpretation
+    records): a method that does not adds nothing to the class's attributes."""
+    if self_name is None:
+        return False
+    stack: list[cst.CSTNode] = [method.body]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.FunctionDef or type(node) is cst.ClassDef or type(node) is cst.Lambda:
+            continue
+        targets: list[cst.BaseExpression] = []
+        if type(node) is cst.Assign:
+            targets = [target.target for target in node.targets]
+        elif type(node) is cst.AnnAssign or type(node) is cst.AugAssign or type(node) is cst.For \
+                or type(node) is cst.CompFor or type(node) is cst.NamedExpr:
+            targets = [node.target]
+        elif type(node) is cst.WithItem and node.asname is not None:
+            targets = [node.asname.name]
+        while targets:
+            target = targets.pop()
+            if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == self_name:
+                return True
+            if type(target) is cst.Tuple or type(target) is cst.List:
+                targets.extend(element.value for element in target.elements)
+            elif type(target) is cst.StarredElement:
+                targets.append(target.value)
         stack.extend(child_nodes(node))
     return False
 
