@@ -319,8 +319,8 @@ def test_cuda_devices_carry_their_index_where_the_code_shows_it() -> None:
         wrapped = nn.DataParallel(nn.Linear(2, 2).cuda(), device_ids=[1, 2])
         """
     )
-    # The file changes the current device, so a body starts with it unknown.
-    assert "a: tensor, on device 'cuda' (cuda)" in facts
+    # The module's own code holds every change of the current device: it starts on cuda:0.
+    assert "a: tensor, on device 'cuda' (cuda:0)" in facts
     assert "b: tensor, on device 'cuda:1' (cuda:1)" in facts
     assert "c: tensor, on device 'cuda:2' (cuda:2)" in facts
     assert "d: tensor, on device 'cuda' (cuda:3)" in facts
@@ -328,6 +328,54 @@ def test_cuda_devices_carry_their_index_where_the_code_shows_it() -> None:
     assert "f: tensor, on device 'cuda' (cuda:3)" in facts
     assert "g: tensor, on device 'cuda' (cuda)" in facts
     assert "wrapped: wrapped module, names device device_ids[0] (cuda:1), on device 'cuda' (cuda)" in facts
+
+
+def test_the_current_device_is_followed_per_branch_and_unknown_where_another_body_sets_it() -> None:
+    helped = _facts(
+        """
+        import torch
+        def setup(rank):
+            torch.cuda.set_device(rank)
+        def after_a_helper(rank):
+            setup(rank)
+            helped = torch.zeros(2).cuda()
+        """
+    )
+    # `setup` may run before any body but its own: elsewhere the current device is unknown.
+    assert "helped: tensor, on device 'cuda' (cuda)" in helped
+    own = _facts(
+        """
+        import torch
+        def worker(gpu):
+            if gpu is not None:
+                torch.cuda.set_device(gpu)
+                chosen = torch.zeros(2).cuda()
+            else:
+                default = torch.zeros(2).cuda()
+            either = torch.zeros(2).cuda()
+        """
+    )
+    # `worker` holds the file's only change: cuda:0 on each path that has not made it.
+    assert "chosen: tensor, on device 'cuda' (cuda)" in own
+    assert "default: tensor, on device 'cuda' (cuda:0)" in own
+    assert "either: tensor, on device 'cuda' (cuda)" in own
+
+
+def test_a_model_built_out_of_sight_and_moved_in_place_is_a_module_there() -> None:
+    facts = _facts(
+        """
+        import torch
+        from project import build_resnet
+        model = build_resnet(50)
+        model.cuda()
+        features = build_resnet(18)
+        features.cuda()
+        """
+    )
+    # Moved by a statement of its own and named as models are: a Module, now on the GPU.
+    assert "model: module, on device 'cuda' (cuda:0)" in facts
+    # Not named as a model: a tensor's move thrown away looks the same, so nothing is said.
+    assert not any(fact.startswith("features: module") for fact in facts)
 
 
 def test_a_tuple_a_method_makes_on_its_modules_device_is_where_the_module_is() -> None:

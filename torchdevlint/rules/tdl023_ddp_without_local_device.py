@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis.brains.torch_api import DISTRIBUTED_DATA_PARALLEL, PER_PROCESS_DEVICE_CALLS
+from torchdevlint.analysis.brains.torch_api import DISTRIBUTED_DATA_PARALLEL
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow.values import PlaceKind
 from torchdevlint.analysis.tree import keyword_argument
@@ -33,12 +33,16 @@ class DdpWithoutLocalDevice(Rule):
     """
     ## What it does
     Finds `DistributedDataParallel(model)` where the model is on one fixed GPU (`.cuda()`,
-    `.to("cuda")`, `torch.device("cuda")`, `"cuda:0"`) and nothing in the file gives each
-    process a GPU of its own: no `torch.cuda.set_device(...)` (nor `torch.cuda.device(...)`
-    or `torch.accelerator.set_device_index(...)`), no `device_ids=[local_rank]`, no
-    `init_process_group(..., device_id=...)`, and no `CUDA_VISIBLE_DEVICES` set by the
-    program. `device_ids` written as numbers (`device_ids=[0]`) names the same GPU for every
-    process, so it counts as absent.
+    `.to("cuda")`, `torch.device("cuda")`, `"cuda:0"`) and nothing gives each process a GPU
+    of its own: no `torch.cuda.set_device(...)` (nor `with torch.cuda.device(...)` or
+    `torch.accelerator.set_device_index(...)`) on the way to the model's move, no
+    `device_ids=[local_rank]`, and nowhere in the file `init_process_group(..., device_id=...)`
+    or a `CUDA_VISIBLE_DEVICES` the program sets. `device_ids` written as numbers
+    (`device_ids=[0]`) names the same GPU for every process, so it counts as absent. The
+    current device is followed branch by branch: a `set_device` in the `if` does not cover
+    a `.cuda()` in its `else` (the ImageNet example's `else: model.cuda()` before
+    `DistributedDataParallel(model)`), and one in another function, which may run first,
+    leaves `.cuda()` unknown and unreported.
 
     ## Why is this bad?
     `torchrun` and `mp.spawn` start one process per GPU, and each process starts on GPU 0.
@@ -110,6 +114,24 @@ class DdpWithoutLocalDevice(Rule):
             """,
             name="each-process-sees-one-gpu",
         ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel
+            def setup(local_rank):
+                dist.init_process_group("nccl")
+                torch.cuda.set_device(local_rank)
+            def train(local_rank):
+                net = torch.nn.Linear(8, 2)
+                setup(local_rank)
+                if local_rank >= 0:
+                    net.cuda()
+                    net = DistributedDataParallel(net)
+                return net
+            """,
+            name="current-device-set-by-a-helper",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -172,6 +194,27 @@ class DdpWithoutLocalDevice(Rule):
             count=2,
             name="a-spawned-worker-numbered-device-ids-and-no-process-group",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel
+            def train_worker(gpu, settings):
+                net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+                if settings.distributed:
+                    dist.init_process_group("nccl", init_method=settings.url, rank=settings.rank,
+                                            world_size=settings.world_size)
+                    if gpu is not None:
+                        torch.cuda.set_device(gpu)
+                        net.cuda(gpu)
+                        net = DistributedDataParallel(net, device_ids=[gpu])
+                    else:
+                        net.cuda()
+                        net = DistributedDataParallel(net)
+                return net
+            """,
+            name="set-device-in-one-branch-the-move-in-the-other",
+        ),
     ]
 
     def setup(self) -> None:
@@ -187,9 +230,7 @@ class DdpWithoutLocalDevice(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.context.imports.qualified_name(node.func)
-        if qualified in PER_PROCESS_DEVICE_CALLS:
-            self._per_process = True
-        elif qualified in _PROCESS_GROUP:
+        if qualified in _PROCESS_GROUP:
             if keyword_argument(node, "device_id") is not None:
                 self._per_process = True
             else:

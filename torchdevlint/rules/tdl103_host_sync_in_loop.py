@@ -91,6 +91,22 @@ class HostSyncInLoop(Rule):
         Valid(
             """
             import torch
+            model = model.to(device)
+            for step, (x, y) in enumerate(train_loader):
+                loss = criterion(model(x.to(device)), y.to(device))
+                loss.backward()
+                optimizer.step()
+                if step % eval_every == 0:
+                    held_out = []
+                    for vx, vy in val_loader:
+                        held_out.append(criterion(model(vx.to(device)), vy.to(device)).item())
+                    print(sum(held_out) / len(held_out))
+            """,
+            name="periodic-validation-pass",
+        ),
+        Valid(
+            """
+            import torch
             with torch.no_grad():
                 for x, y in loader:
                     x = x.to(device)
@@ -232,8 +248,9 @@ class HostSyncInLoop(Rule):
                 self.report(call)
             return
         outer = self._loops.outer(node)
-        if outer is not None:
-            # An inner loop (over metrics, say) runs on every step of the loop around it.
+        if outer is not None and self._loops.every_step(node, outer):
+            # An inner loop (over metrics, say) runs on every step of the loop around it,
+            # unless it is periodic itself (a validation pass under `if step % N == 0:`).
             self._syncs.setdefault(id(outer), []).extend(syncs)
 
     leave_For = leave_While = _leave

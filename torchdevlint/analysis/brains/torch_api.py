@@ -134,7 +134,7 @@ DATA_PARALLEL_FUNCTIONS: frozenset[str] = frozenset(
 
 # What `.cuda()` and `"cuda"` mean from here on: set, and (with `torch.cuda.device(n)`) changed
 # for a block.
-SET_CUDA_DEVICE = "torch.cuda.set_device"
+SET_CUDA_DEVICE: frozenset[str] = frozenset({"torch.cuda.set_device", "torch.accelerator.set_device_index"})
 # `with torch.cuda.device(n):`; a no-op given a negative index or None.
 CUDA_DEVICE_CONTEXT = "torch.cuda.device"
 # Where tensor factories without `device=` put their tensors from here on (`torch.device(d)`
@@ -183,10 +183,6 @@ DISTRIBUTED_DATA_PARALLEL: frozenset[str] = frozenset(
     }
 )
 WRAPPERS: frozenset[str] = DATA_PARALLEL | DISTRIBUTED_DATA_PARALLEL
-# Calls that give each process its own GPU: the current device, or a process group's device.
-PER_PROCESS_DEVICE_CALLS: frozenset[str] = frozenset(
-    {"torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device"}
-)
 
 # Autocast contexts: those taking the device type as their first argument (`device_type=`),
 # and those whose name fixes it.
@@ -402,7 +398,7 @@ _CALL_ROLES: dict[str, CallRole] = {
     "io.BytesIO": CallRole.MEMORY_BUFFER,
     TORCH_DEVICE: CallRole.DEVICE,
     **dict.fromkeys(SET_DEFAULT_DEVICE, CallRole.SET_DEFAULT_DEVICE),
-    SET_CUDA_DEVICE: CallRole.SET_CUDA_DEVICE,
+    **dict.fromkeys(SET_CUDA_DEVICE, CallRole.SET_CUDA_DEVICE),
     **dict.fromkeys(WRAPPERS, CallRole.WRAPPER),
     **dict.fromkeys(DATALOADERS, CallRole.DATALOADER),
     **dict.fromkeys(TENSOR_DATASETS, CallRole.TENSOR_DATASET),

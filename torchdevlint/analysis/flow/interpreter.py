@@ -125,8 +125,7 @@ class Oracle(Protocol):
     # What the body's text says, the same each time it is interpreted: kept by the model.
     def names_used_as_tensors(self, scope: cst.CSTNode) -> frozenset[str]: ...
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None: ...
-    @property
-    def entry_cuda_device(self) -> Value: ...
+    def entry_cuda_device(self, scope: cst.CSTNode) -> Value: ...
     @property
     def stuck_switches(self) -> frozenset[str]: ...
     @property
@@ -201,7 +200,7 @@ class Interpreter:
                 self._disables_grad(d.decorator, self.env0) for d in self.flow.node.decorators):
             self._grad_off += 1
         env = dict(self.env0)
-        env.setdefault(CURRENT_CUDA_DEVICE, self.oracle.entry_cuda_device)
+        env.setdefault(CURRENT_CUDA_DEVICE, self.oracle.entry_cuda_device(self.flow.node))
         default_device = self.oracle.entry_default_device
         if default_device is not None:
             env.setdefault(DEFAULT_DEVICE, default_device)
@@ -720,8 +719,15 @@ class Interpreter:
         if method in torch_api.MODULE_SELF_RETURNING_METHODS and receiver.is_module_like:
             env[key] = self.flow.values.get(id(node), receiver)
         elif method in ("to", "cuda", "cpu") and not receiver.is_tensor_like and not receiver.kinds <= {Kind.CONTAINER, Kind.SCALAR}:
-            # Something unknown moved in place (a module we cannot see): its place is unknown.
-            env[key] = receiver.with_places(None)
+            moved = self.flow.values.get(id(node))
+            if receiver.kinds == {Kind.UNKNOWN} and _named_like_a_model(receiver_node) and moved is not None \
+                    and moved.places is not None:
+                # `model.cuda()` on a model built where we cannot see (an imported class):
+                # moving it in place says it is a Module, and the move says where it is.
+                env[key] = Value(frozenset({Kind.MODULE}), moved.places)
+            else:
+                # Something unknown moved in place (a module we cannot see): its place is unknown.
+                env[key] = receiver.with_places(None)
         elif self.self_name is not None and isinstance(receiver_node, cst.Name) and receiver_node.value == self.self_name:
             # A method of self may rebind any attribute.
             for other in [k for k in env if k.startswith(key + ".")]:

@@ -94,9 +94,8 @@ class RecordingOracle:
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None:
         self._ask("register_definition", node, enclosing, owner)
 
-    @property
-    def entry_cuda_device(self) -> Value:
-        return self._ask("entry_cuda_device")  # type: ignore[return-value]
+    def entry_cuda_device(self, scope: cst.CSTNode) -> Value:
+        return self._ask("entry_cuda_device", scope)  # type: ignore[return-value]
 
     @property
     def stuck_switches(self) -> frozenset[str]:
@@ -107,7 +106,7 @@ class RecordingOracle:
         return self._ask("entry_default_device")  # type: ignore[return-value]
 
 
-_PROPERTIES = frozenset({"entry_cuda_device", "stuck_switches", "entry_default_device"})
+_PROPERTIES = frozenset({"stuck_switches", "entry_default_device"})
 
 
 def ask(model: Oracle, question: Question) -> object:

@@ -108,7 +108,9 @@ class FlowModel:
             memory.begin()
         # The text the module was parsed from (regenerated from the tree when not given).
         self._source = source
-        self._entry_cuda_device: Value | None = None
+        # ids of the bodies that change the current CUDA device directly (see `entry_cuda_device`).
+        self._device_setting_bodies: frozenset[int] | None = None
+        self._entry_cuda_devices = {index: device_value(cuda_place("'cuda'", index)) for index in (0, None)}
         self._entry_default_device: tuple[Value | None] | None = None
         self._enclosing_scope = enclosing_scope
         self.deadline = deadline if deadline is not None else NoDeadline()
@@ -153,16 +155,19 @@ class FlowModel:
         # What the module binds when it finishes on a GPU machine (see `gpu_world_outer_value`).
         self._gpu_world_final: tuple[Env | None] | None = None
 
-    @property
-    def entry_cuda_device(self) -> Value:
-        """The current CUDA device where a body starts: cuda:0, unless the file changes it
-        somewhere (`torch.cuda.set_device`, `with torch.cuda.device(n)`); then unknown until
-        the body sets it."""
-        if self._entry_cuda_device is None:
+    def entry_cuda_device(self, scope: cst.CSTNode) -> Value:
+        """The current CUDA device where a body starts: cuda:0, unless code outside the body
+        may change it first (`torch.cuda.set_device`, `with torch.cuda.device(n)` in another
+        function, a nested one, or a lambda); then unknown until the body sets it. A body
+        that itself holds every change starts on cuda:0, and the interpretation follows its
+        changes branch by branch (ImageNet's `if args.gpu is not None: set_device(...)` and
+        its `else: model.cuda()`)."""
+        if self._device_setting_bodies is None:
             text = self._source if self._source is not None else self.module.code
             changes = "set_device" in text or "cuda.device(" in text
-            self._entry_cuda_device = device_value(cuda_place("'cuda'", None if changes else 0))
-        return self._entry_cuda_device
+            self._device_setting_bodies = _device_setting_bodies(self.module) if changes else frozenset()
+        index = 0 if self._device_setting_bodies <= {id(scope)} else None
+        return self._entry_cuda_devices[index]
 
     @property
     def entry_default_device(self) -> Value | None:
@@ -1069,6 +1074,27 @@ def _moves_self(init: cst.FunctionDef) -> bool:
             continue
         stack.extend(child_nodes(node))
     return False
+
+
+# Calls, by the end of their dotted name, that change the current CUDA device.
+_DEVICE_SETTING_SUFFIXES = ("set_device", "set_device_index", "cuda.device")
+
+
+def _device_setting_bodies(module: cst.Module) -> frozenset[int]:
+    """The ids of the bodies (the module, functions, lambdas) whose own code calls something
+    that changes the current CUDA device."""
+    found: set[int] = set()
+    stack: list[tuple[cst.CSTNode, int]] = [(module, id(module))]
+    while stack:
+        node, body = stack.pop()
+        if type(node) is cst.FunctionDef or type(node) is cst.Lambda:
+            body = id(node)
+        elif type(node) is cst.Call:
+            name = dotted_name(node.func)
+            if name is not None and name.endswith(_DEVICE_SETTING_SUFFIXES):
+                found.add(body)
+        stack.extend((child, body) for child in child_nodes(node))
+    return frozenset(found)
 
 
 def _assigns_own_attributes(method: cst.FunctionDef, self_name: str | None) -> bool:
