@@ -133,7 +133,7 @@ class FileContext:
     def enclosing_function(self) -> cst.FunctionDef | None:
         for node in reversed(self.stack):
             if type(node) is cst.FunctionDef:  # exact: isinstance on LibCST's ABCs is slow
-                return cast(cst.FunctionDef, node)
+                return node
         return None
 
     # ---- scopes, from the path ------------------------------------------------------
