@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.flow.values import Wrapping
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.diagnostics import Applicability
@@ -27,16 +28,21 @@ class DataParallelStateDictSave(Rule):
     `strict=False` it silently loads nothing.
 
     Not reported: `model.module.state_dict()`, or an unwrap helper such as
-    `getattr(model, "module", model)` or `model.module if hasattr(model, "module") else model`.
+    `getattr(model, "module", model)` or `model.module if hasattr(model, "module") else model`;
+    nor a program that reads its checkpoints back into the model wrapped on every path, as the
+    DistributedDataParallel tutorial does (`ddp_model.load_state_dict(torch.load(path))`, or
+    the wrapped model handed to a loading helper the file cannot see, such as
+    `restart_from_checkpoint(path, state_dict=model)`): its reader expects the prefix, and
+    such projects strip it where a bare model loads (`k.replace("module.", "")`).
 
     ## Fix safety
     A surely wrapped model gets `.module`; a maybe wrapped one gets
     `getattr(model, "module", model)`, which is the bare model in both cases. A parameter
     that the file's own calls fill with a wrapper counts as maybe wrapped: callers in other
-    files may pass the bare model. The saved keys
-    lose the `module.` prefix, which is what any loader of a bare model expects. Safe, unless
-    the same file loads a state dict into a wrapped model (resuming training): that load
-    expects the prefix, so there the fix is unsafe.
+    files may pass the bare model. The saved keys lose the `module.` prefix, which is what any
+    loader of a bare model expects. Safe, unless the program also loads a state dict into a
+    model wrapped on some paths only (wrapped with a GPU, bare on the CPU): that load expects
+    the prefix where the model is wrapped, so there the fix is unsafe.
 
     ## Options
     None.
@@ -81,6 +87,33 @@ class DataParallelStateDictSave(Rule):
             print(len(snapshot))
             """,
             name="state-dict-not-saved",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            def demo_checkpoint(rank, path):
+                ddp_model = DDP(torch.nn.Linear(10, 5).to(rank), device_ids=[rank])
+                if rank == 0:
+                    torch.save(ddp_model.state_dict(), path)
+                dist.barrier()
+                ddp_model.load_state_dict(torch.load(path, map_location={"cuda:0": f"cuda:{rank}"}))
+            """,
+            name="resumed-into-the-wrapped-model-as-the-ddp-tutorial-does",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+            from project.utils import restart_from_checkpoint
+            def main(args, backbone):
+                model = DistributedDataParallel(backbone.cuda(), device_ids=[args.gpu])
+                restart_from_checkpoint(args.resume, state_dict=model)
+                for epoch in range(args.epochs):
+                    torch.save({"epoch": epoch + 1, "state_dict": model.state_dict()}, args.resume)
+            """,
+            name="resumed-by-a-helper-handed-the-wrapped-model",
         ),
     ]
     INVALID = [
@@ -171,19 +204,27 @@ class DataParallelStateDictSave(Rule):
             """
             import torch
             import torch.nn as nn
-            model = nn.DataParallel(nn.Linear(2, 2))
-            torch.save(model.state_dict(), "last.pt")
-            model.load_state_dict(torch.load("last.pt", map_location="cpu"))
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            net = nn.Linear(2, 2).to(device)
+            if device == "cuda":
+                net = nn.DataParallel(net)
+            if resume:
+                net.load_state_dict(torch.load("ckpt.pth", map_location=device)["net"])
+            torch.save({"net": net.state_dict()}, "ckpt.pth")
             """,
             fixed="""
             import torch
             import torch.nn as nn
-            model = nn.DataParallel(nn.Linear(2, 2))
-            torch.save(model.module.state_dict(), "last.pt")
-            model.load_state_dict(torch.load("last.pt", map_location="cpu"))
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            net = nn.Linear(2, 2).to(device)
+            if device == "cuda":
+                net = nn.DataParallel(net)
+            if resume:
+                net.load_state_dict(torch.load("ckpt.pth", map_location=device)["net"])
+            torch.save({"net": getattr(net, "module", net).state_dict()}, "ckpt.pth")
             """,
             applicability=Applicability.UNSAFE,
-            name="resumed-into-the-wrapped-model-makes-the-fix-unsafe",
+            name="resumed-into-a-model-wrapped-only-with-a-gpu-makes-the-fix-unsafe",
         ),
         Invalid(
             """
@@ -311,17 +352,37 @@ class DataParallelStateDictSave(Rule):
     ]
 
     def setup(self) -> None:
-        # A wrapped model loading a state dict expects the prefix: the fix would break it.
-        self._wrapped_model_loads = False
+        # How the models the program reads checkpoints into are wrapped, at worst: on every
+        # path (its checkpoints are meant to carry the prefix), on some (a load the fix would
+        # break where the model is wrapped), or not at all.
+        self._loads_into = Wrapping.NO
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict":
-            if self.context.flow.value_of(func.value).wrapping is not Wrapping.NO:
-                self._wrapped_model_loads = True
+            self._loaded_into(func.value)
+        elif node.args and self._names_a_checkpoint_reader(func):
+            for arg in node.args:
+                self._loaded_into(arg.value)
+
+    def _loaded_into(self, model: cst.BaseExpression) -> None:
+        wrapping = self.context.flow.value_of(model).wrapping
+        if wrapping is Wrapping.YES or wrapping is Wrapping.MAYBE and self._loads_into is Wrapping.NO:
+            self._loads_into = wrapping
+
+    def _names_a_checkpoint_reader(self, func: cst.BaseExpression) -> bool:
+        """A function out of sight named as a checkpoint reader (`load_checkpoint`)."""
+        name = dotted_name(func)
+        reference = self.context.flow.value_of(func).reference
+        if name is None or reference is not None and reference.definition is not None:
+            return False  # the file's own function: its body shows what it loads into
+        last = name.rsplit(".", 1)[-1].lower()
+        return last != "load_state_dict" and any(word in last for word in naming.CHECKPOINT_READER_WORDS)
 
     def leave_Module(self, node: cst.Module) -> None:
-        applicability = Applicability.UNSAFE if self._wrapped_model_loads else Applicability.SAFE
+        if self._loads_into is Wrapping.YES:
+            return
+        applicability = Applicability.UNSAFE if self._loads_into is Wrapping.MAYBE else Applicability.SAFE
         for saved in self.context.flow.saved_state_dicts():
             assert isinstance(saved.call.func, cst.Attribute)
             receiver = saved.call.func.value

@@ -51,6 +51,10 @@ DEVICE_FLAG_WORDS = ("cuda", "gpu", "cpu", "device", "mps", "xpu", "accelerator"
 # Words in a checkpoint path that say a script reads its own earlier runs back (a resume).
 RESUME_PATH_WORDS = ("resume", "checkpoint", "ckpt")
 
+# Words in the name of a function we cannot see that, handed a model, reads a checkpoint into
+# it (`restart_from_checkpoint(path, state_dict=model)`, `load_weights(model, path)`).
+CHECKPOINT_READER_WORDS = ("load", "resume", "restart", "restore")
+
 # Names a parsed command line usually goes by where it is passed around (`def main(args)`,
 # `train(opt)`): read as argparse namespaces beside the names bound by `parse_args()`.
 OPTION_NAMESPACE_NAMES = frozenset({"args", "opt", "opts", "options", "flags", "hparams", "cfg", "config", "argv"})
