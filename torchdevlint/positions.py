@@ -12,7 +12,7 @@ statement, the whole-module provider answers instead.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import libcst as cst
 from libcst._position import CodeRange
@@ -41,6 +41,10 @@ class StatementPositions:
         self._cache: dict[cst.CSTNode, CodeRange] = {}
         self._rendered: set[int] = set()
         self._whole_module: Mapping[cst.CSTNode, CodeRange] | None = None
+        # Memos that keep many findings in one long body linear: each body's statement
+        # positions (keyed by its first statement) and each ast statement list.
+        self._positions: dict[int, dict[int, int]] = {}
+        self._ast_lists: dict[tuple[int, str], list[ast.stmt]] = {}
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
         found = self._cache.get(node)
@@ -138,7 +142,7 @@ class StatementPositions:
         while index < len(path):
             node = path[index]
             if isinstance(node, cst.BaseStatement):
-                position = _statement_index(cst_body, node)
+                position = self._statement_index(cst_body, node)
                 if position is None or position >= len(statements):
                     return None
                 python = statements[position]
@@ -157,15 +161,34 @@ class StatementPositions:
             index += 1
         return None
 
-    @staticmethod
+    def _statement_index(self, body: tuple[cst.CSTNode, ...], statement: cst.CSTNode) -> int | None:
+        """Index in the ast body list: a LibCST line of `a; b` is two ast statements."""
+        if not body:
+            return None
+        positions = self._positions.get(id(body[0]))
+        if positions is None:
+            positions = self._positions[id(body[0])] = {}
+            position = 0
+            for item in body:
+                positions[id(item)] = position
+                position += len(item.body) if isinstance(item, cst.SimpleStatementLine) else 1
+        return positions.get(id(statement))
+
+    def _statements(self, python: ast.AST, field: str) -> list[ast.stmt]:
+        key = (id(python), field)
+        found = self._ast_lists.get(key)
+        if found is None:
+            found = self._ast_lists[key] = _statements(python, field)
+        return found
+
     def _descend(
-        node: cst.CSTNode, python: ast.AST, rest: list[cst.CSTNode]
+        self, node: cst.CSTNode, python: ast.AST, rest: list[cst.CSTNode]
     ) -> tuple[tuple[cst.CSTNode, ...], list[ast.stmt], int, ast.AST | None] | None:
         """The LibCST body and ast body the path continues in, and how many path nodes that took."""
         if not rest:
             return None
         child = rest[0]
-        for cst_slot, ast_slot in _slots(node, python):
+        for cst_slot, ast_slot in _slots(node, python, self._statements):
             if cst_slot is child:
                 block = cst_slot
                 if isinstance(block, (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase)):
@@ -193,36 +216,27 @@ def _children(python: ast.AST, field: str) -> list[ast.AST]:
     return [item for item in value if isinstance(item, ast.AST)] if isinstance(value, list) else []
 
 
-def _slots(node: cst.CSTNode, python: ast.AST) -> Iterator[tuple[cst.CSTNode, list[ast.stmt]]]:
+def _slots(node: cst.CSTNode, python: ast.AST,
+           statements: Callable[[ast.AST, str], list[ast.stmt]]) -> Iterator[tuple[cst.CSTNode, list[ast.stmt]]]:
     # `_same_kind` has matched `python` to `node`, so the fields read here exist on it; a
     # count that differs anyway ends the pairing and the whole-module positions answer.
     if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.With)):
-        yield node.body, _statements(python, "body")
+        yield node.body, statements(python, "body")
     elif isinstance(node, (cst.If, cst.For, cst.While)):
-        yield node.body, _statements(python, "body")
+        yield node.body, statements(python, "body")
         if node.orelse is not None:
-            yield node.orelse, _statements(python, "orelse")
+            yield node.orelse, statements(python, "orelse")
     elif isinstance(node, (cst.Try, cst.TryStar)):
-        yield node.body, _statements(python, "body")
+        yield node.body, statements(python, "body")
         for handler, python_handler in zip(node.handlers, _children(python, "handlers"), strict=False):
-            yield handler, _statements(python_handler, "body")
+            yield handler, statements(python_handler, "body")
         if node.orelse is not None:
-            yield node.orelse, _statements(python, "orelse")
+            yield node.orelse, statements(python, "orelse")
         if node.finalbody is not None:
-            yield node.finalbody, _statements(python, "finalbody")
+            yield node.finalbody, statements(python, "finalbody")
     elif isinstance(node, cst.Match):
         for case, python_case in zip(node.cases, _children(python, "cases"), strict=False):
-            yield case, _statements(python_case, "body")
-
-
-def _statement_index(body: tuple[cst.CSTNode, ...], statement: cst.CSTNode) -> int | None:
-    """Index in the ast body list: a LibCST line of `a; b` is two ast statements."""
-    position = 0
-    for item in body:
-        if item is statement:
-            return position
-        position += len(item.body) if isinstance(item, cst.SimpleStatementLine) else 1
-    return None
+            yield case, statements(python_case, "body")
 
 
 _KINDS: dict[type, tuple[type, ...]] = {

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
@@ -486,20 +489,24 @@ class TensorMoveDiscarded(Rule):
             return
         fix = None
         if self._can_assign_back(base):
-            target = self.context.code_for_node(base)
             # `batch[0] = ...` fails when a custom collate_fn returns a tuple; a string key
             # means a dict (or a mapping), which takes item assignment.
             positional_item = isinstance(base, cst.Subscript) and not _has_string_key(base)
-            fix = self._assignment_fix(node, value, target, always_unsafe=positional_item)
+            fix = self._assignment_fix(node, value, [base], always_unsafe=positional_item)
         self.report(node, fix=fix)
 
-    def _assignment_fix(self, statement: cst.Expr, value: cst.BaseExpression, targets: str, *,
-                        always_unsafe: bool) -> PendingFix | None:
+    def _assignment_fix(self, statement: cst.Expr, value: cst.BaseExpression,
+                        target_nodes: Sequence[cst.BaseExpression], *, always_unsafe: bool) -> PendingFix | None:
         """`targets = value`: safe when the model shows the moved tensors then agree with
         what they meet; withheld when they would then meet data left on the host."""
-        assignment = cst.parse_statement(f"{targets} = {self.context.code_for_node(value)}\n")
-        assert isinstance(assignment, cst.SimpleStatementLine)
-        agreement = self.context.flow.fix_agreement(statement, assignment.body[0], targets.split(", "))
+        names = [self.context.code_for_node(target) for target in target_nodes]
+        targets = ", ".join(names)
+        # Built, not parsed from text: a thousand findings in one body would parse a thousand times.
+        # `_can_assign_back` has checked that each target is a name, attribute or subscript.
+        clones = [cast(cst.BaseAssignTargetExpression, target.deep_clone()) for target in target_nodes]
+        target = clones[0] if len(clones) == 1 else cst.Tuple([cst.Element(clone) for clone in clones])
+        assignment = cst.Assign(targets=[cst.AssignTarget(target)], value=value.deep_clone())
+        agreement = self.context.flow.fix_agreement(statement, assignment, names)
         if agreement is FixAgreement.BREAKS:
             return None
         safe = agreement is FixAgreement.AGREES and not always_unsafe
@@ -532,12 +539,11 @@ class TensorMoveDiscarded(Rule):
                 return
             names = [e.value for e in elements]
             if all(self._can_assign_back(name) for name in names):
-                targets = ", ".join(self.context.code_for_node(name) for name in names)
-                fix = self._assignment_fix(statement, comprehension, targets, always_unsafe=False)
+                fix = self._assignment_fix(statement, comprehension, names, always_unsafe=False)
         elif isinstance(iterable, cst.Name):
             if self._can_assign_back(iterable):
                 # Unsafe whatever the devices: a tuple batch becomes a list.
-                fix = self._assignment_fix(statement, comprehension, iterable.value, always_unsafe=True)
+                fix = self._assignment_fix(statement, comprehension, [iterable], always_unsafe=True)
         else:
             return
         self.report(statement, fix=fix)
