@@ -57,6 +57,14 @@ class Measurement:
         return statistics.median(self.seconds)
 
 
+def bytecode_env(folder: Path) -> dict[str, str]:
+    """The environment for measured processes: compiled bytecode kept under `folder`, as an
+    installed package has it."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(folder / "bytecode")
+    return env
+
+
 def run_once(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -123,8 +131,7 @@ def main() -> int:
         small = workdir / "small.py"
         small.write_text("import torch\nx = torch.zeros(3)\nx = x.cuda()\n")
 
-        env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-        env["PYTHONPYCACHEPREFIX"] = str(workdir / "bytecode")
+        env = bytecode_env(workdir)
         parse = [python, "-c", _PARSE_ALL, str(corpus)]
         cold_one = [*tdl, "--no-cache", "--jobs", "1", str(corpus)]
         cold_all = [*tdl, "--no-cache", str(corpus)]

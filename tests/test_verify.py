@@ -435,6 +435,16 @@ def test_each_program_is_linted_with_its_own_configuration(tmp_path: Path) -> No
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_verify_with_no_path_verifies_the_current_folder_as_check_does(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "train.py").write_text(
+        "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n")
+    (tmp_path / "clean.py").write_text("import torch\nx = torch.zeros(3)\n")
+    result = run_cli("verify", "--device", "emulated", cwd=tmp_path)
+    assert "scripts/train.py: fix verified" in result.stdout
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_bad_directive_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("# verify: host=tpu\nimport torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n")
     result = run_cli("verify", "--device", "emulated", "train.py", cwd=tmp_path)

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from torchdevlint.settings import Settings
     from torchdevlint.verify.runner import ConfiguredRules
 
-DEFAULT_PATHS = ("fixtures/",)
+# As `check`: the current folder, walked with its excludes and .gitignore.
+DEFAULT_PATHS = (".",)
 EXIT_VERIFIED = 0
 EXIT_NOT_VERIFIED = 1
 EXIT_ERROR = 2
@@ -42,7 +43,7 @@ def add_verify_parser(commands: argparse._SubParsersAction[_ParserT]) -> None:
             "on disk are never changed. Only run programs you trust."
         ),
     )
-    verify.add_argument("paths", nargs="*", default=[], help="programs or folders of them (default: fixtures/)")
+    verify.add_argument("paths", nargs="*", default=[], help="programs or folders of them (default: the current folder)")
     verify.add_argument("--device", choices=("auto", "cuda", "emulated"), default="auto",
                         help="cuda: a real GPU; emulated: CUDA tensors computed on the CPU; "
                              "auto (default): cuda when available")
