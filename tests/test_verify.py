@@ -964,6 +964,17 @@ def test_data_parallel_runs_a_replica_on_each_emulated_gpu() -> None:
         assert pinned(torch.randn(1, 3)).shape == (1, 3)
         with pytest.warns(UserWarning, match="all input tensors were scalars"):
             assert torch.nn.DataParallel(_Adds(lambda x: 0, reduce=True).cuda())(torch.randn(4, 3)).shape == (2,)
+        # A replica's parameters are plain attributes, as CUDA's `replicate` makes them: code
+        # that asks the module for its device through them fails in every replica.
+        asks = torch.nn.DataParallel(_Adds(lambda x: torch.ones(x.shape[0], 3)).cuda())
+        asks.module.make = lambda x: torch.ones(x.shape[0], 3, device=next(asks.module.parameters()).device)
+        with pytest.raises(StopIteration, match="Caught StopIteration in replica 0 on device 0"):
+            asks(torch.randn(4, 3))
+        with pytest.raises(StopIteration, match="in replica 0 on device 0"):
+            asks(torch.randn(1, 3))  # one replica still is one
+        assert len(list(asks.parameters())) == len(list(asks.module.parameters())) > 0
+        alone = torch.nn.DataParallel(asks.module, device_ids=[0])  # one GPU runs the module itself
+        assert gpu_of(alone(torch.randn(4, 3))) == 0
         # A gradient crosses back to the GPU its tensor came from.
         leaf = torch.ones(3, device="cuda:0", requires_grad=True)
         (leaf.to("cuda:1") * 2).cpu().sum().backward()

@@ -49,19 +49,22 @@ def _error_info(error: BaseException, path: str) -> ErrorInfo:
         message = repr(error.args[0])
     worker = _WORKER_ERROR.match(message)
     if worker is not None:
-        # A DataLoader worker's error, raised again where the loop asks for a batch: the
-        # worker's own frames of the program are deeper, and its last line is the error.
-        process, original = worker.group(1), worker.group(2)
+        # A DataLoader worker's error, raised again where the loop asks for a batch (or a
+        # DataParallel replica's, where the wrapper gathers): the worker's own frames of the
+        # program are deeper, and its last line is the error.
+        where, original = worker.group(1), worker.group(2)
         trace += tuple(int(line) for file, line in _TRACEBACK_FRAME.findall(original) if file == path)
         last = original.rstrip().rsplit("\n", 1)[-1]
         kind, _, text = last.partition(": ")
-        message = f"{text} (in DataLoader worker process {process})"
+        message = f"{text} ({where})" if text else f"({where})"
     # The innermost frame of the program itself is where the error shows.
     return ErrorInfo(kind, message, trace[-1] if trace else None, trace, _module_being_imported(error, path))
 
 
-_WORKER_ERROR = re.compile(r"Caught \w+ in DataLoader worker process (\d+)\.\nOriginal Traceback \(most recent call last\):\n(.*)",
-                           re.DOTALL)
+# Errors raised again away from where they happened, with the original traceback in the
+# message: a DataLoader worker's, a DataParallel replica's.
+_WORKER_ERROR = re.compile(r"Caught \w+ (in DataLoader worker process \d+|in replica \d+ on device \d+)\.\n"
+                           r"Original Traceback \(most recent call last\):\n(.*)", re.DOTALL)
 _TRACEBACK_FRAME = re.compile(r'^  File "(.*)", line (\d+), in ', re.MULTILINE)
 
 

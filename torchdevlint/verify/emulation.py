@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 import torch._dynamo  # imported before torch.cuda is patched: it indexes torch's functions
+from torch._utils import ExceptionWrapper
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 from torch.utils._device import DeviceContext
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -728,10 +729,22 @@ def _patch_data_parallel(patches: Patches, machine: EmulatedMachine, arguments: 
     device (0-dim ones become a vector). A replica computes with copies of the module's
     parameters and buffers on its GPU, made by `.to`, so gradients reach the module's own; a
     plain tensor attribute is not copied, as CUDA's `replicate` does not copy it, and stays on
-    the first GPU. The wrapper keeps its `module.` prefix, so state_dict bugs surface as on CUDA.
+    the first GPU. As on CUDA, every replica (the first GPU's too) holds its copies as plain
+    attributes, not parameters: inside its `forward`, `self.parameters()` yields nothing, and
+    `next(self.parameters())` raises StopIteration. One GPU in `device_ids` runs the module
+    itself. The wrapper keeps its `module.` prefix, so state_dict bugs surface as on CUDA.
     """
     cls = torch.nn.DataParallel
     move = arguments.move
+    # ids of the modules of the replicas running now, whose parameters replication turned
+    # into plain attributes.
+    replica_modules: set[int] = set()
+    named_parameters = torch.nn.Module.named_parameters
+
+    def replica_named_parameters(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if id(self) in replica_modules:
+            return iter(())
+        return named_parameters(self, *args, **kwargs)
 
     def scatter_map(value: Any, devices: list[int], dim: int) -> list[Any]:
         """`value` as each GPU gets it: tensors split along `dim`, containers item by item."""
@@ -763,19 +776,35 @@ def _patch_data_parallel(patches: Patches, machine: EmulatedMachine, arguments: 
             def run(*args: Any, **kwargs: Any) -> Any:
                 named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
                 copies = {name: move(tensor, device) for name, tensor in named}
-                return torch.func.functional_call(module, copies, args, kwargs)
+                modules = {id(inner) for inner in module.modules()}
+
+                def enter(_module: Any, _inputs: Any) -> None:
+                    replica_modules.update(modules)  # from here on, the copies are in place
+
+                entered = module.register_forward_pre_hook(enter, prepend=True)
+                try:
+                    return torch.func.functional_call(module, copies, args, kwargs)
+                finally:
+                    entered.remove()
+                    replica_modules.difference_update(modules)
 
             return run
 
-        return [module if index == 0 else replica_on(int(device)) for index, device in enumerate(device_ids)]
+        return [replica_on(int(device)) for device in device_ids]
 
     def parallel_apply(self: Any, replicas: list[Any], inputs: Any, kwargs: Any) -> list[Any]:
         outputs = []
         previous = machine.current_index
         try:
-            for replica, device, args, keywords in zip(replicas, self.device_ids, inputs, kwargs, strict=False):
+            for index, (replica, device, args, keywords) in enumerate(
+                    zip(replicas, self.device_ids, inputs, kwargs, strict=False)):
                 machine.current_index = int(device)
-                outputs.append(replica(*args, **keywords))
+                try:
+                    outputs.append(replica(*args, **keywords))
+                except Exception:  # noqa: BLE001  # every error, as CUDA's parallel_apply catches it
+                    # Raised again in the caller's thread, in CUDA's words ("Caught
+                    # StopIteration in replica 0 on device 0.", the replica's traceback after).
+                    ExceptionWrapper(where=f"in replica {index} on device {int(device)}").reraise()
         finally:
             machine.current_index = previous
         return outputs
@@ -804,6 +833,7 @@ def _patch_data_parallel(patches: Patches, machine: EmulatedMachine, arguments: 
 
     patches.set(cls, "scatter", scatter)
     patches.set(cls, "replicate", replicate)
+    patches.set(torch.nn.Module, "named_parameters", replica_named_parameters)
     patches.set(cls, "parallel_apply", parallel_apply)
     patches.set(cls, "gather", gather)
 
