@@ -704,6 +704,8 @@ F = torch.nn.functional
 # kernel (matmul, convolution, embedding, losses), in TensorIterator (element-wise ops with a
 # CPU tensor that is not 0-dim), or in PyTorch's C++ front (RNNs).
 CUDA_REJECTS: dict[str, Callable[[Any], Any]] = {
+    "packed sequence with GPU lengths": lambda gpu: torch.nn.utils.rnn.pack_padded_sequence(
+        torch.randn(5, 2, 3, device=gpu), torch.tensor([5, 3], device=gpu)),
     "nn.Embedding with CPU indices": lambda gpu: torch.nn.Embedding(10, 4).to(gpu)(torch.tensor([[1, 2]])),
     "F.embedding with CPU indices": lambda gpu: F.embedding(torch.tensor([1, 2]), torch.randn(10, 4, device=gpu)),
     "F.embedding with a 0-dim CPU index": lambda gpu: F.embedding(torch.tensor(1), torch.randn(10, 4, device=gpu)),

@@ -195,6 +195,13 @@ _ANY_DEVICE_OPS = {
 _CPU_SCALAR_OPS = {"masked_fill", "masked_fill_", "fill_", "fill", "index_fill", "index_fill_", "where"}
 _INDEX_PUT_OPS = {"index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put"}
 _INDEX_OPS = {"index", "_unsafe_index"}
+# Arguments CUDA wants on the host, by position: a packed sequence's lengths ("'lengths'
+# argument should be a 1D CPU int64 tensor"), which the CPU takes from anywhere.
+_HOST_ARGUMENTS = {"_pack_padded_sequence": 1}
+# ATen's names of the dtypes, as its messages print them.
+_SCALAR_TYPE_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+                      torch.uint8: "Byte", torch.bool: "Bool", torch.float32: "Float", torch.float64: "Double",
+                      torch.float16: "Half", torch.bfloat16: "BFloat16"}
 # Outputs that CUDA leaves on the host, by position: a packed sequence's batch sizes, lengths.
 _HOST_OUTPUTS = {"_pack_padded_sequence": 1, "_pad_packed_sequence": 1}
 _rules: dict[Any, _DeviceRule] = {}
@@ -324,10 +331,16 @@ def _dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
                 return func(*unwrapped, **kwargs)  # a copy to the host
     if gpu == -1:
         return func(*unwrapped, **kwargs)
+    name = func.__name__.split(".")[0]
+    host_argument = _HOST_ARGUMENTS.get(name)
+    if host_argument is not None and len(args) > host_argument and type(args[host_argument]) is EmulatedTensor:
+        lengths = args[host_argument]
+        raise RuntimeError(f"'lengths' argument should be a 1D CPU int64 tensor, but got {lengths.dim()}D "
+                           f"cuda:{lengths._gpu} {_SCALAR_TYPE_NAMES.get(lengths.dtype, lengths.dtype)} tensor "
+                           f"({_EMULATION_NOTE})")
     if cpu_operands and not allocates_here:
         _check_devices(func, gpu, cpu_operands, args)
     result = func(*unwrapped, **kwargs)
-    name = func.__name__.split(".")[0]
     if name in _RESHAPES_IN_PLACE and args and type(args[0]) is EmulatedTensor:
         _reshape_wrapper(func, args, kwargs)
     on_host = _HOST_OUTPUTS.get(name)
@@ -804,7 +817,7 @@ def _patch_data_parallel(patches: Patches, machine: EmulatedMachine, arguments: 
                 except Exception:  # noqa: BLE001  # every error, as CUDA's parallel_apply catches it
                     # Raised again in the caller's thread, in CUDA's words ("Caught
                     # StopIteration in replica 0 on device 0.", the replica's traceback after).
-                    ExceptionWrapper(where=f"in replica {index} on device {int(device)}").reraise()
+                    ExceptionWrapper(where=f"in replica {index} on device {int(device)}").reraise()  # type: ignore[no-untyped-call]  # torch._utils is untyped
         finally:
             machine.current_index = previous
         return outputs
