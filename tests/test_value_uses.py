@@ -49,7 +49,9 @@ RNN = textwrap.dedent("""\
         (13, {13}, {16, 17, 19, 20}, "returned: its callers' lines and what they compute from it"),
         (9, {9}, {20}, "an attribute set in __init__: the class's reads of it"),
         (10, {10}, {18, 19, 20}, "an attribute iterated over: the loop and what its target computes"),
-        (25, {25}, {26, 28, 30}, "a discarded move: later reads of the name it was meant to rebind, and what they compute"),
+        (25, {25}, {26, 27, 28, 29, 30},
+         "a discarded move: later reads of the name it was meant to rebind, and what they compute, "
+         "with every line of a statement over several lines (a traceback names its first)"),
         (29, {27, 28, 29}, {30}, "inside a statement over several lines: the whole statement"),
     ],
 )

@@ -445,6 +445,22 @@ def test_verify_with_no_path_verifies_the_current_folder_as_check_does(tmp_path:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_a_value_used_on_a_continuation_line_is_attributed_to_its_finding(tmp_path: Path) -> None:
+    # Black's style: the moved name sits on its own line, the traceback names the call's first.
+    (tmp_path / "train.py").write_text(
+        "import torch\n"
+        "weights = torch.randn(3, 2, device=\"cuda\")\n"
+        "inputs = torch.randn(4, 3)\n"
+        "inputs.to(\"cuda\")\n"
+        "scores = torch.matmul(\n"
+        "    inputs,\n"
+        "    weights,\n"
+        ")\n"
+        "print(\"RESULT\", tuple(scores.shape))\n")
+    result = run_cli("verify", "--device", "emulated", "train.py", cwd=tmp_path)
+    assert "train.py: fix verified" in result.stdout, result.stdout + result.stderr
+
+
 def test_bad_directive_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("# verify: host=tpu\nimport torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n")
     result = run_cli("verify", "--device", "emulated", "train.py", cwd=tmp_path)

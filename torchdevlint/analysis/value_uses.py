@@ -115,9 +115,23 @@ class _Uses:
                 used = self.line(access.node)
                 if used == line:
                     continue
-                lines.add(used)
+                lines |= self.statement_lines(access.node)
                 lines |= self.derived(access.node, depth)
         return lines
+
+    def statement_lines(self, node: cst.CSTNode) -> set[int]:
+        """The lines a traceback may name for a use: every line of its statement (Python names
+        a multi-line call's first line, the use may sit on a later one), or of a compound
+        statement's header up to the use."""
+        statement: cst.CSTNode | None = node
+        while statement is not None and not isinstance(statement, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            statement = self.parents.get(statement)
+        used = self.line(node)
+        if statement is None:
+            return {used}
+        first = self.line(statement)
+        last = self.positions[statement].end.line if isinstance(statement, cst.BaseSmallStatement) else used
+        return set(range(first, last + 1))
 
     def derived(self, use: cst.CSTNode, depth: int) -> set[int]:
         """Where what a use computes goes on: the names its statement binds, or its function's callers."""
