@@ -887,6 +887,29 @@ def test_emulated_tensors_look_like_cuda_tensors_and_torch_is_restored() -> None
     assert not hasattr(torch.Tensor, "_data")
 
 
+def test_autocast_on_the_emulated_gpu_casts_as_cuda_autocast_does() -> None:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu():
+        layer = torch.nn.Linear(4, 4).cuda()
+        x = torch.randn(2, 4, device="cuda", requires_grad=True)
+        with torch.autocast("cuda"):
+            hidden = layer(x)
+            scores = hidden @ hidden.t()
+            loss = torch.nn.functional.cross_entropy(hidden, torch.tensor([0, 1], device="cuda"))
+            # Half precision where CUDA computes in it, float32 where it needs the range.
+            assert (hidden.dtype, scores.dtype, loss.dtype) == (torch.float16, torch.float16, torch.float32)
+            # The classic mask fill of an attention score, out of float16's range, as on CUDA.
+            with pytest.raises(RuntimeError, match="cannot be converted to type .*Half without overflow"):
+                scores.masked_fill(scores > 0, -1e9)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                assert layer(x).dtype == torch.bfloat16
+        loss.backward()
+        # The casts are recorded: gradients come back in the parameters' and inputs' dtype.
+        assert layer.weight.grad is not None and layer.weight.grad.dtype == x.grad.dtype == torch.float32
+        assert layer(x).dtype == torch.float32  # outside autocast, the program's own dtypes
+
+
 def test_emulated_gpus_are_told_apart() -> None:
     from torchdevlint.verify.emulation import emulated_gpu, gpu_of
 

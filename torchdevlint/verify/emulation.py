@@ -722,6 +722,10 @@ class _DeviceArguments(TorchFunctionMode):
         try:
             if handler is not None:
                 return handler(func, arguments, kwargs)
+            if torch.is_autocast_enabled("cuda"):
+                cast_to = _autocast_dtype(func)
+                if cast_to is not None:
+                    arguments, kwargs = _autocast_arguments(arguments, kwargs, cast_to)
             index = self.machine.cuda_index(kwargs["device"], int_is_device=True) if "device" in kwargs else None
             if kwargs.get("generator") is not None:
                 check_generator(kwargs["generator"], self._drawn_on(arguments, kwargs, index))
@@ -731,6 +735,49 @@ class _DeviceArguments(TorchFunctionMode):
         except RuntimeError as error:
             _as_cuda_message(error, self.machine.current_index)
             raise
+
+
+# Autocast on the emulated GPU, as CUDA's autocast casts: the calls it runs in the lower
+# precision (matrix products, linear layers, convolutions, attention), and those it runs in
+# float32 (reductions and losses that need the range). CUDA decides per ATen operator, below
+# the Python functions named here; these are the ways models reach those operators.
+_F = torch.nn.functional
+_AUTOCAST_LOWER = frozenset({
+    torch.matmul, Tensor.matmul, Tensor.__matmul__, Tensor.__rmatmul__, torch.mm, Tensor.mm, torch.bmm, Tensor.bmm,
+    torch.addmm, Tensor.addmm, torch.baddbmm, Tensor.baddbmm, torch.addbmm, torch.mv, Tensor.mv, torch.addmv,
+    torch.addr, torch.chain_matmul, torch.prelu, _F.linear, _F.bilinear, _F.conv1d, _F.conv2d, _F.conv3d,
+    _F.conv_transpose1d, _F.conv_transpose2d, _F.conv_transpose3d, _F.prelu, _F.scaled_dot_product_attention,
+})
+_AUTOCAST_FLOAT32 = frozenset({
+    torch.softmax, Tensor.softmax, _F.softmax, torch.log_softmax, Tensor.log_softmax, _F.log_softmax,
+    _F.cross_entropy, _F.nll_loss, _F.mse_loss, _F.l1_loss, _F.smooth_l1_loss, _F.huber_loss, _F.kl_div,
+    _F.binary_cross_entropy_with_logits, _F.layer_norm, _F.group_norm, _F.cosine_similarity, _F.softplus,
+    torch.exp, Tensor.exp, torch.log, Tensor.log, torch.pow, Tensor.pow, torch.cumsum, Tensor.cumsum,
+    torch.logsumexp, Tensor.logsumexp, torch.norm, Tensor.norm, torch.cdist, torch.rsqrt, Tensor.rsqrt,
+})
+
+
+def _autocast_dtype(func: Callable[..., Any]) -> torch.dtype | None:
+    if func in _AUTOCAST_LOWER:
+        return torch.get_autocast_dtype("cuda")
+    if func in _AUTOCAST_FLOAT32:
+        return torch.float32
+    return None
+
+
+def _autocast_arguments(arguments: tuple[Any, ...], kwargs: dict[str, Any],
+                        dtype: torch.dtype) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The emulated floating tensors among the arguments, cast as autocast casts them (a cast
+    autograd records, so gradients return in the parameters' own dtype)."""
+    def cast(value: Any) -> Any:
+        if type(value) is EmulatedTensor and value.is_floating_point() and value.dtype != dtype \
+                and value.dtype != torch.float64:
+            return value.to(dtype)
+        if type(value) is list or type(value) is tuple:
+            return type(value)(cast(item) for item in value)
+        return value
+
+    return tuple(cast(argument) for argument in arguments), {key: cast(value) for key, value in kwargs.items()}
 
 
 def _patch_data_parallel(patches: Patches, machine: EmulatedMachine, arguments: _DeviceArguments) -> None:
