@@ -37,8 +37,11 @@ def error_lines(result, name: str) -> list[str]:  # type: ignore[no-untyped-def]
         ("latin1_no_cookie.py", "import torch\nname = 'caf\xe9'\n".encode("latin-1"), "cannot decode"),
         ("bad_cookie.py", b"# -*- coding: klingon -*-\nimport torch\n", "encoding"),
         ("python2.py", b"import torch\nprint 'hello'\n", "syntax error"),
+        ("deep_metadata.ipynb", b'{"cells": [], "metadata": ' + b'{"a": ' * 1000 + b"1" + b"}" * 1000
+         + b', "nbformat": 4, "nbformat_minor": 5}', "nested too deeply"),
+        ("deep.ipynb", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     ],
-    ids=lambda value: value if isinstance(value, str) and value.endswith(".py") else "",
+    ids=lambda value: value if isinstance(value, str) and value.endswith((".py", ".ipynb")) else "",
 )
 def test_unreadable_or_unparsable_files(tmp_path: Path, name: str, data: bytes, message: str) -> None:
     (tmp_path / name).write_bytes(data)
@@ -178,6 +181,22 @@ def test_broken_configuration_names_the_key(tmp_path: Path, config: str, key: st
     assert result.returncode == 2
     assert key in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ('[tool.torchdevlint]\n# caf\xe9\nselect = ["TDL001"]\n'.encode("latin-1"), "not UTF-8 (byte 0xe9 at offset 25)"),
+        (b"[tool.other]\na = " + b"[" * 5000 + b"]" * 5000 + b"\n[tool.torchdevlint]\n", "nested too deeply"),
+    ],
+    ids=["latin-1-comment", "deep-array"],
+)
+def test_an_unreadable_configuration_is_one_line_naming_the_file(tmp_path: Path, config: bytes, says: str) -> None:
+    (tmp_path / "pyproject.toml").write_bytes(config)
+    (tmp_path / "good.py").write_text(BUGGY)
+    result = run_cli("check", "good.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"torchdevlint: error: {tmp_path / 'pyproject.toml'}: cannot read: {says}"
 
 
 def test_json_output_carries_file_errors(tmp_path: Path) -> None:

@@ -155,10 +155,18 @@ def read_table(path: Path) -> dict[str, object] | None:
     """The torchdevlint settings a configuration file holds: a pyproject.toml's
     [tool.torchdevlint] table (None when it has none), any other file's top level."""
     try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as error:
+        raw = path.read_bytes()
+    except OSError as error:
         raise ConfigError(f"{path}: cannot read: {error}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        # TOML is UTF-8; say where it is not, as a reader fixing the file needs.
+        raise ConfigError(f"{path}: cannot read: not UTF-8 (byte 0x{raw[error.start]:02x} at offset {error.start})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: cannot read: nested too deeply") from None
     if not _is_pyproject(path):
         return data
     tool = data.get("tool", {})

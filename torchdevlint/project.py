@@ -37,7 +37,7 @@ def torch_floor(root: Path) -> str | None:
     for reader in _READERS:
         try:
             requirements = reader(root)
-        except (OSError, ValueError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error):
+        except (OSError, ValueError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error, RecursionError):
             continue
         if requirements is None:
             continue

@@ -140,6 +140,10 @@ class _NotebookReader:
     def fail(self, why: str) -> NotebookError:
         return NotebookError(f"not a Jupyter notebook: {why}")
 
+    def too_deep(self, position: int) -> NotebookError:
+        # Python's JSON decoder recurses once per level: past its limit the value is unreadable.
+        return self.fail(f"JSON nested too deeply to read (the value from byte {position})")
+
     def invalid_json(self, message: str, position: int) -> NotebookError:
         line, column = LineIndex(self.text).location(position)
         return self.fail(f"invalid JSON ({message} at line {line} column {column + 1})")
@@ -169,10 +173,13 @@ class _NotebookReader:
 
     def value(self) -> object:
         self.skip_whitespace()
+        start = self.position
         try:
             value, self.position = _DECODER.raw_decode(self.text, self.position)
         except json.JSONDecodeError as error:
             raise self.invalid_json(error.msg, error.pos) from None
+        except RecursionError:
+            raise self.too_deep(start) from None
         return value
 
     def each_member(self, read_value: dict[str, object]) -> None:
@@ -202,6 +209,8 @@ class _NotebookReader:
                 json.loads(self.text)
             except json.JSONDecodeError as error:
                 raise self.invalid_json(error.msg, error.pos) from None
+            except RecursionError:
+                raise self.too_deep(self.position) from None
             raise self.fail("the file holds JSON but not a notebook (no top-level object)")
         top: dict[str, object] = {}
         cells: list[Cell] = []
