@@ -461,6 +461,90 @@ def test_a_value_used_on_a_continuation_line_is_attributed_to_its_finding(tmp_pa
     assert "train.py: fix verified" in result.stdout, result.stdout + result.stderr
 
 
+_WRITES_EVERYWHERE = textwrap.dedent("""\
+    import ctypes
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    import torch
+    import torch.multiprocessing as mp
+
+    HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+    def rank_appends(rank, path):
+        with open(path, "a") as handle:
+            handle.write("from a spawned rank")
+
+
+    def attempt(action):
+        try:
+            action()
+        except Exception as error:
+            print("refused:", error)
+
+
+    if __name__ == "__main__":  # spawned ranks import this file
+        attempt(lambda: subprocess.run(["sh", "-c", "echo shell >> data.txt"], check=True))
+        def c_appends(path):
+            libc = ctypes.CDLL(None)
+            libc.fopen.restype = ctypes.c_void_p
+            handle = libc.fopen(path.encode(), b"a")
+            if not handle:
+                raise OSError("fopen failed")
+            libc.fputs(b"from C", ctypes.c_void_p(handle))
+            libc.fclose(ctypes.c_void_p(handle))
+
+
+        attempt(lambda: c_appends(os.path.join(HERE, "data.txt")))
+        attempt(lambda: os.remove(sys.argv[1]))
+        attempt(lambda: mp.spawn(rank_appends, args=(os.path.join(HERE, "data.txt"),), nprocs=1))
+        # Where a program may write: its own Python writes land in its mirror, temporary files in scratch.
+        with open("log.txt", "w") as log:
+            log.write("ok")
+        subprocess.run(["sh", "-c", "echo tmp > " + os.path.join(tempfile.gettempdir(), "t.txt")], check=True)
+        x = torch.zeros(3)
+        x.cuda()
+        y = x + torch.ones(3, device="cuda")
+        print("RESULT", y.sum().item())
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Landlock is Linux's")
+def test_no_process_of_a_verified_program_changes_a_byte_outside_the_scratch(tmp_path: Path) -> None:
+    from torchdevlint.verify.isolation import landlock_abi
+
+    if landlock_abi() == 0:
+        pytest.skip("this kernel has no Landlock")
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "train.py").write_text(_WRITES_EVERYWHERE)
+    (project / "data.txt").write_text("the user's data\n")
+    (elsewhere / "keep.txt").write_text("the user's other file\n")
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    # A subprocess, a C-level write and a spawned rank into the program's folder, and a
+    # removal outside it: every run, the original's and the fixed program's.
+    result = run_cli("verify", "--device", "emulated", "train.py", "--", str(elsewhere / "keep.txt"), cwd=project)
+    assert "train.py: fix verified" in result.stdout, result.stdout + result.stderr
+    after = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    assert after == before
+
+
+def test_without_isolation_verify_says_so_and_needs_allow_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from torchdevlint import cli
+    from torchdevlint.verify import isolation
+
+    (tmp_path / "train.py").write_text("import torch\nx = torch.zeros(3)\nx.cuda()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(isolation, "landlock_abi", lambda: 0)
+    assert cli.main(["verify", "--device", "emulated", "train.py"]) == 2
+    assert "Landlock is not available. Pass --allow-writes" in capsys.readouterr().err
+
+
 def test_bad_directive_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("# verify: host=tpu\nimport torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n")
     result = run_cli("verify", "--device", "emulated", "train.py", cwd=tmp_path)

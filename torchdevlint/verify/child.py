@@ -15,11 +15,13 @@ import re
 import select
 import signal
 import sys
+import tempfile
 import time
 import traceback
 import types
 from pathlib import Path
 
+from torchdevlint.verify.isolation import restrict_writes
 from torchdevlint.verify.proof import Budget, BudgetSpent, ProofBudget
 from torchdevlint.verify.protocol import ChildReport, ErrorInfo, RunHost, RunStatus, string_map
 from torchdevlint.verify.workspace import guard_originals
@@ -112,6 +114,11 @@ def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str
         if guard is not None:
             protected = guard.get("protected")
             guard_originals(str(guard["mirror"]), [str(p) for p in protected] if isinstance(protected, list) else [])
+            writable = guard.get("writable")
+            if isinstance(writable, list):
+                # Past here no process of the run writes outside its scratch folder.
+                tempfile.tempdir = None  # read TMPDIR (the scratch's) again
+                restrict_writes([str(path) for path in writable])
         with host(kind, gpus):
             sys.modules["__main__"] = main
             proof = ProofBudget(path, budget or Budget())

@@ -69,6 +69,10 @@ def add_verify_parser(commands: argparse._SubParsersAction[_ParserT]) -> None:
                              "copy-on-write view of it, so your files are never changed")
     verify.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="set an environment variable for the programs (repeatable); they also see yours")
+    verify.add_argument("--allow-writes", action="store_true",
+                        help="run where the machine cannot keep the programs' processes from writing outside "
+                             "verify's scratch folder (no Landlock): only the programs' own Python writes are "
+                             "then redirected, and subprocesses or C extensions may change your files")
     verify.add_argument("--config", type=Path, default=None, help="pyproject.toml to read (default: nearest)")
     verify.set_defaults(program_args=None)
     verify.epilog = ("Arguments after `--` are the program's own command line: "
@@ -109,6 +113,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from torchdevlint.settings import SettingsFinder
     from torchdevlint.verify import report
     from torchdevlint.verify.directive import DirectiveError, ProgramHost, VerifySpec, with_host
+    from torchdevlint.verify.isolation import landlock_abi
     from torchdevlint.verify.runner import (
         DEFAULT_TIMEOUT,
         DeviceChoice,
@@ -135,6 +140,13 @@ def run_verify(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if args.cwd is not None and not args.cwd.is_dir():
         sys.stderr.write(f"torchdevlint: error: --cwd {args.cwd}: not a folder\n")
+        return EXIT_ERROR
+    isolate = landlock_abi() > 0
+    if not isolate and not args.allow_writes:
+        sys.stderr.write(
+            "torchdevlint: error: this machine cannot keep the verified programs (and the processes they "
+            "start) from writing outside verify's scratch folder: Linux's Landlock is not available. "
+            "Pass --allow-writes to run them anyway, with only their own Python writes redirected\n")
         return EXIT_ERROR
     try:
         finder = SettingsFinder(Path.cwd(), args.config)
@@ -166,6 +178,7 @@ def run_verify(args: argparse.Namespace) -> int:
         argv=None if args.program_args is None else tuple(args.program_args),
         run_to_end=args.run_to_end,
         progress=report.progress_writer(sys.stderr, sys.stderr.isatty()),
+        isolate=isolate,
         seconds=args.seconds,
         steps=args.steps,
     )

@@ -442,8 +442,10 @@ class RunPlace:
 class Launcher:
     """Starts runs: forked from a torch-importing server on Linux, spawned elsewhere."""
 
-    def __init__(self, jobs: int, fork: bool | None = None) -> None:
+    def __init__(self, jobs: int, fork: bool | None = None, isolate: bool = True) -> None:
         self.jobs = jobs
+        # Each run restricts its whole process tree's writes to its scratch folder (`isolation`).
+        self.isolate = isolate
         use_fork = sys.platform.startswith("linux") if fork is None else fork
         self._server = _ForkServer(jobs) if use_fork else None
         self._spawner = _Spawner()
@@ -460,6 +462,10 @@ class Launcher:
             work = mirror(folder, Path(scratch, "work"))
             Path(files["source.py"]).write_text(source, encoding="utf-8")
             env = {} if host in (RunHost.CUDA, RunHost.EMULATED) else {"CUDA_VISIBLE_DEVICES": ""}
+            # Temporary files (`tempfile`, torch.compile's caches) go to the run's scratch too.
+            temporary = Path(scratch, "tmp")
+            temporary.mkdir()
+            env["TMPDIR"] = str(temporary)
             request: dict[str, object] = {
                 "cwd": str(work), "source": files["source.py"], "stdout": files["stdout"],
                 "stderr": files["stderr"], "report": files["outcome.json"],
@@ -468,7 +474,8 @@ class Launcher:
                 # The emulated GPU reads the program's own CUDA_VISIBLE_DEVICES; a CPU host has no GPU to see.
                 "env": {**env, **place.env},
                 "argv": list(argv),
-                "guard": {"mirror": str(work), "protected": sorted({str(folder), str(program.parent)})},
+                "guard": {"mirror": str(work), "protected": sorted({str(folder), str(program.parent)}),
+                          "writable": [str(Path(scratch).resolve())] if self.isolate else None},
                 "budget": (budget or Budget()).to_json(),
             }
             try:
@@ -666,6 +673,9 @@ class VerifySettings:
     steps: int | None = None
     # Told when each run starts and ends, and about long runs every few seconds.
     progress: Callable[[RunEvent], None] | None = None
+    # Whether each run's process tree may write only to its scratch folder (Landlock); off
+    # only with `--allow-writes` where the machine cannot do it.
+    isolate: bool = True
 
 
 class RunPhase(Enum):
@@ -791,7 +801,7 @@ def _target_host(spec: VerifySpec, accelerator: AcceleratorInfo) -> tuple[RunHos
 
 def verify_programs(paths: Iterable[str], settings: VerifySettings) -> Iterator[ProgramReport | FileError]:
     """Reports in the order of `paths`; every program's runs are queued at once, `jobs` at a time."""
-    launcher = Launcher(settings.jobs)
+    launcher = Launcher(settings.jobs, isolate=settings.isolate)
     pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs), thread_name_prefix="verify")
     progress = _Progress(settings.progress)
     pending: list[_Pending | FileError] = []
