@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,26 @@ def test_second_fix_run_changes_nothing(tmp_path: Path) -> None:
     once = path.read_bytes()
     run_cli("check", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
     assert path.read_bytes() == once
+
+
+def test_fix_of_a_hard_linked_file_is_seen_through_every_name(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(BUGGY)
+    os.link(tmp_path / "a.py", tmp_path / "b.py")
+    run_cli("check", "--no-cache", "--fix", "a.py", cwd=tmp_path)
+    assert (tmp_path / "b.py").read_text() == FIXED
+    assert (tmp_path / "a.py").stat().st_ino == (tmp_path / "b.py").stat().st_ino
+    assert not list(tmp_path.glob("*.tdl-tmp"))
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="only root can give a file away")
+def test_fix_run_by_root_keeps_the_files_owner_and_group(tmp_path: Path) -> None:
+    program = tmp_path / "train.py"
+    program.write_text(BUGGY)
+    os.chown(program, 65534, 65534)  # nobody
+    tmp_path.chmod(0o777)
+    run_cli("check", "--no-cache", "--fix", "train.py", cwd=tmp_path)
+    assert program.read_text() == FIXED
+    assert (program.stat().st_uid, program.stat().st_gid) == (65534, 65534)
 
 
 def test_fix_writes_through_a_symlink_and_lints_its_target_once(tmp_path: Path) -> None:

@@ -88,13 +88,18 @@ class NotRewritten(Exception):
 def write_atomically(path: Path, data: bytes, *, replacing: bytes | None = None) -> None:
     """Write through a temporary file in the same folder, then rename: never a half file.
 
-    A symbolic link is written through: its target is replaced, the link stays a link. A file
-    without its owner's write permission is not rewritten (rename would bypass it), nor one
-    whose bytes are no longer `replacing` (an edit saved, or another run's fixes, since it was
-    read): NotRewritten says which.
+    A symbolic link is written through: its target is replaced, the link stays a link. The file
+    keeps its mode, owner and group (the last two where this user may set them). A file with
+    other hard links is written in place, as ruff writes, so every name sees the fix: the new
+    bytes are in the temporary file first (synced), and it is removed only once the file holds
+    them, so an interruption leaves them beside it. A file without its owner's write
+    permission is not rewritten (rename would bypass it), nor one whose bytes are no longer
+    `replacing` (an edit saved, or another run's fixes, since it was read): NotRewritten says
+    which.
     """
     path = Path(os.path.realpath(path))
-    mode = path.stat().st_mode
+    status = path.stat()
+    mode = status.st_mode
     if not mode & stat.S_IWUSR:
         raise NotRewritten("the file is read-only")
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tdl-tmp", dir=path.parent)
@@ -104,15 +109,35 @@ def write_atomically(path: Path, data: bytes, *, replacing: bytes | None = None)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, mode & 0o7777)
+        _keep_owner(temporary, status)
         if replacing is not None and path.read_bytes() != replacing:
             raise NotRewritten("the file changed since it was read")
-        os.replace(temporary, path)
+        if status.st_nlink > 1:
+            with open(path, "r+b") as original:
+                original.write(data)
+                original.truncate()
+                original.flush()
+                os.fsync(original.fileno())
+            os.unlink(temporary)
+        else:
+            os.replace(temporary, path)
     except BaseException:
         try:
             os.unlink(temporary)
         except FileNotFoundError:
             pass
         raise
+
+
+def _keep_owner(temporary: str, original: os.stat_result) -> None:
+    """The new file's owner and group as the original's (root's `--fix` must not take a
+    user's file); as much of it as this user may set."""
+    for uid in (original.st_uid, -1):
+        try:
+            os.chown(temporary, uid, original.st_gid)
+            return
+        except (PermissionError, AttributeError):  # not permitted, or no chown (Windows)
+            continue
 
 
 @dataclass(frozen=True)
