@@ -199,6 +199,17 @@ def test_an_unreadable_configuration_is_one_line_naming_the_file(tmp_path: Path,
     assert result.stderr.strip() == f"torchdevlint: error: {tmp_path / 'pyproject.toml'}: cannot read: {says}"
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("named", [False, True], ids=["walked", "named"])
+def test_a_fifo_is_not_read_and_the_run_says_so(tmp_path: Path, named: bool) -> None:
+    os.mkfifo(tmp_path / "pipe.py")
+    # Reading it would wait for a writer forever: the run must end, the other files linted.
+    result = check(tmp_path, *(["pipe.py"] if named else ["."]))
+    assert result.returncode == 2
+    lines = error_lines(result, "pipe.py")
+    assert len(lines) == 1 and "not a regular file" in lines[0] and "(a FIFO): not read" in lines[0], result.stdout
+
+
 def test_json_output_carries_file_errors(tmp_path: Path) -> None:
     (tmp_path / "syntax.py").write_bytes(b"import torch\ndef f(:\n")
     (tmp_path / "good.py").write_text(BUGGY)

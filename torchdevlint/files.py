@@ -6,6 +6,7 @@ leave out."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -44,6 +45,10 @@ def iter_python_files(paths: Sequence[str], finder: SettingsFinder, errors: list
         if not path.exists():
             errors.append(FileError(raw, "no such file or directory"))
             continue
+        special = _special_kind(path)
+        if special is not None:
+            errors.append(FileError(raw, f"not a regular file or folder ({special}): not read"))
+            continue
         yield from _walk_folder(path, finder, ignores, respect_gitignore, errors, seen)
 
 
@@ -62,10 +67,32 @@ def _walk_folder(folder: Path, finder: SettingsFinder, ignores: GitIgnores, resp
             file_path = current_path / name
             if not settings.config.includes(file_path, settings.root) or _skipped(file_path, False, settings, applying):
                 continue
+            special = _special_kind(file_path)
+            if special is not None:
+                # Reading a FIFO would wait for a writer forever.
+                errors.append(FileError(str(file_path), f"not a regular file ({special}): not read"))
+                continue
             key = os.path.realpath(file_path)
             if key not in seen:
                 seen.add(key)
                 yield str(file_path), settings
+
+
+def _special_kind(path: Path) -> str | None:
+    """What `path` is when it is neither a regular file nor a folder (following links): a FIFO,
+    a socket, a device. None for files, folders, and paths that cannot be examined (reading
+    them reports why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device"
 
 
 def _skipped(path: Path, is_folder: bool, settings: Settings, ignores: GitIgnores | None) -> bool:
