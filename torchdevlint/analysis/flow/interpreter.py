@@ -723,8 +723,8 @@ class Interpreter:
             if receiver.kinds == {Kind.UNKNOWN} and _named_like_a_model(receiver_node) and moved is not None \
                     and moved.places is not None:
                 # `model.cuda()` on a model built where we cannot see (an imported class):
-                # moving it in place says it is a Module, and the move says where it is.
-                env[key] = Value(frozenset({Kind.MODULE}), moved.places)
+                # moving it in place says where it is (its kind stays as unknown as it was).
+                env[key] = receiver.with_places(moved.places)
             else:
                 # Something unknown moved in place (a module we cannot see): its place is unknown.
                 env[key] = receiver.with_places(None)
