@@ -60,3 +60,24 @@ def test_damaged_cache_entry_is_a_miss(tmp_path: Path) -> None:
         entry.write_text("{not json")
     result = run_cli("check", "--format", "json", "train.py", cwd=tmp_path)
     assert [item["code"] for item in json.loads(result.stdout)] == ["TDL001"]
+
+
+def test_the_same_bytes_under_another_name_or_kind_are_another_entry(tmp_path: Path) -> None:
+    loads = "import torch\nweights = torch.load('model.pt')\n"
+    (tmp_path / "conftest.py").write_text(loads)
+    (tmp_path / "serve.py").write_text(loads)
+    # Test code loads its own fixtures: TDL003 leaves conftest.py alone, not serve.py.
+    for order in (["conftest.py", "serve.py"], ["serve.py", "conftest.py"]):
+        for name in order:
+            found = json.loads(run_cli("check", "--format", "json", name, cwd=tmp_path).stdout)
+            assert [item["code"] for item in found] == ([] if name == "conftest.py" else ["TDL003"]), name
+
+
+def test_an_entry_that_is_not_a_list_of_findings_is_a_miss(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(BUGGY)
+    run_cli("check", "train.py", cwd=tmp_path)
+    for entry in (tmp_path / ".torchdevlint_cache").rglob("*.json"):
+        entry.write_text("{}")
+    result = run_cli("check", "--format", "json", "train.py", cwd=tmp_path)
+    assert [item["code"] for item in json.loads(result.stdout)] == ["TDL001"]

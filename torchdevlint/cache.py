@@ -1,4 +1,4 @@
-"""A cache of findings keyed by file content, tool version and effective configuration.
+"""A cache of findings keyed by file content and path, tool version and effective configuration.
 
 Like ruff's: an unchanged file is not parsed again. Entries are written atomically (temporary
 file, then rename), so concurrent runs never see half an entry; a damaged entry is a miss.
@@ -25,8 +25,12 @@ def settings_digest(rule_codes: tuple[str, ...], rule_options: tuple[tuple[str, 
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
-def content_digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=20).hexdigest()
+def content_digest(data: bytes, path: str) -> str:
+    """The key of a file's findings: its bytes and its path, which decides what kind of file
+    it is (a notebook, a `.py`) and its role (`conftest.py` and `test_*.py` are test code)."""
+    digest = hashlib.blake2b(data, digest_size=20)
+    digest.update(b"\0" + os.fsencode(path))
+    return digest.hexdigest()
 
 
 def _encode(diagnostic: Diagnostic) -> dict[str, object]:
@@ -78,6 +82,8 @@ class FindingsCache:
     def load(self, digest: str, path: str) -> list[Diagnostic] | None:
         try:
             items = json.loads(self._entry(digest).read_text())
+            if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+                return None  # not an entry this tool wrote (`{}`, a number): a miss, not "no findings"
             return [_decode(item, path) for item in items]
         except (OSError, ValueError, KeyError, TypeError):
             return None

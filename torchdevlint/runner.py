@@ -115,7 +115,7 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
             result.output = data
         return result, None
     cache = settings.cache() if in_place and not settings.add_noqa else None
-    digest = content_digest(data) if cache is not None else ""
+    digest = content_digest(data, path) if cache is not None else ""
     if cache is not None:
         cached = cache.load(digest, path)
         # With --fix, a cached result is good enough when nothing in it would be applied.
@@ -163,7 +163,7 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
             if cache is not None and not settings.diff and not program.errors and not any(
                 d.fix_withheld for d in outcome.remaining
             ):
-                cache.store(content_digest(new_data), outcome.remaining)
+                cache.store(content_digest(new_data, path), outcome.remaining)
         else:
             result.diagnostics = program.lint(rules, options, deadline=deadline)
             if result.diagnostics:
