@@ -169,6 +169,10 @@ def test_lines_ended_by_carriage_returns_alone_are_linted_and_fixed(tmp_path: Pa
         ('[tool.torchdevlint]\nselect = "TDL001"\n', "select"),
         ('[tool.torchdevlint]\nselect = ["TDL998"]\n', "TDL998"),
         ('[tool.torchdevlint]\nfrobnicate = true\n', "frobnicate"),
+        # Malformed globs, which would silently exclude nothing, are refused as ruff refuses them.
+        ('[tool.torchdevlint]\nextend-exclude = ["data/[raw"]\n', "unclosed character class"),
+        ('[tool.torchdevlint]\nexclude = ["build**"]\n', "`**` must be a path component"),
+        ('[tool.torchdevlint.per-file-ignores]\n"[z-a].py" = ["TDL001"]\n', "invalid range"),
         ('[tool.torchdevlint.load-without-map-location]\nmap_loc = "cpu"\n', "map_loc"),
         # Written into fixes as a literal: only a device name, never code.
         ('[tool.torchdevlint.load-without-map-location]\nmap-location = "cuda\\" if 1 else \\"cpu"\n', "map-location"),

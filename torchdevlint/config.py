@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,6 +203,8 @@ def _selectors(path: Path, key: str, value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{path}: {_section(path)} {key} must be a list of strings")
     if key in _PATTERN_KEYS:
+        for pattern in value:
+            _check_glob(path, key, pattern)
         return tuple(value)
     try:
         return tuple(validate_selector(item) for item in value)
@@ -209,9 +212,45 @@ def _selectors(path: Path, key: str, value: object) -> tuple[str, ...]:
         raise ConfigError(f"{path}: {_section(path)} {key}: {error}") from None
 
 
+def glob_problem(pattern: str) -> str | None:
+    """Why a glob pattern is malformed, as ruff's glob library refuses it; None if it is not.
+    fnmatch would match such a pattern literally, and silently exclude nothing."""
+    if not pattern:
+        return "empty pattern"
+    for component in pattern.split("/"):
+        if "**" in component and component != "**":
+            return "`**` must be a path component of its own"
+    index = 0
+    while index < len(pattern):
+        if pattern[index] == "[":
+            end = index + 1
+            if end < len(pattern) and pattern[end] in "!^":
+                end += 1
+            if end < len(pattern) and pattern[end] == "]":
+                end += 1  # a leading `]` is a member of the class
+            close = pattern.find("]", end)
+            if close == -1:
+                return "unclosed character class `[`"
+            members = pattern[index + 1:close].lstrip("!^")
+            for low, high in re.findall(r"(.)-(.)", members):
+                if low > high:
+                    return f"invalid range `{low}-{high}`"
+            index = close
+        index += 1
+    return None
+
+
+def _check_glob(path: Path, key: str, pattern: str) -> None:
+    problem = glob_problem(pattern)
+    if problem is not None:
+        raise ConfigError(f"{path}: {_section(path)} {key}: invalid glob {pattern!r}: {problem}")
+
+
 def _per_file_ignores(path: Path, key: str, table: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: {_section(path, key)} must be a table of glob = [codes]")
+    for pattern in table:
+        _check_glob(path, key, pattern)
     return tuple((pattern, _selectors(path, f"{key} {pattern!r}", codes)) for pattern, codes in table.items())
 
 
