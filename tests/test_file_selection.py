@@ -4,8 +4,10 @@ ruff finds it), `per-file-ignores`, and the `--show-files`/`--show-settings` vie
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -229,6 +231,15 @@ def test_show_files_lists_what_a_run_would_lint_without_linting(tmp_path: Path) 
     result = run_cli("check", "--show-files", ".", cwd=tmp_path)
     assert result.returncode == 0
     assert [Path(line).as_posix() for line in result.stdout.splitlines()] == ["a.py", "nb/b.ipynb"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="file names of any bytes are Linux's")
+def test_show_files_quotes_names_that_would_break_the_one_name_a_line_listing(tmp_path: Path) -> None:
+    for name in ("plain.py", "line\nbreak.py", os.fsdecode(b"caf\xe9.py"), "café.py"):
+        (tmp_path / name).write_text(BUGGY)
+    result = run_cli("check", "--show-files", ".", cwd=tmp_path)
+    assert sorted(result.stdout.splitlines()) == sorted(
+        ["café.py", "plain.py", "'line\\nbreak.py'", "'caf\\xe9.py'"])
 
 
 def test_show_settings_names_the_configuration_and_rules(tmp_path: Path) -> None:

@@ -303,6 +303,15 @@ def test_sarif_reports_unreadable_files_as_notifications(tmp_path: Path) -> None
     assert note["locations"][0]["physicalLocation"]["region"]["startLine"] == 2
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="file names of any bytes are Linux's")
+def test_sarif_names_files_whose_names_are_not_utf8_by_their_bytes(tmp_path: Path) -> None:
+    write(tmp_path, name=os.fsdecode(b"caf\xe9.py"))
+    write(tmp_path, name="line\nbreak.py")
+    log = _sarif(".", cwd=tmp_path)
+    uris = {result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for result in log["runs"][0]["results"]}
+    assert uris == {"caf%E9.py", "line%0Abreak.py"}
+
+
 def test_statistics_count_per_rule(tmp_path: Path) -> None:
     write(tmp_path, BUGGY + "y = torch.ones(3)\ny.cuda()\nprint(y * x.cuda())\n")
     result = run_cli("check", "--no-cache", "--statistics", "train.py", cwd=tmp_path)

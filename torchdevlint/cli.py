@@ -308,11 +308,19 @@ class _RunSettingsOf:
         return made
 
 
+def _shown_path(path: str) -> str:
+    """A path one per line: quoted, with escapes, where it holds a line break, another control
+    character, or bytes that are not UTF-8, so each name stays one line a script can split."""
+    if path.isprintable():
+        return path
+    return repr(path) if not any("\udc80" <= char <= "\udcff" for char in path) else repr(os.fsencode(path))[1:]
+
+
 def _show(args: argparse.Namespace, files: list[tuple[str, Settings]], first: Settings,
           stdin_name: str | None, errors: list[FileError]) -> int:
     """--show-files: the files a run would lint; --show-settings: how the first is configured."""
     if args.show_files:
-        sys.stdout.write("".join(f"{path}\n" for path, _ in files))
+        sys.stdout.write("".join(f"{_shown_path(path)}\n" for path, _ in files))
     if args.show_settings:
         named = stdin_name if stdin_name is not None else (files[0][0] if files else None)
         sys.stdout.write(describe_settings(first, Path(named) if named is not None else None))

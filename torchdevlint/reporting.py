@@ -500,7 +500,9 @@ def _artifact_location(path: str, root: Path) -> dict[str, str]:
             file = file.relative_to(root)
         except ValueError:
             return {"uri": file.as_uri()}
-    return {"uri": quote(file.as_posix()), "uriBaseId": "%SRCROOT%"}
+    # Quoted from the name's bytes, as `as_uri` does: a name that is not UTF-8 (held as
+    # surrogates) becomes its percent-escaped bytes, not an encoding error.
+    return {"uri": quote(os.fsencode(file.as_posix())), "uriBaseId": "%SRCROOT%"}
 
 
 def _sarif_rule(rule: type[Rule]) -> dict[str, object]:
