@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES, run_cli
 
 BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
@@ -405,3 +408,39 @@ def test_a_python_file_with_a_real_syntax_error_is_still_one(tmp_path: Path) -> 
     assert result.returncode == 2
     assert "syntax error" in result.stdout
     assert "set aside" not in result.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_die_with_a_run_killed_by_sigkill(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    program = "import torch\nx = torch.zeros(3)\nx.cuda()\n" + "y = torch.ones(2) + 1\n" * 400
+    for index in range(200):
+        (tmp_path / f"m{index}.py").write_text(program)
+    run = subprocess.Popen([sys.executable, "-m", "torchdevlint", "check", "--no-cache", "--jobs", "2", "."],
+                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def children() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(run.pid):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 30
+    while len(children()) < 2 and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    workers = children()
+    assert workers, "the run ended before it started its workers"
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in workers):
+        time.sleep(0.05)
+    alive = [pid for pid in workers if Path(f"/proc/{pid}/stat").exists()
+             and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+    assert not alive, f"workers {alive} outlived their run"

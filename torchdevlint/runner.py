@@ -237,11 +237,31 @@ def worker_count(jobs: int, files: int) -> int:
     return max(1, min(jobs, files, _WORKERS_PER_CORE * default_jobs()))
 
 
-def _start_worker() -> None:
+def _start_worker(parent: int) -> None:
     # The parent decides what an interrupt means; a worker finishes the file it is on, and
     # every write is atomic, so each file ends up untouched or completely fixed.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with(parent)
     collect_garbage_rarely()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """A worker whose run was killed (`kill -9`, a closed terminal) must not live on, orphaned:
+    on Linux the kernel ends it with its parent. Elsewhere the pool's own checks end it."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request was made
+        os._exit(1)
 
 
 # Allocations between two young-generation passes of the garbage collector (CPython: 700).
@@ -275,7 +295,7 @@ def run(files: Iterable[tuple[str, RunSettings]], jobs: int) -> Iterator[FileRes
         ProcessPoolExecutor,  # only parallel runs pay for the import
     )
 
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker)
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker, initargs=(os.getpid(),))
     try:
         futures = [pool.submit(process_file, path, settings) for path, settings in files]
         for future in futures:
