@@ -495,3 +495,69 @@ def test_requests_are_answered_while_a_long_file_is_linted(tmp_path: Path) -> No
         await published
 
     run_session(tmp_path, scenario)
+
+
+def test_code_actions_for_a_closed_document_whose_file_is_gone_are_none(tmp_path: Path) -> None:
+    async def scenario(editor: Editor) -> None:
+        uri = editor.open("train.py", DEVICE_BUG)
+        assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
+        editor.client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        (tmp_path / "train.py").unlink()
+        everything = types.Range(start=types.Position(line=0, character=0), end=types.Position(line=9, character=0))
+        assert await editor.code_actions(uri, everything) == []
+        assert not any("internal error" in line for line in editor.logged)
+
+    run_session(tmp_path, scenario)
+
+
+def test_a_request_with_invalid_params_gets_an_error_answer(tmp_path: Path) -> None:
+    """Raw JSON-RPC: a typed client cannot send params that do not fit the request."""
+    import json
+    import select
+    import subprocess
+    import time
+
+    server = subprocess.Popen([sys.executable, "-m", "torchdevlint", "server"], cwd=tmp_path,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert server.stdin is not None and server.stdout is not None
+
+    def send(message: dict[str, object]) -> None:
+        body = json.dumps(message).encode()
+        assert server.stdin is not None
+        server.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        server.stdin.flush()
+
+    def answer_to(request: int) -> dict[str, object] | None:
+        deadline = time.monotonic() + MESSAGE_SECONDS
+        assert server.stdout is not None
+        while time.monotonic() < deadline:
+            if not select.select([server.stdout], [], [], 0.2)[0]:
+                continue
+            length = 0
+            while line := server.stdout.readline().strip():
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            message = json.loads(server.stdout.read(length))
+            if message.get("id") == request:
+                return message  # type: ignore[no-any-return]  # a JSON object
+        return None
+
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"capabilities": {}, "rootUri": tmp_path.as_uri()}})
+        assert answer_to(1) is not None
+        send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        # A code action request without its range and context.
+        send({"jsonrpc": "2.0", "id": 2, "method": "textDocument/codeAction",
+              "params": {"textDocument": {"uri": (tmp_path / "x.py").as_uri()}}})
+        answer = answer_to(2)
+        assert answer is not None, "the request was never answered"
+        assert answer["error"] == {"code": -32602, "message": "Invalid Params"}
+        send({"jsonrpc": "2.0", "id": 3, "method": "shutdown"})
+        assert answer_to(3) == {"jsonrpc": "2.0", "id": 3, "result": None}
+        send({"jsonrpc": "2.0", "method": "exit"})
+        server.wait(MESSAGE_SECONDS)
+    finally:
+        server.kill()
+        server.wait()

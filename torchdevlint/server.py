@@ -19,11 +19,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 from pygls.uris import to_fs_path
 
 from torchdevlint import __version__
@@ -123,9 +125,31 @@ def _lint(buffer: _Buffer, run_settings: RunSettings | None, kept: _Kept) -> _Li
     return _Linted(buffer, tuple(result.diagnostics), tuple(result.errors), run_settings, program)
 
 
+class _AnsweringProtocol(LanguageServerProtocol):
+    """pygls's protocol, answering a request it cannot read: pygls reports params that do not
+    fit the request's type to the user but never answers, so the client waits forever. Here
+    the request gets the JSON-RPC error (Invalid Params, or Internal Error) as its answer."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except (JsonRpcInvalidParams, JsonRpcInternalError) as error:
+            if "jsonrpc" not in data or "id" not in data or "method" not in data:
+                raise
+            self._send_response(data["id"], None, error.to_response_error())
+            return _Unread()
+
+
+class _Unread:
+    """A request already answered with an error: `handle_message` drops it (no JSON-RPC version)."""
+
+    jsonrpc = None
+
+
 class TorchDevLintServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__(SOURCE, __version__, notebook_document_sync=NOTEBOOK_SYNC)
+        super().__init__(SOURCE, __version__, notebook_document_sync=NOTEBOOK_SYNC,
+                         protocol_cls=_AnsweringProtocol)
         self._finder: SettingsFinder | None = None
         self._reported_config_errors: set[str] = set()
         self._linted: dict[str, _Linted] = {}
@@ -471,6 +495,8 @@ def _did_change_watched_files(ls: TorchDevLintServer, params: types.DidChangeWat
     types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND], resolve_provider=True),
 )
 async def _code_action(ls: TorchDevLintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    if not ls.is_open(params.text_document.uri):
+        return []  # closed (its file perhaps gone): nothing of it to fix
     buffer = ls.buffer(params.text_document.uri)
     if buffer is None:
         return []
