@@ -253,6 +253,35 @@ def test_a_changed_configuration_file_relints_open_documents(tmp_path: Path) -> 
     run_session(tmp_path, scenario)
 
 
+def test_a_configuration_broken_while_typed_keeps_the_last_good_settings(tmp_path: Path) -> None:
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.torchdevlint]\nselect = ["TDL001"]\n', encoding="utf-8")
+
+    async def scenario(editor: Editor) -> None:
+        shown: asyncio.Queue[str] = asyncio.Queue()
+
+        @editor.client.feature(types.WINDOW_SHOW_MESSAGE)
+        def _shown(params: types.ShowMessageParams) -> None:
+            shown.put_nowait(params.message)
+
+        uri = editor.open("train.py", DEVICE_BUG)
+        assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
+        for broken in (b'[tool.torchdevlint]\nselect = ["TDL0', b'[tool.torchdevlint]\n# caf\xe9\nselect = []\n'):
+            config.write_bytes(broken)  # half typed; then a byte that is not UTF-8
+            editor.client.text_document_did_save(types.DidSaveTextDocumentParams(
+                text_document=types.TextDocumentIdentifier(uri=config.as_uri())))
+            assert "pyproject.toml" in await asyncio.wait_for(shown.get(), MESSAGE_SECONDS)
+            assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
+            editor.change(uri, DEVICE_BUG + "\n")
+            assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
+        config.write_text('[tool.torchdevlint]\nignore = ["TDL001"]\n', encoding="utf-8")
+        editor.client.text_document_did_save(types.DidSaveTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=config.as_uri())))
+        assert await editor.diagnostics(uri) == []
+
+    run_session(tmp_path, scenario)
+
+
 def test_without_pygls_the_server_command_says_what_to_install(tmp_path: Path) -> None:
     import subprocess
 

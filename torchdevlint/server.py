@@ -152,6 +152,9 @@ class TorchDevLintServer(LanguageServer):
                          protocol_cls=_AnsweringProtocol)
         self._finder: SettingsFinder | None = None
         self._reported_config_errors: set[str] = set()
+        # Each file's settings from the last configuration that read: a configuration broken
+        # while being typed must not blank the editor's findings until it reads again.
+        self._last_good: dict[Path, RunSettings] = {}
         self._linted: dict[str, _Linted] = {}
         self._kept: dict[str, _Kept] = {}
         self._pending: dict[str, asyncio.TimerHandle] = {}
@@ -186,11 +189,13 @@ class TorchDevLintServer(LanguageServer):
                 self.log(types.MessageType.Error, message)
                 self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
             self._finder = None
-            return None
-        return RunSettings(
+            return self._last_good.get(path)
+        good = RunSettings(
             rule_codes=file_rule_codes(settings, path),
             rule_options=tuple(sorted(settings.rule_options.items(), key=lambda item: item[0])),
         )
+        self._last_good[path] = good
+        return good
 
     # -- buffers -------------------------------------------------------------------------
 
