@@ -282,6 +282,19 @@ def test_a_configuration_broken_while_typed_keeps_the_last_good_settings(tmp_pat
     run_session(tmp_path, scenario)
 
 
+def test_a_buffer_past_the_size_budget_gets_one_line_saying_so(tmp_path: Path) -> None:
+    huge = DEVICE_BUG + "data = [" + "1, " * 700_000 + "]\n"  # about 2 MB
+
+    async def scenario(editor: Editor) -> None:
+        uri = editor.open("generated.py", huge)
+        [only] = await editor.diagnostics(uri)
+        assert "too large to lint as you type" in only.message and "torchdevlint check" in only.message
+        editor.change(uri, DEVICE_BUG)
+        assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
+
+    run_session(tmp_path, scenario)
+
+
 def test_without_pygls_the_server_command_says_what_to_install(tmp_path: Path) -> None:
     import subprocess
 
