@@ -444,3 +444,15 @@ def test_workers_die_with_a_run_killed_by_sigkill(tmp_path: Path) -> None:
     alive = [pid for pid in workers if Path(f"/proc/{pid}/stat").exists()
              and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
     assert not alive, f"workers {alive} outlived their run"
+
+
+def test_ruffs_spellings_of_shared_flags_mean_the_same(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import torch\nx = torch.zeros(3)\nx.cuda()\n")
+    concise = run_cli("check", "--no-cache", "--format", "concise", "train.py", cwd=tmp_path)
+    assert run_cli("check", "--no-cache", "--output-format", "concise", "train.py", cwd=tmp_path).stdout == concise.stdout
+    quiet = run_cli("check", "--no-cache", "-q", "train.py", cwd=tmp_path)
+    assert quiet.returncode == 1 and quiet.stdout.splitlines() == [concise.stdout.splitlines()[0]]
+    assert run_cli("check", "--no-cache", "--quiet", "train.py", cwd=tmp_path).stdout == quiet.stdout
+    silent = run_cli("check", "--no-cache", "--silent", "train.py", cwd=tmp_path)
+    assert (silent.returncode, silent.stdout, silent.stderr) == (1, "", "")
+    assert run_cli("check", "--no-cache", "-e", "--silent", "train.py", cwd=tmp_path).returncode == 0

@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--extend-select", type=_csv, action="extend", default=[], help="add codes or prefixes")
     check.add_argument("--ignore", type=_csv, action="extend", default=[], help="codes or prefixes to skip")
     check.add_argument(
-        "--format", choices=[f.value for f in OutputFormat], default=OutputFormat.TEXT.value,
+        "--format", "--output-format", dest="format", choices=[f.value for f in OutputFormat],
+        default=OutputFormat.TEXT.value,
         help="text (default: full on a terminal, concise when piped), full, concise, json, "
              "github (workflow annotations) or sarif (code scanning)",
     )
@@ -103,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="list what --fix would change (with --fix: what it changed)")
     check.add_argument("--force-exclude", action="store_true",
                        help="apply `exclude` to files named on the command line too (for pre-commit)")
-    check.add_argument("--exit-zero", action="store_true",
+    check.add_argument("-q", "--quiet", action="store_true",
+                       help="print the findings only, without the summary (as ruff's --quiet)")
+    check.add_argument("--silent", action="store_true",
+                       help="print nothing; the exit code says whether findings remain")
+    check.add_argument("--exit-zero", "-e", action="store_true",
                        help="exit 0 even when findings remain or a file could not be analysed")
     check.add_argument("--file-timeout", type=float, default=None, metavar="SECONDS",
                        help=f"report a file as not analysed after this long (default: {DEFAULT_FILE_SECONDS:g})")
@@ -336,9 +341,11 @@ def _deliver_report(args: argparse.Namespace, report: CheckReport, output_format
     to_terminal = args.output_file is None and stream.isatty()
     # A report file is coloured only on request: FORCE_COLOR speaks for terminals, not files.
     color = wants_color(choice, to_terminal, os.environ) and (args.output_file is None or choice is ColorChoice.ALWAYS)
+    if args.silent:
+        return True
     out = stream if args.output_file is None else io.StringIO()
     write_report(out, report, output_format, sources=sources, statistics=args.statistics,
-                 show_fixes=args.show_fixes, color=color)
+                 show_fixes=args.show_fixes, color=color, summary=not args.quiet)
     if isinstance(out, io.StringIO):
         try:
             write_report_file(args.output_file, out.getvalue())

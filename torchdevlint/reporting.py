@@ -629,10 +629,11 @@ def write_sarif(out: TextIO, diagnostics: Sequence[Diagnostic], errors: Sequence
 
 def write_report(out: TextIO, report: CheckReport, output_format: OutputFormat, *,
                  sources: SourceLookup | None = None, statistics: bool = False,
-                 show_fixes: bool = False, color: bool = False) -> None:
+                 show_fixes: bool = False, color: bool = False, summary: bool = True) -> None:
     """Write a run's report; `output_format` must already be resolved (not TEXT).
 
-    `color` styles the text formats only: machine formats are read by programs.
+    `color` styles the text formats only: machine formats are read by programs. `summary`
+    False (`--quiet`) leaves out the text formats' closing counts.
     """
     if output_format is OutputFormat.JSON:
         if statistics:
@@ -663,7 +664,8 @@ def write_report(out: TextIO, report: CheckReport, output_format: OutputFormat, 
         elif sources is not None:
             write_fix_preview(out, report.diagnostics, unsafe_fixes=report.unsafe_fixes, sources=sources,
                               palette=palette)
-    write_summary(out, report, palette)
+    if summary:
+        write_summary(out, report, palette)
 
 
 # --- --output-file -----------------------------------------------------------------------------
