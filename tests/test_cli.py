@@ -456,3 +456,19 @@ def test_ruffs_spellings_of_shared_flags_mean_the_same(tmp_path: Path) -> None:
     silent = run_cli("check", "--no-cache", "--silent", "train.py", cwd=tmp_path)
     assert (silent.returncode, silent.stdout, silent.stderr) == (1, "", "")
     assert run_cli("check", "--no-cache", "-e", "--silent", "train.py", cwd=tmp_path).returncode == 0
+
+
+def test_fixed_and_remaining_add_up_to_the_findings_check_reports(tmp_path: Path) -> None:
+    import re
+    import shutil
+
+    shutil.copytree(FIXTURES, tmp_path / "fixtures", ignore=shutil.ignore_patterns("*.fixed"))
+    checked = run_cli("check", "--no-cache", "--select", "ALL", "fixtures", cwd=tmp_path)
+    found = int(re.search(r"Found (\d+) error", checked.stdout).group(1))  # type: ignore[union-attr]
+    fixing = run_cli("check", "--no-cache", "--select", "ALL", "--fix", "--unsafe-fixes", "fixtures", cwd=tmp_path)
+    summary = re.search(r"Found (\d+) errors? \((\d+) fixed, (\d+) remaining\)", fixing.stdout)
+    assert summary is not None, fixing.stdout[-500:]
+    total, fixed, remaining = (int(group) for group in summary.groups())
+    assert total == fixed + remaining == found
+    after = run_cli("check", "--no-cache", "--select", "ALL", "fixtures", cwd=tmp_path)
+    assert f"Found {remaining} error" in after.stdout

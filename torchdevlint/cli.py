@@ -263,7 +263,7 @@ def _run_check(args: argparse.Namespace) -> int:
         return EXIT_CLEAN
     if errors:
         return EXIT_ERROR
-    if args.exit_non_zero_on_fix and fixed and not args.diff:
+    if args.exit_non_zero_on_fix and any(fixed_codes.values()) and not args.diff:
         return EXIT_FINDINGS
     if args.diff:
         # As ruff's --diff (with --fix or not, nothing is written): 1 when a diff was printed, else 0.

@@ -33,6 +33,7 @@ class FixOutcome:
     text: str
     # What is still reported after fixing (unfixable, unsafe-but-not-allowed, withheld).
     remaining: list[Diagnostic] = field(default_factory=list)
+    # How many of the findings before fixing are gone after it.
     fixed_count: int = 0
     # One code per applied fix, in the order applied.
     fixed_codes: list[str] = field(default_factory=list)
@@ -171,6 +172,7 @@ def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
     # (code, line, column) of a finding -> why its fix is withheld.
     withheld: dict[tuple[str, int, int], str] = {}
     diagnostics = lint_source(text, path, rule_classes, options, deadline=deadline, parse=parse)
+    found = len(diagnostics)
     compiles = _compiles(source) if diagnostics else True
     for _ in range(MAX_ROUNDS):
         candidates = [
@@ -218,4 +220,7 @@ def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
         if (d.code, d.start.line, d.start.column) in withheld else d
         for d in diagnostics
     ]
-    return FixOutcome(text, remaining, len(fixed_codes), fixed_codes)
+    # Counted in findings, as `check` counts them: fixed and remaining add up to what it reports
+    # (one fix can take several findings away, and a partial fix leaves its finding).
+    fixed = max(0, found - len(remaining)) if fixed_codes else 0
+    return FixOutcome(text, remaining, fixed, fixed_codes)
