@@ -373,11 +373,14 @@ class DataParallelStateDictSave(Rule):
     def _names_a_checkpoint_reader(self, func: cst.BaseExpression) -> bool:
         """A function out of sight named as a checkpoint reader (`load_checkpoint`)."""
         name = dotted_name(func)
-        reference = self.context.flow.value_of(func).reference
-        if name is None or reference is not None and reference.definition is not None:
-            return False  # the file's own function: its body shows what it loads into
+        if name is None:
+            return False
         last = name.rsplit(".", 1)[-1].lower()
-        return last != "load_state_dict" and any(word in last for word in naming.CHECKPOINT_READER_WORDS)
+        if last == "load_state_dict" or not any(word in last for word in naming.CHECKPOINT_READER_WORDS):
+            return False
+        # Asked last: the flow model interprets the function the call is in.
+        reference = self.context.flow.value_of(func).reference
+        return reference is None or reference.definition is None  # the file's own shows what it loads into
 
     def leave_Module(self, node: cst.Module) -> None:
         if self._loads_into is Wrapping.YES:
