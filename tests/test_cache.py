@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES, run_cli
 
 BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
@@ -52,12 +53,14 @@ def test_cache_folder_is_ignored_by_git(tmp_path: Path) -> None:
     assert ".torchdevlint_cache" not in status
 
 
-def test_damaged_cache_entry_is_a_miss(tmp_path: Path) -> None:
+@pytest.mark.parametrize("entry", ["{not json", "{}", "[1]"], ids=["damaged", "an-object", "not-findings"])
+def test_an_entry_that_is_not_a_list_of_findings_is_a_miss(tmp_path: Path, entry: str) -> None:
+    # `{}` must not read as "no findings".
     path = tmp_path / "train.py"
     path.write_text(BUGGY)
     run_cli("check", "train.py", cwd=tmp_path)
-    for entry in (tmp_path / ".torchdevlint_cache").rglob("*.json"):
-        entry.write_text("{not json")
+    for written in (tmp_path / ".torchdevlint_cache").rglob("*.json"):
+        written.write_text(entry)
     result = run_cli("check", "--format", "json", "train.py", cwd=tmp_path)
     assert [item["code"] for item in json.loads(result.stdout)] == ["TDL001"]
 
@@ -72,12 +75,3 @@ def test_the_same_bytes_under_another_name_or_kind_are_another_entry(tmp_path: P
             found = json.loads(run_cli("check", "--format", "json", name, cwd=tmp_path).stdout)
             assert [item["code"] for item in found] == ([] if name == "conftest.py" else ["TDL003"]), name
 
-
-def test_an_entry_that_is_not_a_list_of_findings_is_a_miss(tmp_path: Path) -> None:
-    path = tmp_path / "train.py"
-    path.write_text(BUGGY)
-    run_cli("check", "train.py", cwd=tmp_path)
-    for entry in (tmp_path / ".torchdevlint_cache").rglob("*.json"):
-        entry.write_text("{}")
-    result = run_cli("check", "--format", "json", "train.py", cwd=tmp_path)
-    assert [item["code"] for item in json.loads(result.stdout)] == ["TDL001"]
