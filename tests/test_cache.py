@@ -74,4 +74,3 @@ def test_the_same_bytes_under_another_name_or_kind_are_another_entry(tmp_path: P
         for name in order:
             found = json.loads(run_cli("check", "--format", "json", name, cwd=tmp_path).stdout)
             assert [item["code"] for item in found] == ([] if name == "conftest.py" else ["TDL003"]), name
-
