@@ -37,6 +37,12 @@ class Editor:
         self.versions: dict[str, int] = {}
 
         self.logged: list[str] = []
+        # What the server showed the user (window/showMessage), in order.
+        self.shown: asyncio.Queue[str] = asyncio.Queue()
+
+        @self.client.feature(types.WINDOW_SHOW_MESSAGE)
+        def _shown(params: types.ShowMessageParams) -> None:
+            self.shown.put_nowait(params.message)
 
         @self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
         def _published(params: types.PublishDiagnosticsParams) -> None:
@@ -258,19 +264,13 @@ def test_a_configuration_broken_while_typed_keeps_the_last_good_settings(tmp_pat
     config.write_text('[tool.torchdevlint]\nselect = ["TDL001"]\n', encoding="utf-8")
 
     async def scenario(editor: Editor) -> None:
-        shown: asyncio.Queue[str] = asyncio.Queue()
-
-        @editor.client.feature(types.WINDOW_SHOW_MESSAGE)
-        def _shown(params: types.ShowMessageParams) -> None:
-            shown.put_nowait(params.message)
-
         uri = editor.open("train.py", DEVICE_BUG)
         assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
         for broken in (b'[tool.torchdevlint]\nselect = ["TDL0', b'[tool.torchdevlint]\n# caf\xe9\nselect = []\n'):
             config.write_bytes(broken)  # half typed; then a byte that is not UTF-8
             editor.client.text_document_did_save(types.DidSaveTextDocumentParams(
                 text_document=types.TextDocumentIdentifier(uri=config.as_uri())))
-            assert "pyproject.toml" in await asyncio.wait_for(shown.get(), MESSAGE_SECONDS)
+            assert "pyproject.toml" in await asyncio.wait_for(editor.shown.get(), MESSAGE_SECONDS)
             assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
             editor.change(uri, DEVICE_BUG + "\n")
             assert [found.code for found in await editor.diagnostics(uri)] == ["TDL001"]
@@ -425,19 +425,13 @@ def test_a_broken_configuration_file_is_shown_once_and_named(tmp_path: Path) -> 
     (tmp_path / "pyproject.toml").write_text('[tool.torchdevlint]\nselect = ["TDL001"\n', encoding="utf-8")
 
     async def scenario(editor: Editor) -> None:
-        shown: asyncio.Queue[str] = asyncio.Queue()
-
-        @editor.client.feature(types.WINDOW_SHOW_MESSAGE)
-        def _shown(params: types.ShowMessageParams) -> None:
-            shown.put_nowait(params.message)
-
         uri = editor.open("train.py", DEVICE_BUG)
         assert await editor.diagnostics(uri) == []
-        message = await asyncio.wait_for(shown.get(), MESSAGE_SECONDS)
+        message = await asyncio.wait_for(editor.shown.get(), MESSAGE_SECONDS)
         assert "pyproject.toml" in message
         editor.change(uri, DEVICE_BUG + "\n")
         assert await editor.diagnostics(uri) == []
-        assert shown.empty()
+        assert editor.shown.empty()
 
     run_session(tmp_path, scenario)
 

@@ -137,6 +137,11 @@ DATA_PARALLEL_FUNCTIONS: frozenset[str] = frozenset(
 SET_CUDA_DEVICE: frozenset[str] = frozenset({"torch.cuda.set_device", "torch.accelerator.set_device_index"})
 # `with torch.cuda.device(n):`; a no-op given a negative index or None.
 CUDA_DEVICE_CONTEXT = "torch.cuda.device"
+# How a call that changes the current device is written, by the end of its dotted name, for
+# a look at the text before names resolve: a setter by its own name (`set_device(rank)` after
+# `from torch.cuda import set_device`), the context by `cuda.device` (`device` alone is anything).
+CURRENT_DEVICE_CHANGE_SUFFIXES: tuple[str, ...] = (
+    *sorted({name.rsplit(".", 1)[1] for name in SET_CUDA_DEVICE}), CUDA_DEVICE_CONTEXT.split(".", 1)[1])
 # Where tensor factories without `device=` put their tensors from here on (`torch.device(d)`
 # as a context manager: in its block).
 SET_DEFAULT_DEVICE = frozenset({"torch.set_default_device", "torch.set_default_tensor_type"})

@@ -1076,10 +1076,6 @@ def _moves_self(init: cst.FunctionDef) -> bool:
     return False
 
 
-# Calls, by the end of their dotted name, that change the current CUDA device.
-_DEVICE_SETTING_SUFFIXES = ("set_device", "set_device_index", "cuda.device")
-
-
 def _device_setting_bodies(module: cst.Module) -> frozenset[int]:
     """The ids of the bodies (the module, functions, lambdas) whose own code calls something
     that changes the current CUDA device."""
@@ -1091,7 +1087,7 @@ def _device_setting_bodies(module: cst.Module) -> frozenset[int]:
             body = id(node)
         elif type(node) is cst.Call:
             name = dotted_name(node.func)
-            if name is not None and name.endswith(_DEVICE_SETTING_SUFFIXES):
+            if name is not None and name.endswith(torch_api.CURRENT_DEVICE_CHANGE_SUFFIXES):
                 found.add(body)
         stack.extend((child, body) for child in child_nodes(node))
     return frozenset(found)
