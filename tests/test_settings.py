@@ -171,7 +171,10 @@ def test_a_bad_command_line_selector_is_a_config_error(tmp_path: Path) -> None:
         ("x.cuda()  # noqa: TDL001", True),
         ("x.cuda()  # noqa:TDL001,TDL004", True),
         ("x.cuda()  # noqa: TDL004 TDL001", True),
-        ("x.cuda()  # noqa: TDL", True),
+        ("x.cuda()  # noqa:   TDL0, E501", True),
+        # A colon with no code after it is malformed, as in ruff: it suppresses nothing.
+        ("x.cuda()  # noqa: TDL", False),
+        ("x.cuda()  # noqa:", False),
         ("x.cuda()  # noqa: TDL004", False),
         ("x.cuda()  # noqa: E501", False),
         ("x.cuda()  # a comment about noqa-less code", False),

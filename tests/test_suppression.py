@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
 
 from torchdevlint.suppression import add_noqa, file_exemption
@@ -58,13 +59,44 @@ def test_add_noqa_suppresses_every_finding_and_a_second_run_adds_nothing(tmp_pat
     assert "Added 0 `# noqa` directives." in again.stderr and program.read_text() == text
 
 
-def test_add_noqa_refuses_lines_that_end_inside_a_string_and_says_so(tmp_path: Path) -> None:
-    source = 'import torch\nx = torch.zeros(3)\nx.cuda(); s = """\ntext\n"""\n'
-    new, added, refused = add_noqa(source, {3: ["TDL001"]})
-    assert (new, added, refused) == (source, 0, [3])
+def test_add_noqa_puts_the_comment_where_the_statement_or_string_ends_as_ruff_does(tmp_path: Path) -> None:
+    # No comment can end a line that a backslash continues or a string runs on from.
+    source = ('import torch\nx = torch.zeros(3)\nx.cuda(); s = """\ntext\n"""\n'
+              "state = torch.load( \\\n    'model.pt')\n")
     (tmp_path / "a.py").write_text(source)
-    result = run_cli("check", "--add-noqa", "--no-cache", "--select", "TDL001", "a.py", cwd=tmp_path)
-    assert result.returncode == 2 and "cannot add `# noqa` here" in result.stderr
+    result = run_cli("check", "--add-noqa", "--no-cache", "a.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Added 2 `# noqa` directives." in result.stderr
+    assert (tmp_path / "a.py").read_text() == (
+        'import torch\nx = torch.zeros(3)\nx.cuda(); s = """\ntext\n"""  # noqa: TDL001\n'
+        "state = torch.load( \\\n    'model.pt')  # noqa: TDL003\n")
+    assert check_json(tmp_path, "a.py") == []
+
+
+def test_a_noqa_at_the_end_of_a_backslash_continued_statement_suppresses_its_finding(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("import torch\nstate = torch.load( \\\n    'model.pt')  # noqa: TDL003\n")
+    (tmp_path / "b.py").write_text("import torch\nstate = torch.load( \\\n    'model.pt')  # noqa: TDL001\n")
+    assert check_json(tmp_path, "a.py") == []
+    assert check_json(tmp_path, "b.py") == [(2, "TDL003")]
+    # TDL900 sees the directive used where it stands.
+    assert check_json(tmp_path, "--extend-select", "TDL900", "a.py") == []
+
+
+@pytest.mark.parametrize("directive", ["# noqa:", "# noqa:  ", "# NOQA: because"])
+def test_a_noqa_colon_without_codes_suppresses_nothing_and_is_warned_about(tmp_path: Path, directive: str) -> None:
+    (tmp_path / "a.py").write_text(MOVE.replace("x.cuda()", f"x.cuda()  {directive}"))
+    result = run_cli("check", "--no-cache", "--format", "json", "a.py", cwd=tmp_path)
+    assert findings(result.stdout) == [(3, "TDL001")]
+    assert "torchdevlint: warning: invalid `# noqa` directive at a.py:3: expected a list of codes" in result.stderr
+    silent = run_cli("check", "--no-cache", "--silent", "a.py", cwd=tmp_path)
+    assert silent.returncode == 1 and silent.stderr == ""
+
+
+def test_a_file_level_noqa_colon_without_codes_turns_nothing_off_and_is_warned_about(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("# torchdevlint: noqa:\n" + MOVE)
+    result = run_cli("check", "--no-cache", "--format", "json", "a.py", cwd=tmp_path)
+    assert findings(result.stdout) == [(4, "TDL001")]
+    assert "invalid `# noqa` directive at a.py:1" in result.stderr
 
 
 def test_add_noqa_keeps_line_endings_and_merges_codes_once() -> None:

@@ -250,8 +250,11 @@ def _run_check(args: argparse.Namespace) -> int:
         fixed_codes[result.path] = result.fixed_codes
         sources.add(result.path, result.view)
         errors.extend(result.errors)
-        for notice in result.notices:
-            sys.stderr.write(f"torchdevlint: note: {notice}\n")
+        if not args.silent:
+            for notice in result.notices:
+                sys.stderr.write(f"torchdevlint: note: {notice}\n")
+            for warning in result.warnings:
+                sys.stderr.write(f"torchdevlint: warning: {warning}\n")
         if result.diff:
             diffs += 1
             sys.stdout.write(result.diff)

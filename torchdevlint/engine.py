@@ -32,6 +32,7 @@ from torchdevlint.suppression import (
     is_suppressed,
     mentions_noqa,
     noqa_directives,
+    noqa_lines,
 )
 
 # Files that never mention this cannot hold a finding; they are not even parsed.
@@ -348,6 +349,9 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
     positions = StatementPositions(module, source, parents, python_ast)
     offsets = LineIndex(source)
     lines = source_lines(source)
+    # A finding's `# noqa` may sit on a later line (after a backslash continuation or a
+    # multi-line string); the map is made only for files that mention noqa.
+    moved = (noqa_lines(source) or {}) if honor_noqa and mentions_noqa(source) else {}
     diagnostics: list[Diagnostic] = []
     seen: set[tuple[str, int, int]] = set()
     for report in reports:
@@ -360,9 +364,10 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
         if key in seen:
             continue
         seen.add(key)
-        line_text = lines[start.line - 1] if start.line - 1 < len(lines) else ""
+        noqa_line = moved.get(start.line, start.line)
+        line_text = lines[noqa_line - 1] if noqa_line - 1 < len(lines) else ""
         if honor_noqa and is_suppressed(line_text, report.rule.code):
-            suppressed.add((start.line, report.rule.code))
+            suppressed.add((noqa_line, report.rule.code))
             continue
         fix = None
         if report.fix is not None:

@@ -37,7 +37,7 @@ from torchdevlint.sourcefile import (
     decode_source,
     read_bytes,
 )
-from torchdevlint.suppression import add_noqa
+from torchdevlint.suppression import add_noqa, malformed_noqa_lines
 
 NOTEBOOK_SUFFIX = ".ipynb"
 T = TypeVar("T")
@@ -113,8 +113,8 @@ class Program(ABC):
             if rule is None or not rule.reviews_suppressions:
                 by_line.setdefault(diagnostic.start.line, []).append(diagnostic.code)
         text, added, refused = add_noqa(self.text, by_line)
-        return NoqaOutcome(text, added, [self.error("cannot add `# noqa` here (inside a string, or after a "
-                                                    "backslash continuation)", line, None) for line in refused])
+        return NoqaOutcome(text, added, [self.error("cannot add `# noqa` here (Python's tokenizer cannot read "
+                                                    "the file)", line, None) for line in refused])
 
     def _findings_in_text(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None,
                           deadline: Deadline | None) -> list[Diagnostic]:
@@ -125,6 +125,16 @@ class Program(ABC):
     def error(self, message: str, line: int | None, column: int | None) -> FileError:
         """A file error at a place in `text`, placed where the user sees it."""
         return FileError(self.path, message, line, column)
+
+    def malformed_noqa_warnings(self) -> list[str]:
+        """One warning per `# noqa:` without codes, which suppresses nothing (as ruff warns)."""
+        warnings = []
+        for line in malformed_noqa_lines(self.text):
+            cell, cell_line = self.place(line)
+            where = f"{self.path}:{cell_line}" if cell is None else f"{self.path}:cell {cell}:{cell_line}"
+            warnings.append(f"invalid `# noqa` directive at {where}: expected a list of codes after the "
+                            "colon (e.g. `# noqa: TDL001, TDL003`); it suppresses nothing")
+        return warnings
 
     def place(self, line: int) -> tuple[int | None, int]:
         """A line of `text` as the user finds it: (notebook cell or None, line there)."""

@@ -132,7 +132,8 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
     rules = settings.rules()
     options = dict(settings.rule_options)
     result.notices.extend(program.notices)
-    if program.notices:
+    result.warnings.extend(program.malformed_noqa_warnings())
+    if result.notices or result.warnings:
         cache = None  # a cached result would come back without them
     try:
         if settings.add_noqa:

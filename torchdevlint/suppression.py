@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 from torchdevlint.sourcefile import LINE_BREAK, source_lines
 
+# `# noqa`, bare or with a colon and codes separated by commas or blanks (as ruff reads them).
+# A colon with no code after it is malformed: it suppresses nothing, and a warning says so.
 _NOQA = re.compile(
-    r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?",
+    r"#\s*noqa(?P<colon>:\s*(?P<codes>[A-Z]+[0-9]+(?:(?:\s*,\s*|\s+)[A-Z]+[0-9]+)*)?)?",
     re.IGNORECASE,
 )
 _CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
@@ -38,11 +40,69 @@ def is_suppressed(line_text: str, code: str) -> bool:
     for match in _NOQA.finditer(line_text):
         codes = match.group("codes")
         if codes is None:
-            return True
+            if match.group("colon") is None:
+                return True
+            continue  # `# noqa:` with no code: malformed, it suppresses nothing
         for named in _CODE.findall(codes):
             if code.upper().startswith(named.upper()):
                 return True
     return False
+
+
+_FILE_NOQA_WITHOUT_CODES = re.compile(
+    r"^[ \t]*#[ \t]*torchdevlint[ \t]*:[ \t]*noqa[ \t]*:[ \t]*$", re.IGNORECASE | re.MULTILINE)
+
+
+def malformed_noqa_lines(source: str) -> list[int]:
+    """Lines whose comment holds a `# noqa:` (or `# torchdevlint: noqa:`) with no code after the
+    colon. Such a directive suppresses nothing, and the user is warned, as ruff warns."""
+    if not mentions_noqa(source):
+        return []
+    found: set[int] = set()
+    for line, _, text in _comments(source):
+        if _FILE_NOQA_WITHOUT_CODES.match(text) or any(
+                match.group("colon") is not None and match.group("codes") is None
+                for match in _NOQA.finditer(text)):
+            found.add(line)
+    return sorted(found)
+
+
+def noqa_lines(source: str) -> dict[int, int] | None:
+    """Where a finding's `# noqa` goes, as ruff places it, for the lines where that is not the
+    line itself: a line continued by a backslash, or one a multi-line string runs on from,
+    takes its comment on the last line of that run (no comment can end the line before).
+    None when the tokenizer refuses the source."""
+    lines = source_lines(source)
+    joins_next: set[int] = set()
+    commented: set[int] = set()
+    try:
+        string_start: int | None = None
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                commented.add(token.start[0])
+            elif token.type == tokenize.STRING:
+                joins_next.update(range(token.start[0], token.end[0]))
+            elif token.type == _FSTRING_START:
+                string_start = token.start[0] if string_start is None else string_start
+            elif token.type == _FSTRING_END and string_start is not None:
+                joins_next.update(range(string_start, token.end[0]))
+                string_start = None
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    for number, text in enumerate(lines, start=1):
+        if number not in commented and text.endswith("\\") and number not in joins_next:
+            joins_next.add(number)
+    moved: dict[int, int] = {}
+    for number in sorted(joins_next, reverse=True):
+        target = moved.get(number + 1, number + 1)
+        if target <= len(lines):
+            moved[number] = target
+    return moved
+
+
+# Python 3.12 tokenizes f-strings in parts; 3.11 gives one STRING token.
+_FSTRING_START = getattr(tokenize, "FSTRING_START", -1)
+_FSTRING_END = getattr(tokenize, "FSTRING_END", -1)
 
 
 @dataclass(frozen=True)
@@ -145,27 +205,17 @@ class SuppressionFinding:
     fix_is_safe: bool = True
 
 
-def lines_taking_a_comment(source: str) -> set[int] | None:
-    """Lines whose end is outside any string and not continued by a backslash: a `# noqa`
-    appended there is a comment. None when the tokenizer refuses the source."""
-    lines = source_lines(source)
-    taking = set(range(1, len(lines) + 1))
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.STRING or token.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
-                taking.difference_update(range(token.start[0], token.end[0]))
-    except (tokenize.TokenError, SyntaxError):
-        return None
-    return {line for line in taking if not lines[line - 1].rstrip().endswith("\\")}
-
-
 def add_noqa(source: str, codes_by_line: Mapping[int, Sequence[str]]) -> tuple[str, int, list[int]]:
-    """`source` with `# noqa: CODES` added (or merged into the line's directive) on each line,
-    as ruff's `--add-noqa` does: (new source, directives added or extended, lines that cannot
-    take a comment: inside a multi-line string or continued by a backslash)."""
-    taking = lines_taking_a_comment(source)
-    if taking is None:
+    """`source` with `# noqa: CODES` added (or merged into the line's directive) for each line's
+    findings, as ruff's `--add-noqa` does, on the line `noqa_lines` gives: (new source,
+    directives added or extended, lines that cannot take one: all, where the tokenizer
+    refuses the source)."""
+    moved = noqa_lines(source)
+    if moved is None:
         return source, 0, sorted(codes_by_line)
+    wanted_by_line: dict[int, list[str]] = {}
+    for line, codes in sorted(codes_by_line.items()):
+        wanted_by_line.setdefault(moved.get(line, line), []).extend(codes)
     directives = {directive.line: directive for directive in noqa_directives(source)}
     # Split as the tokenizer does: str.splitlines would also break at form feeds.
     breaks = [0, *(match.end() for match in LINE_BREAK.finditer(source))]
@@ -174,8 +224,8 @@ def add_noqa(source: str, codes_by_line: Mapping[int, Sequence[str]]) -> tuple[s
     lines = [source[start:end] for start, end in itertools.pairwise(breaks)]
     changed = 0
     refused: list[int] = []
-    for line, codes in sorted(codes_by_line.items()):
-        if line not in taking or line > len(lines):
+    for line, codes in sorted(wanted_by_line.items()):
+        if line > len(lines):
             refused.append(line)
             continue
         text = lines[line - 1]
