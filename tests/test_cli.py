@@ -472,3 +472,72 @@ def test_fixed_and_remaining_add_up_to_the_findings_check_reports(tmp_path: Path
     assert total == fixed + remaining == found
     after = run_cli("check", "--no-cache", "--select", "ALL", "fixtures", cwd=tmp_path)
     assert f"Found {remaining} error" in after.stdout
+
+
+BUGGY_AND_LOAD = BUGGY + "state = torch.load('model.pt')\n"
+
+
+def test_unfixable_codes_are_reported_without_a_fix_and_never_fixed(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY_AND_LOAD)
+    shown = run_cli("check", "--no-cache", "--format", "json", "--unfixable", "TDL0", "train.py", cwd=tmp_path)
+    assert [(item["code"], item["fix"]) for item in json.loads(shown.stdout)] == [("TDL001", None), ("TDL003", None)]
+    fixing = run_cli("check", "--no-cache", "--fix", "--unsafe-fixes", "--unfixable", "TDL001", "train.py",
+                     cwd=tmp_path)
+    assert fixing.returncode == 1
+    text = (tmp_path / "train.py").read_text()
+    assert "\nx.cuda()\n" in text and "map_location" in text
+    # The configuration says the same; the command line replaces it.
+    write(tmp_path, "train.py", BUGGY_AND_LOAD)
+    write(tmp_path, "pyproject.toml", '[tool.torchdevlint]\nunfixable = ["TDL001"]\n')
+    configured = run_cli("check", "--no-cache", "--diff", "--unsafe-fixes", "train.py", cwd=tmp_path).stdout
+    assert "map_location=" in configured and "+x = x.cuda()" not in configured
+    replaced = run_cli("check", "--no-cache", "--diff", "--unsafe-fixes", "--unfixable", "TDL003", "train.py",
+                       cwd=tmp_path).stdout
+    assert "+x = x.cuda()" in replaced and "map_location=" not in replaced
+    assert run_cli("check", "--unfixable", "TDL9999", "train.py", cwd=tmp_path).returncode == 2
+
+
+def test_fix_only_fixes_and_neither_reports_nor_fails_on_what_is_left(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY_AND_LOAD)
+    result = run_cli("check", "--no-cache", "--fix-only", "train.py", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, "Fixed 1 error.\n")
+    assert "x = x.cuda()" in (tmp_path / "train.py").read_text()
+    again = run_cli("check", "--no-cache", "--fix-only", "--format", "json", "train.py", cwd=tmp_path)
+    assert (again.returncode, json.loads(again.stdout)) == (0, [])
+    write(tmp_path, "other.py", BUGGY)
+    assert run_cli("check", "--no-cache", "--fix-only", "--exit-non-zero-on-fix", "other.py",
+                   cwd=tmp_path).returncode == 1
+
+
+def test_exclude_replaces_and_extend_exclude_adds_to_the_excluded_patterns(tmp_path: Path) -> None:
+    for name in ("train.py", "legacy/old.py", "build/gen.py"):
+        write(tmp_path, name, BUGGY)
+
+    def linted(*args: str) -> set[str]:
+        return set(run_cli("check", "--show-files", *args, cwd=tmp_path).stdout.split())
+
+    assert linted() == {"train.py", "legacy/old.py"}  # build/ is a default exclude
+    assert linted("--extend-exclude", "legacy") == {"train.py"}
+    assert linted("--exclude", "legacy/") == {"train.py", "build/gen.py"}
+    # A pattern with a slash counts from the current folder, as in ruff.
+    assert linted("--extend-exclude", "legacy/old.py") == {"train.py"}
+    assert linted("--exclude", "*.py") == set()
+    bad = run_cli("check", "--exclude", "legacy/[z-a]", cwd=tmp_path)
+    assert bad.returncode == 2 and "invalid glob" in bad.stderr
+
+
+def test_isolated_reads_no_configuration_file(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", BUGGY)
+    write(tmp_path, "pyproject.toml", '[tool.torchdevlint]\nignore = ["TDL001"]\n')
+    assert run_cli("check", "--no-cache", "train.py", cwd=tmp_path).returncode == 0
+    assert run_cli("check", "--no-cache", "--isolated", "train.py", cwd=tmp_path).returncode == 1
+    both = run_cli("check", "--isolated", "--config", "pyproject.toml", "train.py", cwd=tmp_path)
+    assert both.returncode == 2 and "--isolated" in both.stderr
+
+
+@pytest.mark.parametrize(("command", "usage"), [("check", "usage: torchdevlint check"),
+                                                ("rule", "usage: torchdevlint rule")])
+def test_an_unknown_flag_shows_the_subcommands_usage(tmp_path: Path, command: str, usage: str) -> None:
+    result = run_cli(command, "--no-such-flag", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith(usage) and "unrecognized arguments: --no-such-flag" in result.stderr

@@ -25,7 +25,7 @@ from torchdevlint.diagnostics import Diagnostic, FileError, FileResult
 from torchdevlint.engine import InvalidSource, check_syntax
 from torchdevlint.files import iter_python_files
 from torchdevlint.programs import SourceViews, is_notebook, read_program
-from torchdevlint.registry import all_rules, rule_by_code
+from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, validate_selector
 from torchdevlint.reporting import (
     CheckReport,
     OutputFormat,
@@ -40,8 +40,10 @@ from torchdevlint.settings import (
     CommandLineSelection,
     Settings,
     SettingsFinder,
+    command_line_patterns,
     describe_settings,
     file_rule_codes,
+    unfixable_codes,
 )
 from torchdevlint.sourcefile import SourceError
 from torchdevlint.terminal import ColorChoice, wants_color
@@ -76,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("paths", nargs="*", default=[], help="files or folders (default: .); - reads standard input")
     check.add_argument("--fix", action="store_true", help="apply safe fixes in place")
+    check.add_argument("--fix-only", action="store_true",
+                       help="apply fixes, and report nor fail on the findings left (implies --fix)")
     check.add_argument("--unsafe-fixes", action="store_true", help="also apply (or offer) unsafe fixes")
     check.add_argument("--diff", action="store_true",
                        help="print the diff of the fixes instead of writing (to standard output, "
@@ -83,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--select", type=_csv, action="extend", default=None, help="codes or prefixes to run")
     check.add_argument("--extend-select", type=_csv, action="extend", default=[], help="add codes or prefixes")
     check.add_argument("--ignore", type=_csv, action="extend", default=[], help="codes or prefixes to skip")
+    check.add_argument("--unfixable", type=_csv, action="extend", default=None,
+                       help="codes or prefixes whose fixes are neither applied nor offered "
+                            "(replaces the configured `unfixable`)")
+    check.add_argument("--exclude", type=_csv, action="extend", default=None, metavar="PATTERNS",
+                       help="glob patterns of files and folders a walk skips (replaces `exclude`, "
+                            "the defaults included)")
+    check.add_argument("--extend-exclude", type=_csv, action="extend", default=[], metavar="PATTERNS",
+                       help="glob patterns a walk skips besides `exclude`")
     check.add_argument(
         "--format", "--output-format", dest="format", choices=[f.value for f in OutputFormat],
         default=OutputFormat.TEXT.value,
@@ -116,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config", type=Path, default=None,
                        help="configuration file for every path (pyproject.toml, torchdevlint.toml; "
                             "default: the closest one above each file)")
+    check.add_argument("--isolated", action="store_true",
+                       help="read no configuration file: the defaults and the command line decide")
     check.add_argument("--stdin-filename", default=None, metavar="PATH",
                        help="the name of the file standard input holds (`-`): its configuration and excludes "
                             "apply, and a name ending in .ipynb means a notebook; with --fix the fixed code "
@@ -170,11 +184,25 @@ def _normalize_argv(argv: Sequence[str]) -> list[str]:
 
 
 def _run_check(args: argparse.Namespace) -> int:
-    selection = CommandLineSelection(
-        select=tuple(args.select) if args.select is not None else None,
-        extend_select=tuple(args.extend_select),
-        ignore=tuple(args.ignore),
-    )
+    if args.fix_only:
+        args.fix = True
+    if args.isolated and args.config is not None:
+        sys.stderr.write("torchdevlint: error: --config cannot be combined with --isolated\n")
+        return EXIT_ERROR
+    try:
+        selection = CommandLineSelection(
+            select=tuple(args.select) if args.select is not None else None,
+            extend_select=tuple(args.extend_select),
+            ignore=tuple(args.ignore),
+            unfixable=(tuple(validate_selector(code) for code in args.unfixable)
+                       if args.unfixable is not None else None),
+            exclude=command_line_patterns(args.exclude, Path.cwd()) if args.exclude is not None else None,
+            extend_exclude=command_line_patterns(args.extend_exclude, Path.cwd()),
+            isolated=args.isolated,
+        )
+    except (ConfigError, UnknownSelector) as error:
+        sys.stderr.write(f"torchdevlint: error: {error}\n")
+        return EXIT_ERROR
     reads_stdin = "-" in args.paths
     if reads_stdin and len(args.paths) > 1:
         sys.stderr.write("torchdevlint: error: `-` (standard input) cannot be combined with other paths\n")
@@ -258,8 +286,10 @@ def _run_check(args: argparse.Namespace) -> int:
         if result.diff:
             diffs += 1
             sys.stdout.write(result.diff)
+    if args.fix_only:
+        diagnostics = []  # the findings left are neither reported nor failed on
     report = CheckReport(diagnostics, errors, fixed, fixed_codes, unsafe_fixes=args.unsafe_fixes,
-                         fixing=args.fix or args.diff, dry_run=args.diff)
+                         fixing=args.fix or args.diff, dry_run=args.diff, fix_only=args.fix_only)
     if not _deliver_report(args, report, output_format, sources, report_stream):
         return EXIT_ERROR
     if args.exit_zero:
@@ -312,6 +342,7 @@ class _RunSettingsOf:
                 add_noqa=args.add_noqa,
                 cache_dir=None if args.no_cache else str(args.cache_dir or settings.root / CACHE_DIR_NAME),
                 file_seconds=args.file_timeout or DEFAULT_FILE_SECONDS,
+                unfixable=unfixable_codes(settings, codes),
             )
         return made
 
@@ -438,9 +469,23 @@ def _terminate_as_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _parse(own: list[str]) -> argparse.Namespace:
+    """The command line; a flag the subcommand does not know is refused with that subcommand's
+    usage, not the top level's (argparse hands unknown arguments up to the top parser)."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(own)
+    if unknown:
+        chosen: argparse.ArgumentParser = parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction) and args.command in action.choices:
+                chosen = action.choices[args.command]
+        chosen.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     own, program_args = split_program_args(_normalize_argv(sys.argv[1:] if argv is None else argv))
-    args = build_parser().parse_args(own)
+    args = _parse(own)
     if program_args is not None:
         args.program_args = program_args
     # SIGTERM (a CI job cancelled, a hook killed) stops like Ctrl-C: between files, never

@@ -5,6 +5,7 @@ of a `torchdevlint.toml` or `.torchdevlint.toml`.
     select = ["TDL0"]          # codes or prefixes; default: every rule on by default
     extend-select = ["TDL103"] # add rules, including ones off by default
     ignore = ["TDL004"]
+    unfixable = ["TDL003"]     # codes or prefixes whose fixes are never applied nor offered
     extend-exclude = ["legacy/", "*_pb2.py"]  # added to the default excludes (`exclude` replaces them)
     extend-include = ["*.pyw"]  # files walked besides *.py and *.ipynb (`include` replaces those)
     respect-gitignore = true    # skip what .gitignore, .ignore and .git/info/exclude ignore
@@ -44,7 +45,7 @@ class ConfigError(ValueError):
     """A broken or unknown setting; the message names the file and the key."""
 
 
-_LIST_KEYS = ("select", "extend-select", "ignore", "exclude", "extend-exclude", "include", "extend-include")
+_LIST_KEYS = ("select", "extend-select", "ignore", "unfixable", "exclude", "extend-exclude", "include", "extend-include")
 _PATTERN_KEYS = ("exclude", "extend-exclude", "include", "extend-include")
 _PER_FILE_KEYS = ("per-file-ignores", "extend-per-file-ignores")
 _BOOLEAN_KEYS = ("respect-gitignore",)
@@ -75,6 +76,8 @@ class Config:
     select: tuple[str, ...] | None = None
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    # Codes or prefixes whose findings are reported without their fixes.
+    unfixable: tuple[str, ...] = ()
     exclude: tuple[str, ...] = DEFAULT_EXCLUDES
     extend_exclude: tuple[str, ...] = ()
     include: tuple[str, ...] = DEFAULT_INCLUDE
@@ -96,8 +99,15 @@ class Config:
         """Whether a path met while walking a folder is excluded (explicit paths never are)."""
         name = path.name
         relative = _relative(path, root)
+        absolute: str | None = None
         for pattern in self.excluded_patterns:
             bare = pattern.rstrip("/")
+            if bare.startswith("/"):
+                # An absolute pattern (a command line's, made absolute from its folder).
+                absolute = absolute if absolute is not None else Path(os.path.abspath(path)).as_posix()
+                if fnmatch.fnmatch(absolute, bare) or absolute.startswith(bare + "/"):
+                    return True
+                continue
             if fnmatch.fnmatch(name, bare) or fnmatch.fnmatch(relative, bare):
                 return True
             if relative.startswith(bare + "/") or relative == bare:
@@ -304,6 +314,7 @@ def load_config(path: Path | None) -> Config:
         select=lists.get("select"),
         extend_select=lists.get("extend-select", ()),
         ignore=lists.get("ignore", ()),
+        unfixable=lists.get("unfixable", ()),
         exclude=lists.get("exclude", DEFAULT_EXCLUDES),
         extend_exclude=lists.get("extend-exclude", ()),
         include=(*lists.get("include", DEFAULT_INCLUDE), *lists.get("extend-include", ())),

@@ -154,19 +154,21 @@ def fix_source(
     deadline: Deadline | None = None,
     gate: FixGate | None = None,
     parse: ModuleParser = cst.parse_module,
+    unfixable: frozenset[str] = frozenset(),
 ) -> FixOutcome:
     """Fix until no applicable fix remains; a fix whose output would not parse, or that `gate`
-    refuses, is withheld.
+    refuses, is withheld, and the fixes of `unfixable` codes are never applied.
 
     The deadline covers every round; past it, AnalysisTimeout is raised and nothing is fixed.
     """
     with room_for_nesting():
-        return _fix_to_fixpoint(source, path, rule_classes, options, unsafe, deadline, gate, parse)
+        return _fix_to_fixpoint(source, path, rule_classes, options, unsafe, deadline, gate, parse, unfixable)
 
 
 def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
                      options: Mapping[str, object] | None, unsafe: bool,
-                     deadline: Deadline | None, gate: FixGate | None, parse: ModuleParser) -> FixOutcome:
+                     deadline: Deadline | None, gate: FixGate | None, parse: ModuleParser,
+                     unfixable: frozenset[str]) -> FixOutcome:
     text = source
     fixed_codes: list[str] = []
     # (code, line, column) of a finding -> why its fix is withheld.
@@ -177,7 +179,8 @@ def _fix_to_fixpoint(source: str, path: str, rule_classes: Sequence[type[Rule]],
     for _ in range(MAX_ROUNDS):
         candidates = [
             d for d in diagnostics
-            if is_applicable(d.fix, unsafe) and (d.code, d.start.line, d.start.column) not in withheld
+            if is_applicable(d.fix, unsafe) and d.code not in unfixable
+            and (d.code, d.start.line, d.start.column) not in withheld
         ]
         if gate is not None:
             for diagnostic in candidates:

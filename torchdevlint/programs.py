@@ -87,8 +87,10 @@ class Program(ABC):
 
     @abstractmethod
     def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
-            unsafe: bool = False, deadline: Deadline | None = None) -> FixOutcome:
-        """Fix `text` to a fixpoint; the outcome's findings are placed as `lint` places them."""
+            unsafe: bool = False, deadline: Deadline | None = None,
+            unfixable: frozenset[str] = frozenset()) -> FixOutcome:
+        """Fix `text` to a fixpoint, never applying the fixes of `unfixable` codes; the
+        outcome's findings are placed as `lint` places them."""
 
     @abstractmethod
     def view(self, text: str) -> ProgramView:
@@ -174,8 +176,10 @@ class PythonProgram(Program):
                            flow_memory=self.flow_memory)
 
     def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
-            unsafe: bool = False, deadline: Deadline | None = None) -> FixOutcome:
-        return fix_source(self.text, self.path, rules, options, unsafe=unsafe, deadline=deadline, parse=self.parse)
+            unsafe: bool = False, deadline: Deadline | None = None,
+            unfixable: frozenset[str] = frozenset()) -> FixOutcome:
+        return fix_source(self.text, self.path, rules, options, unsafe=unsafe, deadline=deadline, parse=self.parse,
+                          unfixable=unfixable)
 
     def view(self, text: str) -> ProgramView:
         try:
@@ -238,10 +242,11 @@ class NotebookProgram(Program):
         return self._placed(found)
 
     def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
-            unsafe: bool = False, deadline: Deadline | None = None) -> FixOutcome:
+            unsafe: bool = False, deadline: Deadline | None = None,
+            unfixable: frozenset[str] = frozenset()) -> FixOutcome:
         outcome = self._without_broken_cells(
             lambda: fix_source(self.text, self.path, rules, options, unsafe=unsafe, deadline=deadline,
-                               gate=self.cells.withholds, parse=self.parse))
+                               gate=self.cells.withholds, parse=self.parse, unfixable=unfixable))
         outcome.remaining = self._placed(outcome.remaining, outcome.text)
         return outcome
 

@@ -68,6 +68,8 @@ class CheckReport:
     # --fix or --diff: fixes were applied (or, with --diff, would be).
     fixing: bool = False
     dry_run: bool = False
+    # --fix-only: the findings left are not reported; the summary says what was fixed.
+    fix_only: bool = False
 
 
 @dataclass
@@ -205,6 +207,11 @@ def write_findings(out: TextIO, diagnostics: Sequence[Diagnostic], *, unsafe_fix
 def write_summary(out: TextIO, report: CheckReport, palette: Palette = PLAIN) -> None:
     summary = summarize(report.diagnostics, report.errors, report.fixed)
     unsafe_fixes = report.unsafe_fixes
+    if report.fix_only:
+        # As ruff's --fix-only: what was fixed, nothing of what is left.
+        if summary.fixed:
+            out.write(f"{'Would fix' if report.dry_run else 'Fixed'} {_plural(summary.fixed, 'error')}.\n")
+        return
     if summary.findings == 0 and summary.fixed == 0:
         if summary.errors == 0:
             out.write(palette.paint("All checks passed!", Style.BOLD_GREEN) + "\n")

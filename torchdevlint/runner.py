@@ -9,7 +9,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import libcst as cst
@@ -17,7 +17,7 @@ import libcst as cst
 from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.cache import FindingsCache, content_digest, settings_digest
-from torchdevlint.diagnostics import FileError, FileResult
+from torchdevlint.diagnostics import Diagnostic, FileError, FileResult
 from torchdevlint.engine import RELEVANCE_MARKER, InvalidSource, ModuleParser
 from torchdevlint.fixer import is_applicable
 from torchdevlint.programs import FixNotWritable, Program, is_notebook, load_program
@@ -41,6 +41,8 @@ class RunSettings:
     cache_dir: str | None = None
     # Seconds each file may take before it is reported as not analysed.
     file_seconds: float = DEFAULT_FILE_SECONDS
+    # Codes whose fixes are neither applied nor offered (`unfixable`, `--unfixable`).
+    unfixable: tuple[str, ...] = ()
 
     def rules(self) -> list[type[Rule]]:
         found = [rule_by_code(code) for code in self.rule_codes]
@@ -120,9 +122,10 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
         cached = cache.load(digest, path)
         # With --fix, a cached result is good enough when nothing in it would be applied.
         if cached is not None and not (
-            settings.rewrites and any(is_applicable(d.fix, settings.unsafe_fixes) for d in cached)
+            settings.rewrites and any(is_applicable(d.fix, settings.unsafe_fixes) and d.code not in settings.unfixable
+                                      for d in cached)
         ):
-            result.diagnostics = cached
+            result.diagnostics = _without_unfixable(cached, settings.unfixable)
             return result, None
     try:
         program = load_program(path, data, parse, flow_memory)
@@ -139,7 +142,8 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
         if settings.add_noqa:
             _add_noqa(program, path, data, rules, options, deadline, result, in_place=in_place)
         elif settings.rewrites:
-            outcome = program.fix(rules, options, unsafe=settings.unsafe_fixes, deadline=deadline)
+            outcome = program.fix(rules, options, unsafe=settings.unsafe_fixes, deadline=deadline,
+                                  unfixable=frozenset(settings.unfixable))
             result.diagnostics = outcome.remaining
             result.fixed_count = outcome.fixed_count
             result.fixed_codes = outcome.fixed_codes
@@ -189,7 +193,16 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
         result.errors.append(program.error(
             f"internal error ({type(error).__name__}: {error}); please report it", None, None))
     result.errors[:0] = program.errors
+    # Cached as found; reported without the fixes the settings turn off.
+    result.diagnostics = _without_unfixable(result.diagnostics, settings.unfixable)
     return result, program
+
+
+def _without_unfixable(diagnostics: list[Diagnostic], unfixable: tuple[str, ...]) -> list[Diagnostic]:
+    if not unfixable:
+        return diagnostics
+    return [replace(d, fix=None) if d.fix is not None and d.code in unfixable else d
+            for d in diagnostics]
 
 
 def _add_noqa(program: Program, path: str, data: bytes, rules: list[type[Rule]], options: dict[str, object],

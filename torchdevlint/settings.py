@@ -4,19 +4,21 @@ Each file is configured as ruff configures it (hierarchically): by the closest c
 file above it (`.torchdevlint.toml`, `torchdevlint.toml`, or a pyproject.toml with a
 [tool.torchdevlint] table), and a file with none above it by the one found from the current
 folder. Files are not merged: the closest one decides alone. `--config` names one file for
-every path instead. A selection made on the command line is applied on top, as ruff does:
-`--select` replaces the configured selection (select, extend-select and ignore alike),
-`--extend-select` and `--ignore` add to it.
+every path instead, and `--isolated` none. What the command line says is applied on top of
+each, as ruff does: `--select` replaces the configured selection (select, extend-select and
+ignore alike), `--extend-select` and `--ignore` add to it; `--exclude` and `--unfixable`
+replace the configured lists, `--extend-exclude` adds to them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchdevlint.config import Config, ConfigError, config_file_in, load_config
+from torchdevlint.config import Config, ConfigError, config_file_in, glob_problem, load_config
 from torchdevlint.project import FACTS, PROJECT_FACT
 from torchdevlint.registry import UnknownSelector, select_rules
 from torchdevlint.rule import Rule
@@ -24,11 +26,40 @@ from torchdevlint.rule import Rule
 
 @dataclass(frozen=True)
 class CommandLineSelection:
-    """Rule selectors given on a command line (empty: the configuration decides)."""
+    """Settings given on a command line (empty: the configuration decides)."""
 
     select: tuple[str, ...] | None = None
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    unfixable: tuple[str, ...] | None = None
+    # Glob patterns; those with a slash count from the current folder, as in ruff.
+    exclude: tuple[str, ...] | None = None
+    extend_exclude: tuple[str, ...] = ()
+    # No configuration file is read (`--isolated`).
+    isolated: bool = False
+
+    def applied_to(self, config: Config) -> Config:
+        """`config` with the command line's lists in place of, or added to, its own."""
+        if self.unfixable is None and self.exclude is None and not self.extend_exclude:
+            return config
+        return dataclasses.replace(
+            config,
+            unfixable=self.unfixable if self.unfixable is not None else config.unfixable,
+            exclude=self.exclude if self.exclude is not None else config.exclude,
+            extend_exclude=(*config.extend_exclude, *self.extend_exclude),
+        )
+
+
+def command_line_patterns(patterns: Sequence[str], cwd: Path) -> tuple[str, ...]:
+    """Exclude patterns as typed: checked as the configuration's are (ConfigError), and made
+    absolute from `cwd` where they name a path rather than a name."""
+    made: list[str] = []
+    for pattern in patterns:
+        problem = glob_problem(pattern)
+        if problem is not None:
+            raise ConfigError(f"invalid glob {pattern!r}: {problem}")
+        made.append(Path(os.path.abspath(cwd / pattern)).as_posix() if "/" in pattern.rstrip("/") else pattern)
+    return tuple(made)
 
 
 @dataclass(frozen=True)
@@ -90,7 +121,7 @@ def resolve_rules(config: Config, selection: CommandLineSelection = CommandLineS
 
 def _settings_from(config_file: Path | None, default_root: Path,
                    selection: CommandLineSelection) -> Settings:
-    config = load_config(config_file)
+    config = selection.applied_to(load_config(config_file))
     try:
         rules = resolve_rules(config, selection)
     except UnknownSelector as error:
@@ -111,11 +142,12 @@ class SettingsFinder:
     def __init__(self, cwd: Path, config_path: Path | None = None,
                  selection: CommandLineSelection = CommandLineSelection()) -> None:
         self._selection = selection
-        self._explicit = config_path is not None
+        self._explicit = config_path is not None or selection.isolated
         self._by_file: dict[Path | None, Settings] = {}
         # Folder (absolute) -> its closest configuration file, None when it has none above it.
         self._closest: dict[str, Path | None] = {}
-        found = config_path if config_path is not None else self._closest_file(os.path.abspath(cwd))
+        found = config_path if config_path is not None or selection.isolated else (
+            self._closest_file(os.path.abspath(cwd)))
         self.fallback = self._for_file(found, cwd)
 
     def _for_file(self, config_file: Path | None, default_root: Path) -> Settings:
@@ -160,6 +192,14 @@ def file_rule_codes(settings: Settings, path: Path) -> tuple[str, ...]:
     return tuple(code for code in codes if not any(prefix == "ALL" or code.startswith(prefix) for prefix in ignored))
 
 
+def unfixable_codes(settings: Settings, codes: Sequence[str]) -> tuple[str, ...]:
+    """Those of `codes` the settings' `unfixable` names (by code or prefix, ALL for every one)."""
+    named = settings.config.unfixable
+    if not named:
+        return ()
+    return tuple(code for code in codes if any(prefix == "ALL" or code.startswith(prefix) for prefix in named))
+
+
 def describe_settings(settings: Settings, path: Path | None) -> str:
     """What `--show-settings` prints: where the settings of `path` come from and what they are."""
     config = settings.config
@@ -171,6 +211,8 @@ def describe_settings(settings: Settings, path: Path | None) -> str:
         skipped = [rule.code for rule in settings.rules if rule.code not in file_rule_codes(settings, path)]
         if skipped:
             lines.append(f"  not run on this file (per-file-ignores): {', '.join(skipped)}")
+    if config.unfixable:
+        lines.append(f"  unfixable: {', '.join(config.unfixable)}")
     lines += [f"  exclude: {', '.join(config.exclude) or '(none)'}",
               f"  extend-exclude: {', '.join(config.extend_exclude) or '(none)'}",
               f"  include: {', '.join(config.include)}",
