@@ -25,6 +25,7 @@ from torchdevlint.diagnostics import Diagnostic, FileError, FileResult
 from torchdevlint.engine import InvalidSource, check_syntax
 from torchdevlint.files import iter_python_files
 from torchdevlint.programs import SourceViews, is_notebook, read_program
+from torchdevlint.progress import Progress
 from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, validate_selector
 from torchdevlint.reporting import (
     CheckReport,
@@ -272,7 +273,12 @@ def _run_check(args: argparse.Namespace) -> int:
         results = run(planned, args.jobs or default_jobs())
     if args.add_noqa:
         return _report_added_noqa(results)
+    progress = Progress(len(planned), sys.stderr, enabled=not reads_stdin and output_format.is_text
+                        and not (args.quiet or args.silent) and sys.stderr.isatty())
     for result in results:
+        progress.advance(_shown_path(result.path))
+        if result.diff or (not args.silent and (result.notices or result.warnings)):
+            progress.clear()
         diagnostics.extend(result.diagnostics)
         fixed += result.fixed_count
         fixed_codes[result.path] = result.fixed_codes
@@ -286,6 +292,7 @@ def _run_check(args: argparse.Namespace) -> int:
         if result.diff:
             diffs += 1
             sys.stdout.write(result.diff)
+    progress.clear()
     if args.fix_only:
         diagnostics = []  # the findings left are neither reported nor failed on
     report = CheckReport(diagnostics, errors, fixed, fixed_codes, unsafe_fixes=args.unsafe_fixes,
@@ -380,7 +387,8 @@ def _deliver_report(args: argparse.Namespace, report: CheckReport, output_format
     out = stream if args.output_file is None else io.StringIO()
     write_report(out, report, output_format, sources=sources, statistics=args.statistics,
                  show_fixes=args.show_fixes, color=color, summary=not args.quiet)
-    if isinstance(out, io.StringIO):
+    # Decided by the flag, not the stream's type: standard output may be a StringIO itself.
+    if args.output_file is not None and isinstance(out, io.StringIO):
         try:
             write_report_file(args.output_file, out.getvalue())
         except OSError as error:

@@ -17,7 +17,7 @@ import json
 import tokenize
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
@@ -39,7 +39,7 @@ from torchdevlint.programs import NotebookProgram, Program
 from torchdevlint.registry import rule_by_code
 from torchdevlint.rule import Mark
 from torchdevlint.runner import RunSettings, collect_garbage_rarely, process_buffer
-from torchdevlint.settings import SettingsFinder, file_rule_codes
+from torchdevlint.settings import SettingsFinder, file_rule_codes, unfixable_codes
 from torchdevlint.sourcefile import LINE_BREAK, LineIndex, SourceError
 from torchdevlint.suppression import add_noqa
 
@@ -199,9 +199,11 @@ class TorchDevLintServer(LanguageServer):
                 self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
             self._finder = None
             return self._last_good.get(path)
+        codes = file_rule_codes(settings, path)
         good = RunSettings(
-            rule_codes=file_rule_codes(settings, path),
+            rule_codes=codes,
             rule_options=tuple(sorted(settings.rule_options.items(), key=lambda item: item[0])),
+            unfixable=unfixable_codes(settings, codes),
         )
         self._last_good[path] = good
         return good
@@ -624,8 +626,7 @@ async def _with_fix_all_edit(ls: TorchDevLintServer, action: types.CodeAction) -
     linted = await ls.linted(buffer)
     if linted.run_settings is None:
         return action
-    fixing = RunSettings(rule_codes=linted.run_settings.rule_codes, rule_options=linted.run_settings.rule_options,
-                         fix=True)
+    fixing = replace(linted.run_settings, fix=True)
     fixed = await ls.off_the_loop(_fixed_buffer, buffer, fixing)
     action.edit = ls.workspace_edit(buffer.texts(), fixed) if fixed else None
     return action
