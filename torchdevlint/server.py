@@ -38,6 +38,7 @@ from torchdevlint.notebook.document import NotebookDocument
 from torchdevlint.programs import NotebookProgram, Program
 from torchdevlint.registry import rule_by_code
 from torchdevlint.rule import Mark
+from torchdevlint.ruledocs import rule_docs_url
 from torchdevlint.runner import RunSettings, collect_garbage_rarely, process_buffer
 from torchdevlint.settings import SettingsFinder, file_rule_codes, unfixable_codes
 from torchdevlint.sourcefile import LINE_BREAK, LineIndex, SourceError
@@ -45,8 +46,6 @@ from torchdevlint.suppression import add_noqa
 
 T = TypeVar("T")
 SOURCE = "torchdevlint"
-# Every rule's page; one place to change when the repository moves.
-RULE_DOCS_URL = "https://github.com/torchdevlint/torchdevlint/blob/main/docs/rules/{code}.md"
 FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.torchdevlint"
 FIX_ALL_TITLE = "Fix all safely fixable torchdevlint findings"
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -344,7 +343,7 @@ class TorchDevLintServer(LanguageServer):
                               end=self.position(lines, diagnostic.end.line, diagnostic.end.column)),
             severity=types.DiagnosticSeverity.Warning,
             code=diagnostic.code,
-            code_description=types.CodeDescription(href=RULE_DOCS_URL.format(code=diagnostic.code)),
+            code_description=_rule_page(diagnostic.code),
             source=SOURCE,
             message=diagnostic.message,
             tags=_tags(diagnostic.code),
@@ -574,6 +573,11 @@ def _quick_fixes(ls: TorchDevLintServer, linted: _Linted, params: types.CodeActi
 
 
 _TAGS = {Mark.DEPRECATED: types.DiagnosticTag.Deprecated, Mark.UNNECESSARY: types.DiagnosticTag.Unnecessary}
+
+
+def _rule_page(code: str) -> types.CodeDescription | None:
+    url = rule_docs_url(code)
+    return types.CodeDescription(href=url) if url is not None else None
 
 
 def _tags(code: str) -> list[types.DiagnosticTag] | None:
