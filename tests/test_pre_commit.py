@@ -1,9 +1,9 @@
 """The pre-commit hooks, run by the real `pre-commit` in a throw-away repository.
 
-The user's `.pre-commit-config.yaml` is each of the README's two snippets: the local hook, which
-runs the `torchdevlint` installed beside these tests, and the remote one, pointed at a snapshot
-of this working tree (committed into its own repository, since pre-commit installs hooks from a
-git revision, and this checkout's changes may not be committed yet).
+The user's `.pre-commit-config.yaml` is each of the two snippets of docs/pre-commit.md: the local
+hook, which runs the `torchdevlint` installed beside these tests, and the remote one, pointed at a
+snapshot of this working tree (committed into its own repository, since pre-commit installs hooks
+from a git revision, and this checkout's changes may not be committed yet).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ GIT_IDENTITY = {
     "GIT_COMMITTER_NAME": "torchdevlint tests",
     "GIT_COMMITTER_EMAIL": "tests@example.invalid",
 }
+# The page users copy their `.pre-commit-config.yaml` from (the README links it).
+PRE_COMMIT_DOC = ROOT / "docs" / "pre-commit.md"
 
 
 def test_hooks_file_declares_check_and_fix_hooks() -> None:
@@ -68,37 +70,37 @@ def buggy_notebook() -> str:
     return nbformat.writes(book) + "\n"
 
 
-def readme_yaml_blocks() -> list[str]:
-    return re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL)
+def doc_yaml_blocks() -> list[str]:
+    return re.findall(r"```yaml\n(.*?)```", PRE_COMMIT_DOC.read_text(), flags=re.DOTALL)
 
 
-def readme_snippet(*, local: bool) -> str:
-    """The README's `.pre-commit-config.yaml` for the local hook, or for the remote one."""
+def doc_snippet(*, local: bool) -> str:
+    """The page's `.pre-commit-config.yaml` for the local hook, or for the remote one."""
     snippets = [
-        block for block in readme_yaml_blocks()
+        block for block in doc_yaml_blocks()
         if "repos:" in block and "id: torchdevlint" in block and ("repo: local" in block) == local
     ]
-    assert len(snippets) == 1, f"README must show one {'local' if local else 'remote'} .pre-commit-config.yaml snippet"
+    assert len(snippets) == 1, f"docs/pre-commit.md must show one {'local' if local else 'remote'} .pre-commit-config.yaml snippet"
     return snippets[0]
 
 
-def readme_local_fix_hook() -> str:
-    """The README's fixing variant of the local hook: a hook list item, not a whole config."""
-    items = [block for block in readme_yaml_blocks() if "id: torchdevlint-fix" in block and "repos:" not in block]
-    assert len(items) == 1, "README must show the local torchdevlint-fix hook"
+def doc_local_fix_hook() -> str:
+    """The page's fixing variant of the local hook: a hook list item, not a whole config."""
+    items = [block for block in doc_yaml_blocks() if "id: torchdevlint-fix" in block and "repos:" not in block]
+    assert len(items) == 1, "docs/pre-commit.md must show the local torchdevlint-fix hook"
     return items[0]
 
 
 def local_configs() -> tuple[str, str]:
-    """The local snippet as the README shows it, and with its hook swapped for the fixing one."""
+    """The local snippet as the page shows it, and with its hook swapped for the fixing one."""
     yaml = pytest.importorskip("yaml", reason="PyYAML (a pre-commit dependency) is not installed")
-    config = readme_snippet(local=True)
+    config = doc_snippet(local=True)
     fixing = yaml.safe_load(config)
-    fixing["repos"][0]["hooks"] = yaml.safe_load(readme_local_fix_hook())
+    fixing["repos"][0]["hooks"] = yaml.safe_load(doc_local_fix_hook())
     return config, yaml.safe_dump(fixing, sort_keys=False)
 
 
-def test_readme_local_hooks_run_what_the_published_hooks_run() -> None:
+def test_documented_local_hooks_run_what_the_published_hooks_run() -> None:
     yaml = pytest.importorskip("yaml", reason="PyYAML (a pre-commit dependency) is not installed")
     published = {hook["id"]: hook for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
     for config in local_configs():
@@ -109,9 +111,9 @@ def test_readme_local_hooks_run_what_the_published_hooks_run() -> None:
         assert hook["types_or"] == published[hook["id"]]["types_or"]
 
 
-def test_readme_remote_snippet_marks_its_placeholders() -> None:
+def test_documented_remote_snippet_marks_its_placeholders() -> None:
     # The remote form names no real repository or tag: a copied snippet must not look ready to use.
-    snippet = readme_snippet(local=False)
+    snippet = doc_snippet(local=False)
     for key in ("repo", "rev"):
         (line,) = re.findall(rf"^\s*(?:- )?{key}: .*$", snippet, flags=re.MULTILINE)
         assert "placeholder" in line, f"the remote snippet's {key}: is not marked as a placeholder: {line}"
@@ -146,7 +148,7 @@ def snapshot_of_this_checkout(destination: Path) -> str:
     reason="pre-commit is not installed (pip install -e '.[test]')",
 )
 @pytest.mark.parametrize("form", ["local", "remote"])
-def test_readme_snippet_blocks_a_buggy_commit_and_the_fix_hook_fixes_it(tmp_path: Path, form: str) -> None:
+def test_documented_snippet_blocks_a_buggy_commit_and_the_fix_hook_fixes_it(tmp_path: Path, form: str) -> None:
     env = {**os.environ, **GIT_IDENTITY, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "NO_COLOR": "1"}
     env.pop("PRE_COMMIT_ALLOW_NO_CONFIG", None)
     if form == "local":
@@ -161,7 +163,7 @@ def test_readme_snippet_blocks_a_buggy_commit_and_the_fix_hook_fixes_it(tmp_path
         hooks_repo = tmp_path / "torchdevlint"
         hooks_repo.mkdir()
         revision = snapshot_of_this_checkout(hooks_repo)
-        config = readme_snippet(local=False)
+        config = doc_snippet(local=False)
         config = re.sub(r"repo: \S+", f"repo: {hooks_repo.as_posix()}", config, count=1)
         config = re.sub(r"rev: \S+", f"rev: {revision}", config, count=1)
         fix_config = config.replace("id: torchdevlint ", "id: torchdevlint-fix ").replace(
@@ -202,7 +204,7 @@ def test_readme_snippet_blocks_a_buggy_commit_and_the_fix_hook_fixes_it(tmp_path
     assert (project / "train.py").read_text() == BUGGY
     assert (project / "explore.ipynb").read_text() == notebook
 
-    # The README's alternative: the fix hook rewrites the file (and so stops this run) ...
+    # The page's alternative: the fix hook rewrites the file (and so stops this run) ...
     (project / ".pre-commit-config.yaml").write_text(fix_config)
     fixing = pre_commit("run", "--files", "train.py", "explore.ipynb")
     assert fixing.returncode != 0, fixing.stdout + fixing.stderr
