@@ -116,6 +116,6 @@ class FileResult:
     # How the file was read, where the user should know though nothing failed (IPython lines
     # set aside in a `.py` file).
     notices: list[str] = field(default_factory=list)
-    # What the user wrote that the tool reads differently than they meant (a malformed
-    # `# noqa:` that suppresses nothing); printed as warnings.
+    # What the user wrote that the tool reads differently than they meant (a malformed noqa
+    # directive, which suppresses nothing); printed as warnings.
     warnings: list[str] = field(default_factory=list)

@@ -349,7 +349,7 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
     positions = StatementPositions(module, source, parents, python_ast)
     offsets = LineIndex(source)
     lines = source_lines(source)
-    # A finding's `# noqa` may sit on a later line (after a backslash continuation or a
+    # A finding's noqa directive may sit on a later line (after a backslash continuation or a
     # multi-line string); the map is made only for files that mention noqa.
     moved = (noqa_lines(source) or {}) if honor_noqa and mentions_noqa(source) else {}
     diagnostics: list[Diagnostic] = []

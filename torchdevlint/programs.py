@@ -129,13 +129,13 @@ class Program(ABC):
         return FileError(self.path, message, line, column)
 
     def malformed_noqa_warnings(self) -> list[str]:
-        """One warning per `# noqa:` without codes, which suppresses nothing (as ruff warns)."""
+        """One warning per malformed noqa directive, which suppresses nothing (as ruff warns)."""
         warnings = []
         for line in malformed_noqa_lines(self.text):
             cell, cell_line = self.place(line)
             where = f"{self.path}:{cell_line}" if cell is None else f"{self.path}:cell {cell}:{cell_line}"
-            warnings.append(f"invalid `# noqa` directive at {where}: expected a list of codes after the "
-                            "colon (e.g. `# noqa: TDL001, TDL003`); it suppresses nothing")
+            warnings.append(f"invalid `# noqa` directive at {where}: expected `# noqa` alone or followed "
+                            "by a colon and codes (e.g. `# noqa: TDL001, TDL003`); it suppresses nothing")
         return warnings
 
     def place(self, line: int) -> tuple[int | None, int]:

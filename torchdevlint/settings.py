@@ -96,7 +96,7 @@ def options_from_project(config: Config, root: Path, rules: tuple[type[Rule], ..
         if changes:
             current = config.rule_options.get(rule.code) or rule.Options()
             try:
-                filled[rule.code] = dataclasses.replace(current, **changes)  # type: ignore[type-var]
+                filled[rule.code] = dataclasses.replace(current, **changes)  # type: ignore[type-var]  # a dataclass, checked above
             except (TypeError, ValueError):
                 continue  # a declaration the option cannot take: its default stays
     return filled
