@@ -21,22 +21,19 @@ from torchdevlint import __version__
 from torchdevlint.budget import DEFAULT_FILE_SECONDS
 from torchdevlint.cache import CACHE_DIR_NAME
 from torchdevlint.config import ConfigError
-from torchdevlint.debug import flow_lines
 from torchdevlint.diagnostics import Diagnostic, FileError, FileResult
-from torchdevlint.engine import InvalidSource, check_syntax
 from torchdevlint.files import iter_python_files
-from torchdevlint.programs import SourceViews, is_notebook, read_program
 from torchdevlint.progress import Progress
 from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, validate_selector
 from torchdevlint.reporting import (
     CheckReport,
     OutputFormat,
+    SourceViews,
     check_report_path,
     format_error_line,
     write_report,
     write_report_file,
 )
-from torchdevlint.ruledocs import rule_page
 from torchdevlint.runner import RunSettings, default_jobs, process_bytes, run
 from torchdevlint.settings import (
     CommandLineSelection,
@@ -47,7 +44,7 @@ from torchdevlint.settings import (
     file_rule_codes,
     unfixable_codes,
 )
-from torchdevlint.sourcefile import SourceError
+from torchdevlint.sourcefile import SourceError, is_notebook
 from torchdevlint.terminal import ColorChoice, wants_color
 from torchdevlint.verify.command import add_verify_parser, run_verify, split_program_args
 
@@ -474,6 +471,11 @@ def _check_stdin(name: str, settings: Settings, run_settings: RunSettings) -> Fi
 
 
 def _run_debug(args: argparse.Namespace) -> int:
+    # The analysis is imported where it is asked for: `check` answered from the cache needs none of it.
+    from torchdevlint.debug import flow_lines
+    from torchdevlint.engine import InvalidSource, check_syntax
+    from torchdevlint.programs import read_program
+
     target: str = args.target
     path, line, cell = target, None, None
     parts = target.rsplit(":", 2)
@@ -515,6 +517,8 @@ def _run_server() -> int:
 
 
 def _run_rule(args: argparse.Namespace) -> int:
+    from torchdevlint.ruledocs import rule_page
+
     if args.all or args.code is None:
         for rule in all_rules():
             state = "on" if rule.default_enabled else "off by default"

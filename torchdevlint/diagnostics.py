@@ -37,6 +37,11 @@ class Fix:
         return self.applicability is Applicability.SAFE
 
 
+def is_applicable(fix: Fix | None, unsafe: bool) -> bool:
+    """Whether a fix is applied: safe ones always, unsafe ones with `--unsafe-fixes`."""
+    return fix is not None and (fix.is_safe or unsafe)
+
+
 @dataclass(frozen=True)
 class Location:
     """1-based line, 1-based column (in code points), like ruff and the JSON output."""
