@@ -24,7 +24,9 @@ Workload = tuple[Callable[[], nn.Module], Callable[[], torch.Tensor]]
 
 
 def _first(output: object) -> torch.Tensor:
-    return output[0] if isinstance(output, tuple) else output  # type: ignore[return-value]
+    first = output[0] if isinstance(output, tuple) else output
+    assert isinstance(first, torch.Tensor)
+    return first
 
 
 WORKLOADS: dict[str, Workload] = {

@@ -62,13 +62,6 @@ def test_fixture_fixed_output_matches_snapshot(path: Path) -> None:
     assert all(d.fix is None for d in remaining)
 
 
-def test_every_rule_has_a_fixture() -> None:
-    covered = {
-        code for path in FIXTURE_FILES for _, code in expected_findings(path.read_text(), default_rules_only=False)
-    }
-    assert {rule.code for rule in all_rules()} <= covered
-
-
 # -- notebooks: markers in code cells, findings counted within their cell ------------------------
 
 def expected_notebook_findings(path: Path) -> set[tuple[int, int, str]]:

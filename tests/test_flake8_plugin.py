@@ -139,6 +139,7 @@ def test_flake8_never_fixes_and_never_imports_torch(tmp_path: Path) -> None:
 def test_rules_off_by_default_run_only_when_their_code_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from torchdevlint import flake8_plugin, registry
     from torchdevlint.rule import Rule
+    from torchdevlint.rule_index import RuleEntry
 
     class OffByDefault(Rule):
         code = "TDL199"
@@ -148,7 +149,10 @@ def test_rules_off_by_default_run_only_when_their_code_is_named(tmp_path: Path, 
 
     rules = (*registry.all_rules(), OffByDefault)
     monkeypatch.setattr(registry, "all_rules", lambda: rules)
-    monkeypatch.setattr(flake8_plugin, "all_rules", lambda: rules)
+    # Selection reads the rule index; the example rule is entered there as ruledocs would.
+    index = (*registry.RULE_INDEX, RuleEntry(OffByDefault.code, OffByDefault.slug, False, None))
+    monkeypatch.setattr(registry, "RULE_INDEX", index)
+    monkeypatch.setattr(flake8_plugin, "RULE_INDEX", index)
 
     def chosen(flake8_selected: list[str], config: str = "") -> set[str]:
         (tmp_path / "pyproject.toml").write_text(config)

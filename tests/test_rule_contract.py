@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+from pathlib import Path
 
 import libcst as cst
 import pytest
+from conftest import ROOT
 
 from torchdevlint.engine import lint_source
 from torchdevlint.fixer import fix_source
@@ -119,3 +121,48 @@ def test_readme_rule_table_is_current() -> None:
 def test_required_text_prefilter_never_hides_an_example(rule: type[Rule]) -> None:
     for example in rule.INVALID:
         assert not rule.requires_any_text or any(text in example.source for text in rule.requires_any_text)
+
+
+# -- what CONTRIBUTING.md's recipe for a new rule lists, checked rule by rule ----------------------
+
+_FIXTURE_EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>TDL\d{3}(?:\s*,\s*TDL\d{3})*)")
+
+
+def _fixtures_marking(code: str) -> list[Path]:
+    fixtures = ROOT / "fixtures"
+    return [path for path in sorted([*fixtures.glob("*.py"), *fixtures.glob("*.ipynb")])
+            if any(code in re.split(r"\s*,\s*", match.group("codes"))
+                   for match in _FIXTURE_EXPECT.finditer(path.read_text(encoding="utf-8")))]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.code)
+def test_rule_has_a_fixture_with_its_fixed_snapshot(rule: type[Rule]) -> None:
+    marking = _fixtures_marking(rule.code)
+    stem = f"{rule.code.lower()}_<what_it_shows>"
+    assert marking, (
+        f"{rule.code} has no fixture. Write fixtures/{stem}.py: a realistic program (a training script, "
+        "a model module, a notebook as .ipynb) opening with `# Demonstrates:`, `# Rule(s):` and `# verify:` "
+        f"comment lines, with `# expect: {rule.code}` at the end of each line the rule reports; then "
+        f"fixtures/{stem}.py.fixed, the program as `torchdevlint check --fix --unsafe-fixes` leaves it "
+        "(see CONTRIBUTING.md, \"Adding a rule\").")
+    for path in marking:
+        snapshot = path.with_name(path.name + ".fixed")
+        assert snapshot.is_file(), (
+            f"{path.name} has no fixed snapshot: write {snapshot.name}, the fixture as "
+            "`torchdevlint check --fix --unsafe-fixes` leaves it")
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.code)
+def test_rule_declares_how_verify_proves_it(rule: type[Rule]) -> None:
+    from torchdevlint.runtime_proof import RuntimeProof
+
+    proof = rule.proof
+    assert isinstance(proof, RuntimeProof), f"{rule.code}.proof must be a RuntimeProof (torchdevlint.runtime_proof)"
+    assert proof.host in ("gpu", "cpu", "mps", "cpu-loads-gpu-checkpoint")
+    assert proof.gpus >= 1
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.code)
+def test_rule_has_its_generated_docs_page(rule: type[Rule]) -> None:
+    page = ROOT / "docs" / "rules" / f"{rule.code}.md"
+    assert page.is_file(), f"docs/rules/{rule.code}.md is missing: run `python -m torchdevlint.ruledocs`"

@@ -77,8 +77,9 @@ def test_check_mode_exits_1_when_stale(tmp_path) -> None:  # type: ignore[no-unt
     from torchdevlint.ruledocs import write_docs
 
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    # No pages yet: every one is stale (and the copied README's table too, if it is behind).
-    assert {p.name for p in stale_files(tmp_path)} - {"README.md"} == {f"{rule.code}.md" for rule in all_rules()}
+    # No pages nor rule index yet: each is stale (and the copied README's table too, if it is behind).
+    assert {p.name for p in stale_files(tmp_path)} - {"README.md"} == {
+        *(f"{rule.code}.md" for rule in all_rules()), "rule_index.py"}
     (tmp_path / "docs" / "rules").mkdir(parents=True)
     (tmp_path / "docs" / "rules" / "TDL998.md").write_text("a page for a rule that is gone\n")
     write_docs(tmp_path)

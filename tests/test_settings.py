@@ -175,6 +175,8 @@ def test_a_bad_command_line_selector_is_a_config_error(tmp_path: Path) -> None:
         # A colon with no code after it is malformed, as in ruff: it suppresses nothing.
         ("x.cuda()  # noqa: TDL", False),
         ("x.cuda()  # noqa:", False),
+        ("x.cuda()  # noqa-ish", False),
+        ("x.cuda()  # noqa because of the demo", True),
         ("x.cuda()  # noqa: TDL004", False),
         ("x.cuda()  # noqa: E501", False),
         ("x.cuda()  # a comment about noqa-less code", False),

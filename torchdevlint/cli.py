@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -20,22 +21,19 @@ from torchdevlint import __version__
 from torchdevlint.budget import DEFAULT_FILE_SECONDS
 from torchdevlint.cache import CACHE_DIR_NAME
 from torchdevlint.config import ConfigError
-from torchdevlint.debug import flow_lines
 from torchdevlint.diagnostics import Diagnostic, FileError, FileResult
-from torchdevlint.engine import InvalidSource, check_syntax
 from torchdevlint.files import iter_python_files
-from torchdevlint.programs import SourceViews, is_notebook, read_program
 from torchdevlint.progress import Progress
 from torchdevlint.registry import UnknownSelector, all_rules, rule_by_code, validate_selector
 from torchdevlint.reporting import (
     CheckReport,
     OutputFormat,
+    SourceViews,
     check_report_path,
     format_error_line,
     write_report,
     write_report_file,
 )
-from torchdevlint.ruledocs import rule_page
 from torchdevlint.runner import RunSettings, default_jobs, process_bytes, run
 from torchdevlint.settings import (
     CommandLineSelection,
@@ -46,7 +44,7 @@ from torchdevlint.settings import (
     file_rule_codes,
     unfixable_codes,
 )
-from torchdevlint.sourcefile import SourceError
+from torchdevlint.sourcefile import SourceError, is_notebook
 from torchdevlint.terminal import ColorChoice, wants_color
 from torchdevlint.verify.command import add_verify_parser, run_verify, split_program_args
 
@@ -184,14 +182,107 @@ def _normalize_argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
+class _UsageError(Exception):
+    """A command line or configuration `check` cannot run with; the message says why (exit 2)."""
+
+
+@dataclass
+class _CheckPlan:
+    """What `check` will do, decided from the command line and configuration before any file is read."""
+
+    files: list[tuple[str, Settings]]
+    # Standard input's name (`-`, or --stdin-filename) when it is what is linted, else None.
+    stdin_name: str | None
+    # The settings of standard input, or the fallback of the current folder.
+    settings: Settings
+    run_settings_of: _RunSettingsOf
+    output_format: OutputFormat
+    # The fixed code (or the diff) of standard input owns standard output; the report then goes to standard error.
+    report_stream: TextIO
+    # Paths that could not be walked, reported with the rest.
+    errors: list[FileError]
+
+
+@dataclass
+class _CheckOutcome:
+    """What the files' results add up to."""
+
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+    fixed: int = 0
+    fixed_codes: dict[str, list[str]] = field(default_factory=dict)
+    sources: SourceViews = field(default_factory=SourceViews)
+    diffs: int = 0
+
+
 def _run_check(args: argparse.Namespace) -> int:
+    """`check`: plan the run from the command line, lint the files, report, choose the exit code."""
+    try:
+        plan = _plan_check(args)
+    except _UsageError as error:
+        sys.stderr.write(f"torchdevlint: error: {error}\n")
+        return EXIT_ERROR
+    if args.show_files or args.show_settings:
+        first = plan.settings if plan.stdin_name is not None or not plan.files else plan.files[0][1]
+        return _show(args, plan.files, first, plan.stdin_name, plan.errors)
+    if plan.stdin_name is not None:
+        results: Iterable[FileResult] = [_check_stdin(
+            plan.stdin_name, plan.settings, plan.run_settings_of(Path(plan.stdin_name), plan.settings))]
+    else:
+        results = run([(path, plan.run_settings_of(path, settings)) for path, settings in plan.files],
+                      args.jobs or default_jobs())
+    if args.add_noqa:
+        return _report_added_noqa(results)
+    outcome = _collect(args, plan, results)
+    report = CheckReport([] if args.fix_only else outcome.diagnostics, outcome.errors, outcome.fixed,
+                         outcome.fixed_codes, unsafe_fixes=args.unsafe_fixes, fixing=args.fix or args.diff,
+                         dry_run=args.diff, fix_only=args.fix_only)
+    if not _deliver_report(args, report, plan.output_format, outcome.sources, plan.report_stream):
+        return EXIT_ERROR
+    return _check_exit_code(args, outcome)
+
+
+def _plan_check(args: argparse.Namespace) -> _CheckPlan:
+    """The files and settings of a run; raises _UsageError for what cannot run."""
     if args.fix_only:
         args.fix = True
-    if args.isolated and args.config is not None:
-        sys.stderr.write("torchdevlint: error: --config cannot be combined with --isolated\n")
-        return EXIT_ERROR
+    stdin_name = _stdin_name(args)
     try:
-        selection = CommandLineSelection(
+        finder = SettingsFinder(Path.cwd(), args.config, _command_line_settings(args))
+        # Standard input is configured as the file it stands for would be.
+        settings = finder.for_file(Path(args.stdin_filename)) if args.stdin_filename else finder.fallback
+    except ConfigError as error:
+        raise _UsageError(str(error)) from None
+    report_stream = sys.stderr if stdin_name is not None and (args.fix or args.diff) else sys.stdout
+    output_format = OutputFormat(args.format).resolve(args.output_file is None and report_stream.isatty())
+    problem = _flag_problem(args, output_format)
+    if problem is not None:
+        raise _UsageError(problem)
+    if args.output_file is not None:
+        # Said before the run, not after all of it.
+        try:
+            check_report_path(args.output_file)
+        except OSError as error:
+            raise _UsageError(f"cannot write the report to {args.output_file}: {error.strerror or error}") from None
+    errors: list[FileError] = []
+    run_settings_of = _RunSettingsOf(args)
+    try:
+        files = [] if stdin_name is not None else list(iter_python_files(
+            args.paths or ["."], finder, errors, force_exclude=args.force_exclude,
+            respect_gitignore=False if args.no_respect_gitignore else None))
+        if not (args.show_files or args.show_settings):
+            for path, file_settings in files:
+                run_settings_of(path, file_settings)  # a per-file configuration error is said now
+    except ConfigError as error:
+        raise _UsageError(str(error)) from None
+    return _CheckPlan(files, stdin_name, settings, run_settings_of, output_format, report_stream, errors)
+
+
+def _command_line_settings(args: argparse.Namespace) -> CommandLineSelection:
+    if args.isolated and args.config is not None:
+        raise _UsageError("--config cannot be combined with --isolated")
+    try:
+        return CommandLineSelection(
             select=tuple(args.select) if args.select is not None else None,
             extend_select=tuple(args.extend_select),
             ignore=tuple(args.ignore),
@@ -202,113 +293,75 @@ def _run_check(args: argparse.Namespace) -> int:
             isolated=args.isolated,
         )
     except (ConfigError, UnknownSelector) as error:
-        sys.stderr.write(f"torchdevlint: error: {error}\n")
-        return EXIT_ERROR
+        raise _UsageError(str(error)) from None
+
+
+def _stdin_name(args: argparse.Namespace) -> str | None:
+    """The name standard input is linted under, or None when the paths are linted."""
     reads_stdin = "-" in args.paths
     if reads_stdin and len(args.paths) > 1:
-        sys.stderr.write("torchdevlint: error: `-` (standard input) cannot be combined with other paths\n")
-        return EXIT_ERROR
+        raise _UsageError("`-` (standard input) cannot be combined with other paths")
     if args.stdin_filename is not None and not reads_stdin:
         if args.paths:
-            sys.stderr.write("torchdevlint: error: --stdin-filename names what `-` reads; paths were given\n")
-            return EXIT_ERROR
+            raise _UsageError("--stdin-filename names what `-` reads; paths were given")
         reads_stdin = True
-    stdin_name = args.stdin_filename or "-"
-    try:
-        finder = SettingsFinder(Path.cwd(), args.config, selection)
-        # Standard input is configured as the file it stands for would be.
-        settings = finder.for_file(Path(stdin_name)) if args.stdin_filename else finder.fallback
-    except ConfigError as error:
-        sys.stderr.write(f"torchdevlint: error: {error}\n")
-        return EXIT_ERROR
+    return (args.stdin_filename or "-") if reads_stdin else None
+
+
+def _flag_problem(args: argparse.Namespace, output_format: OutputFormat) -> str | None:
+    """Why these flags cannot go together, or None."""
     if args.jobs is not None and args.jobs < 1:
-        sys.stderr.write("torchdevlint: error: --jobs must be at least 1\n")
-        return EXIT_ERROR
-    # The fixed code (or the diff) of standard input owns standard output; the report goes to standard error.
-    report_stream = sys.stderr if reads_stdin and (args.fix or args.diff) else sys.stdout
-    output_format = OutputFormat(args.format).resolve(args.output_file is None and report_stream.isatty())
+        return "--jobs must be at least 1"
     if args.statistics and not (output_format.is_text or output_format is OutputFormat.JSON):
-        sys.stderr.write("torchdevlint: error: --statistics works with the text and json formats\n")
-        return EXIT_ERROR
+        return "--statistics works with the text and json formats"
     if args.diff and not output_format.is_text:
-        sys.stderr.write("torchdevlint: error: --diff prints a unified diff; it works with the text formats\n")
-        return EXIT_ERROR
+        return "--diff prints a unified diff; it works with the text formats"
     if args.add_noqa and (args.fix or args.diff):
-        sys.stderr.write("torchdevlint: error: --add-noqa cannot be combined with --fix or --diff\n")
-        return EXIT_ERROR
+        return "--add-noqa cannot be combined with --fix or --diff"
     if args.show_fixes and not output_format.is_text:
-        sys.stderr.write("torchdevlint: error: --show-fixes works with the text formats\n")
-        return EXIT_ERROR
+        return "--show-fixes works with the text formats"
     if args.file_timeout is not None and not args.file_timeout > 0:
-        sys.stderr.write("torchdevlint: error: --file-timeout must be a positive number of seconds\n")
-        return EXIT_ERROR
-    if args.output_file is not None:
-        # Said before the run, not after all of it.
-        try:
-            check_report_path(args.output_file)
-        except OSError as error:
-            return _cannot_write_report(args.output_file, error)
-    errors: list[FileError] = []
-    run_settings_of = _RunSettingsOf(args)
-    try:
-        files = [] if reads_stdin else list(iter_python_files(
-            args.paths or ["."], finder, errors, force_exclude=args.force_exclude,
-            respect_gitignore=False if args.no_respect_gitignore else None))
-        if args.show_files or args.show_settings:
-            return _show(args, files, settings if reads_stdin or not files else files[0][1],
-                         stdin_name if reads_stdin else None, errors)
-        planned = [(path, run_settings_of(path, file_settings)) for path, file_settings in files]
-    except ConfigError as error:
-        sys.stderr.write(f"torchdevlint: error: {error}\n")
-        return EXIT_ERROR
-    diagnostics: list[Diagnostic] = []
-    fixed = 0
-    diffs = 0
-    fixed_codes: dict[str, list[str]] = {}
-    sources = SourceViews()
-    if reads_stdin:
-        results: Iterable[FileResult] = [
-            _check_stdin(stdin_name, settings, run_settings_of(Path(stdin_name), settings))]
-    else:
-        results = run(planned, args.jobs or default_jobs())
-    if args.add_noqa:
-        return _report_added_noqa(results)
-    progress = Progress(len(planned), sys.stderr, enabled=not reads_stdin and output_format.is_text
+        return "--file-timeout must be a positive number of seconds"
+    return None
+
+
+def _collect(args: argparse.Namespace, plan: _CheckPlan, results: Iterable[FileResult]) -> _CheckOutcome:
+    """Add the files' results up as they come, printing what cannot wait: diffs, notes, warnings."""
+    outcome = _CheckOutcome(errors=plan.errors)
+    progress = Progress(len(plan.files), sys.stderr, enabled=plan.stdin_name is None and plan.output_format.is_text
                         and not (args.quiet or args.silent) and sys.stderr.isatty())
     for result in results:
         progress.advance(_shown_path(result.path))
         if result.diff or (not args.silent and (result.notices or result.warnings)):
             progress.clear()
-        diagnostics.extend(result.diagnostics)
-        fixed += result.fixed_count
-        fixed_codes[result.path] = result.fixed_codes
-        sources.add(result.path, result.view)
-        errors.extend(result.errors)
+        outcome.diagnostics.extend(result.diagnostics)
+        outcome.fixed += result.fixed_count
+        outcome.fixed_codes[result.path] = result.fixed_codes
+        outcome.sources.add(result.path, result.view)
+        outcome.errors.extend(result.errors)
         if not args.silent:
             for notice in result.notices:
                 sys.stderr.write(f"torchdevlint: note: {notice}\n")
             for warning in result.warnings:
                 sys.stderr.write(f"torchdevlint: warning: {warning}\n")
         if result.diff:
-            diffs += 1
+            outcome.diffs += 1
             sys.stdout.write(result.diff)
     progress.clear()
-    if args.fix_only:
-        diagnostics = []  # the findings left are neither reported nor failed on
-    report = CheckReport(diagnostics, errors, fixed, fixed_codes, unsafe_fixes=args.unsafe_fixes,
-                         fixing=args.fix or args.diff, dry_run=args.diff, fix_only=args.fix_only)
-    if not _deliver_report(args, report, output_format, sources, report_stream):
-        return EXIT_ERROR
+    return outcome
+
+
+def _check_exit_code(args: argparse.Namespace, outcome: _CheckOutcome) -> int:
     if args.exit_zero:
         return EXIT_CLEAN
-    if errors:
+    if outcome.errors:
         return EXIT_ERROR
-    if args.exit_non_zero_on_fix and any(fixed_codes.values()) and not args.diff:
+    if args.exit_non_zero_on_fix and any(outcome.fixed_codes.values()) and not args.diff:
         return EXIT_FINDINGS
     if args.diff:
         # As ruff's --diff (with --fix or not, nothing is written): 1 when a diff was printed, else 0.
-        return EXIT_FINDINGS if diffs else EXIT_CLEAN
-    if diagnostics:
+        return EXIT_FINDINGS if outcome.diffs else EXIT_CLEAN
+    if outcome.diagnostics and not args.fix_only:
         return EXIT_FINDINGS
     return EXIT_CLEAN
 
@@ -418,6 +471,11 @@ def _check_stdin(name: str, settings: Settings, run_settings: RunSettings) -> Fi
 
 
 def _run_debug(args: argparse.Namespace) -> int:
+    # The analysis is imported where it is asked for: `check` answered from the cache needs none of it.
+    from torchdevlint.debug import flow_lines
+    from torchdevlint.engine import InvalidSource, check_syntax
+    from torchdevlint.programs import read_program
+
     target: str = args.target
     path, line, cell = target, None, None
     parts = target.rsplit(":", 2)
@@ -459,6 +517,8 @@ def _run_server() -> int:
 
 
 def _run_rule(args: argparse.Namespace) -> int:
+    from torchdevlint.ruledocs import rule_page
+
     if args.all or args.code is None:
         for rule in all_rules():
             state = "on" if rule.default_enabled else "off by default"

@@ -37,6 +37,11 @@ class Fix:
         return self.applicability is Applicability.SAFE
 
 
+def is_applicable(fix: Fix | None, unsafe: bool) -> bool:
+    """Whether a fix is applied: safe ones always, unsafe ones with `--unsafe-fixes`."""
+    return fix is not None and (fix.is_safe or unsafe)
+
+
 @dataclass(frozen=True)
 class Location:
     """1-based line, 1-based column (in code points), like ruff and the JSON output."""
@@ -116,6 +121,6 @@ class FileResult:
     # How the file was read, where the user should know though nothing failed (IPython lines
     # set aside in a `.py` file).
     notices: list[str] = field(default_factory=list)
-    # What the user wrote that the tool reads differently than they meant (a malformed
-    # `# noqa:` that suppresses nothing); printed as warnings.
+    # What the user wrote that the tool reads differently than they meant (a malformed noqa
+    # directive, which suppresses nothing); printed as warnings.
     warnings: list[str] = field(default_factory=list)

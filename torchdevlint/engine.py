@@ -23,7 +23,7 @@ from torchdevlint.diagnostics import Applicability, Diagnostic, Edit, Fix, Locat
 from torchdevlint.edits import to_text_fix
 from torchdevlint.positions import StatementPositions
 from torchdevlint.rule import Report, Rule
-from torchdevlint.sourcefile import LineIndex, source_lines
+from torchdevlint.sourcefile import RELEVANCE_MARKER, LineIndex, source_lines
 from torchdevlint.suppression import (
     NO_EXEMPTION,
     FileExemption,
@@ -34,9 +34,6 @@ from torchdevlint.suppression import (
     noqa_directives,
     noqa_lines,
 )
-
-# Files that never mention this cannot hold a finding; they are not even parsed.
-RELEVANCE_MARKER = "torch"
 
 # How many nodes are walked between two looks at the clock.
 _DEADLINE_CHECK_INTERVAL = 2048
@@ -349,7 +346,7 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
     positions = StatementPositions(module, source, parents, python_ast)
     offsets = LineIndex(source)
     lines = source_lines(source)
-    # A finding's `# noqa` may sit on a later line (after a backslash continuation or a
+    # A finding's noqa directive may sit on a later line (after a backslash continuation or a
     # multi-line string); the map is made only for files that mention noqa.
     moved = (noqa_lines(source) or {}) if honor_noqa and mentions_noqa(source) else {}
     diagnostics: list[Diagnostic] = []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 
 from torchdevlint.budget import Deadline, room_for_nesting
-from torchdevlint.diagnostics import Diagnostic, Edit, Fix
+from torchdevlint.diagnostics import Diagnostic, Edit, Fix, is_applicable
 from torchdevlint.engine import ModuleParser, lint_source
 from torchdevlint.rule import Rule
 
@@ -40,10 +40,6 @@ class FixOutcome:
 
     def changed(self, original: str) -> bool:
         return self.text != original
-
-
-def is_applicable(fix: Fix | None, unsafe: bool) -> bool:
-    return fix is not None and (fix.is_safe or unsafe)
 
 
 def _overlaps(edit: Edit, taken: Sequence[Edit]) -> bool:

@@ -31,7 +31,7 @@ from torchdevlint import __version__
 from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.config import ConfigError
 from torchdevlint.engine import InvalidSource, lint_source
-from torchdevlint.registry import all_rules
+from torchdevlint.rule_index import RULE_INDEX
 from torchdevlint.settings import CommandLineSelection, Settings, SettingsFinder, file_rule_codes
 
 LOG = logging.getLogger("torchdevlint")
@@ -54,7 +54,7 @@ def plugin_settings_finder(cwd: Path, flake8_selected: Iterable[str] = ()) -> Se
     Raises ConfigError for a broken configuration.
     """
     # flake8 knows nothing of rules that are off by default: only a full code turns one on.
-    off_by_default = {rule.code for rule in all_rules() if not rule.default_enabled}
+    off_by_default = {entry.code for entry in RULE_INDEX if not entry.default_enabled}
     named = tuple(code for code in flake8_selected if code in off_by_default)
     return SettingsFinder(cwd, selection=CommandLineSelection(extend_select=named))
 

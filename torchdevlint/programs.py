@@ -35,11 +35,11 @@ from torchdevlint.sourcefile import (
     SourceText,
     cell_holding,
     decode_source,
+    is_notebook,
     read_bytes,
 )
 from torchdevlint.suppression import add_noqa, malformed_noqa_lines
 
-NOTEBOOK_SUFFIX = ".ipynb"
 T = TypeVar("T")
 
 
@@ -54,10 +54,6 @@ class NoqaOutcome:
 
 class FixNotWritable(Exception):
     """Fixed code that cannot be put back into the file (never expected; reported, not raised)."""
-
-
-def is_notebook(path: str) -> bool:
-    return path.lower().endswith(NOTEBOOK_SUFFIX)
 
 
 class Program(ABC):
@@ -129,13 +125,13 @@ class Program(ABC):
         return FileError(self.path, message, line, column)
 
     def malformed_noqa_warnings(self) -> list[str]:
-        """One warning per `# noqa:` without codes, which suppresses nothing (as ruff warns)."""
+        """One warning per malformed noqa directive, which suppresses nothing (as ruff warns)."""
         warnings = []
         for line in malformed_noqa_lines(self.text):
             cell, cell_line = self.place(line)
             where = f"{self.path}:{cell_line}" if cell is None else f"{self.path}:cell {cell}:{cell_line}"
-            warnings.append(f"invalid `# noqa` directive at {where}: expected a list of codes after the "
-                            "colon (e.g. `# noqa: TDL001, TDL003`); it suppresses nothing")
+            warnings.append(f"invalid `# noqa` directive at {where}: expected `# noqa` alone or followed "
+                            "by a colon and codes (e.g. `# noqa: TDL001, TDL003`); it suppresses nothing")
         return warnings
 
     def place(self, line: int) -> tuple[int | None, int]:
@@ -370,27 +366,3 @@ def load_program(path: str, data: bytes, parse: ModuleParser = cst.parse_module,
 
 def read_program(path: str) -> Program:
     return load_program(path, read_bytes(Path(path)))
-
-
-class SourceViews:
-    """The text each reported file had when it was linted, for reporters that show it.
-
-    Workers hand back a view with their findings; a result without one (from the cache) is
-    read again from disk. None for a file that can no longer be read.
-    """
-
-    def __init__(self) -> None:
-        self._views: dict[str, ProgramView | None] = {}
-
-    def add(self, path: str, view: ProgramView | None) -> None:
-        if view is not None:
-            self._views[path] = view
-
-    def __call__(self, path: str) -> ProgramView | None:
-        if path not in self._views:
-            try:
-                program = read_program(path)
-                self._views[path] = program.view(program.text)
-            except SourceError:
-                self._views[path] = None
-        return self._views[path]

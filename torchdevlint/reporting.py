@@ -18,16 +18,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import quote
 
 from torchdevlint import __version__
 from torchdevlint.diagnostics import Diagnostic, FileError, Fix
 from torchdevlint.registry import all_rules
-from torchdevlint.rule import Rule
-from torchdevlint.ruledocs import doc_sections, rule_page
-from torchdevlint.sourcefile import LineIndex, ProgramView, source_lines
+from torchdevlint.sourcefile import LineIndex, ProgramView, SourceError, source_lines
 from torchdevlint.terminal import PLAIN, Palette, Style, underline
+
+if TYPE_CHECKING:
+    from torchdevlint.rule import Rule
 
 # The text a file had when it was linted, or None where it is not available.
 SourceLookup = Callable[[str], "ProgramView | None"]
@@ -513,6 +514,8 @@ def _artifact_location(path: str, root: Path) -> dict[str, str]:
 
 
 def _sarif_rule(rule: type[Rule]) -> dict[str, object]:
+    from torchdevlint.ruledocs import doc_sections, rule_page  # the SARIF format alone needs the docs
+
     what = doc_sections(rule).get("What it does", rule.message)
     return {
         "id": rule.code,
@@ -723,3 +726,29 @@ def write_report_file(path: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+
+
+class SourceViews:
+    """The text each reported file had when it was linted, for reporters that show it.
+
+    Workers hand back a view with their findings; a result without one (from the cache) is
+    read again from disk. None for a file that can no longer be read.
+    """
+
+    def __init__(self) -> None:
+        self._views: dict[str, ProgramView | None] = {}
+
+    def add(self, path: str, view: ProgramView | None) -> None:
+        if view is not None:
+            self._views[path] = view
+
+    def __call__(self, path: str) -> ProgramView | None:
+        if path not in self._views:
+            from torchdevlint.programs import read_program  # only where a cached finding is shown
+
+            try:
+                program = read_program(path)
+                self._views[path] = program.view(program.text)
+            except SourceError:
+                self._views[path] = None
+        return self._views[path]

@@ -12,6 +12,7 @@ import libcst as cst
 from torchdevlint.context import FileContext
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.runtime_proof import RuntimeProof
 from torchdevlint.suppression import SuppressionFinding, SuppressionReview
 
 
@@ -88,6 +89,9 @@ class Rule:
     message: ClassVar[str]
     fix_title: ClassVar[str | None] = None
     default_enabled: ClassVar[bool] = True
+    # How `verify` proves a finding by running the program (correctness rules, TDL0xx): the
+    # error the bug raises and the machine it shows on. The default: a device mismatch on a GPU.
+    proof: ClassVar[RuntimeProof] = RuntimeProof()
     # What the reported code is, where an editor shows that (struck through, faded): the
     # LSP server's diagnostic tags.
     marks: ClassVar[frozenset[Mark]] = frozenset()

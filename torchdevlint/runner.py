@@ -11,19 +11,30 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import libcst as cst
-
-from torchdevlint.analysis.flow.memory import FlowMemory
-from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
+from torchdevlint.budget import DEFAULT_FILE_SECONDS, Deadline
 from torchdevlint.cache import FindingsCache, content_digest, settings_digest
-from torchdevlint.diagnostics import Diagnostic, FileError, FileResult
-from torchdevlint.engine import RELEVANCE_MARKER, InvalidSource, ModuleParser
-from torchdevlint.fixer import is_applicable
-from torchdevlint.programs import FixNotWritable, Program, is_notebook, load_program
-from torchdevlint.registry import rule_by_code
-from torchdevlint.rule import Rule
-from torchdevlint.sourcefile import NotRewritten, SourceError, read_bytes, write_atomically
+from torchdevlint.diagnostics import Diagnostic, FileError, FileResult, is_applicable
+from torchdevlint.registry import rules_for_codes
+from torchdevlint.sourcefile import (
+    RELEVANCE_MARKER,
+    NotRewritten,
+    SourceError,
+    is_notebook,
+    read_bytes,
+    write_atomically,
+)
+
+if TYPE_CHECKING:
+    # What linting imports (LibCST, the analysis, the rules) is imported when a file is
+    # linted: a run answered from the cache never needs it.
+    import libcst as cst
+
+    from torchdevlint.analysis.flow.memory import FlowMemory
+    from torchdevlint.engine import ModuleParser
+    from torchdevlint.programs import Program
+    from torchdevlint.rule import Rule
 
 
 @dataclass(frozen=True)
@@ -45,8 +56,7 @@ class RunSettings:
     unfixable: tuple[str, ...] = ()
 
     def rules(self) -> list[type[Rule]]:
-        found = [rule_by_code(code) for code in self.rule_codes]
-        return [rule for rule in found if rule is not None]
+        return rules_for_codes(self.rule_codes)
 
     @property
     def rewrites(self) -> bool:
@@ -96,10 +106,10 @@ def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bo
     """Lint the contents of file `path` (read from it, or from standard input). With fixes
     asked for, `in_place` writes them to the file; otherwise the fixed bytes become the
     result's `output` (the input's own bytes when nothing changed)."""
-    return _process(path, data, settings, in_place=in_place, parse=cst.parse_module)[0]
+    return _process(path, data, settings, in_place=in_place, parse=None)[0]
 
 
-def process_buffer(path: str, data: bytes, settings: RunSettings, parse: ModuleParser = cst.parse_module,
+def process_buffer(path: str, data: bytes, settings: RunSettings, parse: ModuleParser | None = None,
                    flow_memory: FlowMemory | None = None) -> tuple[FileResult, Program | None]:
     """`process_bytes` for an editor's buffer of file `path`, never written: also the program
     it read (None where it read none), whose findings' fixes a caller may apply one by one.
@@ -108,7 +118,7 @@ def process_buffer(path: str, data: bytes, settings: RunSettings, parse: ModuleP
 
 
 def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
-             parse: ModuleParser, flow_memory: FlowMemory | None = None) -> tuple[FileResult, Program | None]:
+             parse: ModuleParser | None, flow_memory: FlowMemory | None = None) -> tuple[FileResult, Program | None]:
     result = FileResult(path)
     deadline = Deadline(settings.file_seconds)
     # A notebook is read even so: that it is one is checked.
@@ -127,8 +137,14 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
         ):
             result.diagnostics = _without_unfixable(cached, settings.unfixable)
             return result, None
+    import libcst as cst
+
+    from torchdevlint.budget import AnalysisTimeout
+    from torchdevlint.engine import InvalidSource
+    from torchdevlint.programs import FixNotWritable, load_program
+
     try:
-        program = load_program(path, data, parse, flow_memory)
+        program = load_program(path, data, parse or cst.parse_module, flow_memory)
     except SourceError as error:
         result.errors.append(FileError(path, str(error)))
         return result, None

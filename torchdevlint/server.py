@@ -49,8 +49,6 @@ SOURCE = "torchdevlint"
 FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.torchdevlint"
 FIX_ALL_TITLE = "Fix all safely fixable torchdevlint findings"
 PYTHON_SUFFIXES = (".py", ".pyi")
-# Typing fires a change per keystroke; only the buffer as it stands after a pause is linted.
-CHANGE_DELAY_SECONDS = 0.1
 # Cells of a notebook in a client's notebook sync; their documents hold the code.
 NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(notebook_selector=[
     types.NotebookDocumentFilterWithCells(cells=[types.NotebookCellLanguage(language="python")])])
@@ -165,7 +163,12 @@ class TorchDevLintServer(LanguageServer):
         self._last_good: dict[Path, RunSettings] = {}
         self._linted: dict[str, _Linted] = {}
         self._kept: dict[str, _Kept] = {}
-        self._pending: dict[str, asyncio.TimerHandle] = {}
+        # Typing fires a change per keystroke. A change to a buffer no lint is working on is
+        # linted at once (after the messages already read, so a burst is one lint); a change
+        # during its lint is linted when that lint ends, from the buffer as it then stands.
+        self._pending: dict[str, asyncio.Handle] = {}
+        self._linting: set[str] = set()
+        self._changed_while_linting: set[str] = set()
         self._running: set[asyncio.Task[None]] = set()
         # One thread: buffers are linted in the order asked, and what is kept of each is used by
         # one thread.
@@ -263,11 +266,17 @@ class TorchDevLintServer(LanguageServer):
         buffer = self.buffer(uri)
         if buffer is None:
             return
+        self._linting.add(uri)
         try:
             linted = await self.linted(buffer)
         except Exception as error:  # noqa: BLE001 - logged to the client; the server carries on
             self.log(types.MessageType.Error, f"torchdevlint: internal error on {uri}: {type(error).__name__}: {error}")
             return
+        finally:
+            self._linting.discard(uri)
+            if uri in self._changed_while_linting:
+                self._changed_while_linting.discard(uri)
+                self.schedule_lint(uri)
         # A buffer changed while it was linted gets its own lint; these findings are stale.
         if self.is_current(buffer):
             self.publish(linted, buffer.version)
@@ -304,10 +313,12 @@ class TorchDevLintServer(LanguageServer):
         task.add_done_callback(self._running.discard)
 
     def schedule_lint(self, uri: str) -> None:
-        pending = self._pending.pop(uri, None)
-        if pending is not None:
-            pending.cancel()
-        self._pending[uri] = asyncio.get_running_loop().call_later(CHANGE_DELAY_SECONDS, self._lint_pending, uri)
+        """Lint `uri` after a change: at once where no lint of it is running, else when it ends."""
+        if uri in self._linting:
+            self._changed_while_linting.add(uri)
+            return
+        if uri not in self._pending:
+            self._pending[uri] = asyncio.get_running_loop().call_soon(self._lint_pending, uri)
 
     def _lint_pending(self, uri: str) -> None:
         self._pending.pop(uri, None)
@@ -319,6 +330,7 @@ class TorchDevLintServer(LanguageServer):
         pending = self._pending.pop(uri, None)
         if pending is not None:
             pending.cancel()
+        self._changed_while_linting.discard(uri)
         self._linted.pop(uri, None)
         self._kept.pop(uri, None)
         for document in documents:
@@ -466,7 +478,7 @@ async def _did_save(ls: TorchDevLintServer, params: types.DidSaveTextDocumentPar
     if _is_config_file(params.text_document.uri):
         ls.reload_configuration()
     else:
-        await ls.lint_and_publish(params.text_document.uri)
+        ls.schedule_lint(params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)

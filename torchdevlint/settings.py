@@ -13,15 +13,21 @@ replace the configured lists, `--extend-exclude` adds to them.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torchdevlint.config import Config, ConfigError, config_file_in, glob_problem, load_config
 from torchdevlint.project import FACTS, PROJECT_FACT
-from torchdevlint.registry import UnknownSelector, select_rules
-from torchdevlint.rule import Rule
+from torchdevlint.registry import UnknownSelector, rules_for_codes, select_codes
+from torchdevlint.rule_index import RULE_INDEX
+
+if TYPE_CHECKING:
+    from torchdevlint.rule import Rule
 
 
 @dataclass(frozen=True)
@@ -67,68 +73,87 @@ class Settings:
     config: Config
     # The folder relative paths (exclude patterns, the cache) are taken from.
     root: Path
-    rules: tuple[type[Rule], ...] = field(default_factory=tuple)
+    rule_codes: tuple[str, ...] = ()
     # Options the project's own files give where the configuration sets none (see `project.py`).
     project_options: dict[str, object] = field(default_factory=dict)
+
+    @functools.cached_property
+    def rules(self) -> tuple[type[Rule], ...]:
+        """The rules as classes: importing them imports the analysis, so only linting asks."""
+        return tuple(rules_for_codes(self.rule_codes))
 
     @property
     def rule_options(self) -> dict[str, object]:
         return {**self.config.rule_options, **self.project_options}
 
 
-def options_from_project(config: Config, root: Path, rules: tuple[type[Rule], ...]) -> dict[str, object]:
+def _options_class(path: str) -> type:
+    module, _, name = path.partition(":")
+    found: type = getattr(importlib.import_module(module), name)
+    return found
+
+
+def options_from_project(config: Config, root: Path, codes: Sequence[str]) -> dict[str, object]:
     """Each rule's options with the fields that default to a project fact (the torch floor
-    the project declares) filled in from `root`, where the configuration leaves them unset."""
+    the project declares) filled in from `root`, where the configuration leaves them unset.
+    Read from the rule index, so no rule is imported."""
     facts: dict[str, str | None] = {}
     filled: dict[str, object] = {}
-    for rule in rules:
-        if not dataclasses.is_dataclass(rule.Options):
+    wanted = set(codes)
+    for entry in RULE_INDEX:
+        if entry.code not in wanted or entry.project_options is None:
             continue
+        options_class = _options_class(entry.project_options)
         changes: dict[str, object] = {}
-        for option in dataclasses.fields(rule.Options):
+        for option in dataclasses.fields(options_class):
             fact = option.metadata.get(PROJECT_FACT)
-            if fact is None or option.name in config.options_set.get(rule.code, frozenset()):
+            if fact is None or option.name in config.options_set.get(entry.code, frozenset()):
                 continue
             if fact not in facts:
                 facts[fact] = FACTS[fact](root)
             if facts[fact] is not None:
                 changes[option.name] = facts[fact]
         if changes:
-            current = config.rule_options.get(rule.code) or rule.Options()
+            current = config.rule_options.get(entry.code) or options_class()
             try:
-                filled[rule.code] = dataclasses.replace(current, **changes)  # type: ignore[type-var]
+                filled[entry.code] = dataclasses.replace(current, **changes)  # type: ignore[type-var]  # a dataclass, checked above
             except (TypeError, ValueError):
                 continue  # a declaration the option cannot take: its default stays
     return filled
 
 
-def resolve_rules(config: Config, selection: CommandLineSelection = CommandLineSelection()) -> tuple[type[Rule], ...]:
-    """The rules to run; raises UnknownSelector for a selector that names no rule, and for a
-    selection that runs none (`--select ''`, `select = []`), which would pass every file."""
+def resolve_codes(config: Config, selection: CommandLineSelection = CommandLineSelection()) -> tuple[str, ...]:
+    """The codes of the rules to run; raises UnknownSelector for a selector that names no rule,
+    and for a selection that runs none (`--select ''`, `select = []`), which would pass every file."""
     if selection.select is not None:
-        rules = tuple(select_rules(selection.select, ignore=selection.ignore, extend_select=selection.extend_select))
+        codes = tuple(select_codes(selection.select, ignore=selection.ignore, extend_select=selection.extend_select))
     else:
-        rules = tuple(select_rules(
+        codes = tuple(select_codes(
             config.select,
             ignore=[*config.ignore, *selection.ignore],
             extend_select=[*config.extend_select, *selection.extend_select],
         ))
-    if not rules:
+    if not codes:
         raise UnknownSelector("the selection runs no rule (an empty select, or everything ignored); "
                               "select a code or prefix, e.g. TDL0")
-    return rules
+    return codes
+
+
+def resolve_rules(config: Config, selection: CommandLineSelection = CommandLineSelection()) -> tuple[type[Rule], ...]:
+    """`resolve_codes`, as rule classes."""
+    return tuple(rules_for_codes(resolve_codes(config, selection)))
 
 
 def _settings_from(config_file: Path | None, default_root: Path,
                    selection: CommandLineSelection) -> Settings:
     config = selection.applied_to(load_config(config_file))
     try:
-        rules = resolve_rules(config, selection)
+        codes = resolve_codes(config, selection)
     except UnknownSelector as error:
         source = f"{config_file}: " if config_file is not None and selection.select is None else ""
         raise ConfigError(f"{source}{error}") from None
     root = config_file.parent if config_file is not None else default_root
-    return Settings(config, root, rules, options_from_project(config, root, rules))
+    return Settings(config, root, codes, options_from_project(config, root, codes))
 
 
 class SettingsFinder:
@@ -186,7 +211,7 @@ class SettingsFinder:
 def file_rule_codes(settings: Settings, path: Path) -> tuple[str, ...]:
     """The codes of the settings' rules that run on `path`: those `per-file-ignores` leaves."""
     ignored = settings.config.ignored_codes(path, settings.root)
-    codes = tuple(rule.code for rule in settings.rules)
+    codes = settings.rule_codes
     if not ignored:
         return codes
     return tuple(code for code in codes if not any(prefix == "ALL" or code.startswith(prefix) for prefix in ignored))
@@ -206,9 +231,9 @@ def describe_settings(settings: Settings, path: Path | None) -> str:
     lines = [f"Settings for {path}" if path is not None else "Settings (no file found)",
              f"  configuration file: {config.source if config.source is not None else 'none (defaults)'}",
              f"  root: {settings.root}",
-             f"  rules: {', '.join(rule.code for rule in settings.rules)}"]
+             f"  rules: {', '.join(settings.rule_codes)}"]
     if path is not None:
-        skipped = [rule.code for rule in settings.rules if rule.code not in file_rule_codes(settings, path)]
+        skipped = [code for code in settings.rule_codes if code not in file_rule_codes(settings, path)]
         if skipped:
             lines.append(f"  not run on this file (per-file-ignores): {', '.join(skipped)}")
     if config.unfixable:

@@ -19,6 +19,13 @@ from pathlib import Path
 
 # The line breaks Python's tokenizer knows (`str.splitlines` also splits at form feeds and more).
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
+# Files that never mention this cannot hold a finding; they are not even parsed.
+RELEVANCE_MARKER = "torch"
+NOTEBOOK_SUFFIX = ".ipynb"
+
+
+def is_notebook(path: str) -> bool:
+    return path.lower().endswith(NOTEBOOK_SUFFIX)
 
 
 def source_lines(text: str) -> list[str]:

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from torchdevlint.sourcefile import LINE_BREAK, source_lines
 
-# `# noqa`, bare or with a colon and codes separated by commas or blanks (as ruff reads them).
-# A colon with no code after it is malformed: it suppresses nothing, and a warning says so.
+# A noqa directive, bare or with a colon and codes separated by commas or blanks, as ruff reads
+# them. A colon with no code after it, or any other character straight after the word, is
+# malformed: such a directive suppresses nothing, and a warning says so.
 _NOQA = re.compile(
-    r"#\s*noqa(?P<colon>:\s*(?P<codes>[A-Z]+[0-9]+(?:(?:\s*,\s*|\s+)[A-Z]+[0-9]+)*)?)?",
+    r"#\s*noqa(?:(?P<colon>:\s*(?P<codes>[A-Z]+[0-9]+(?:(?:\s*,\s*|\s+)[A-Z]+[0-9]+)*)?)|(?P<other>[^\s:#]))?",
     re.IGNORECASE,
 )
 _CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
@@ -40,9 +41,9 @@ def is_suppressed(line_text: str, code: str) -> bool:
     for match in _NOQA.finditer(line_text):
         codes = match.group("codes")
         if codes is None:
-            if match.group("colon") is None:
-                return True
-            continue  # `# noqa:` with no code: malformed, it suppresses nothing
+            if _is_malformed(match):
+                continue  # it suppresses nothing
+            return True
         for named in _CODE.findall(codes):
             if code.upper().startswith(named.upper()):
                 return True
@@ -53,16 +54,20 @@ _FILE_NOQA_WITHOUT_CODES = re.compile(
     r"^[ \t]*#[ \t]*torchdevlint[ \t]*:[ \t]*noqa[ \t]*:[ \t]*$", re.IGNORECASE | re.MULTILINE)
 
 
+def _is_malformed(match: re.Match[str]) -> bool:
+    """A colon with no code after it, or the word run on into other text (`noqa-ish`)."""
+    return match.group("other") is not None or (match.group("colon") is not None and match.group("codes") is None)
+
+
 def malformed_noqa_lines(source: str) -> list[int]:
-    """Lines whose comment holds a `# noqa:` (or `# torchdevlint: noqa:`) with no code after the
-    colon. Such a directive suppresses nothing, and the user is warned, as ruff warns."""
+    """Lines whose comment holds a malformed noqa directive (a colon with no code after it, the
+    word run on into other text) or a file-level one with a colon and no code. Such a
+    directive suppresses nothing, and the user is warned, as ruff warns."""
     if not mentions_noqa(source):
         return []
     found: set[int] = set()
     for line, _, text in _comments(source):
-        if _FILE_NOQA_WITHOUT_CODES.match(text) or any(
-                match.group("colon") is not None and match.group("codes") is None
-                for match in _NOQA.finditer(text)):
+        if _FILE_NOQA_WITHOUT_CODES.match(text) or any(_is_malformed(match) for match in _NOQA.finditer(text)):
             found.add(line)
     return sorted(found)
 

@@ -15,6 +15,7 @@ from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import CUDA_CHECKPOINT_ON_CPU_HOST, RuntimeProof
 
 _DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]*(:[0-9]+)?")
 
@@ -98,6 +99,7 @@ class LoadWithoutMapLocation(Rule):
     slug = "load-without-map-location"
     message = "torch.load without map_location fails where the saving device is absent"
     fix_title = "Pass map_location"
+    proof = RuntimeProof(CUDA_CHECKPOINT_ON_CPU_HOST, host="cpu-loads-gpu-checkpoint")
     requires_any_text = ("load",)
     Options = LoadOptions
     options: LoadOptions

@@ -10,6 +10,7 @@ from torchdevlint.analysis.names import dotted_name
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import PREFIXED_STATE_DICT, RuntimeProof
 
 
 class DataParallelStateDictSave(Rule):
@@ -52,6 +53,9 @@ class DataParallelStateDictSave(Rule):
     slug = "dataparallel-state-dict-save"
     message = "state_dict() of a DataParallel/DDP-wrapped model is saved with 'module.'-prefixed keys"
     fix_title = "Save the unwrapped model's state_dict()"
+    # DataParallel is commonly taken only where there are two GPUs or more; the prefixed keys
+    # fail where the checkpoint is loaded, perhaps much later.
+    proof = RuntimeProof(PREFIXED_STATE_DICT, gpus=2, surfaces_away=True)
     requires_any_text = ("state_dict",)
 
     VALID = [

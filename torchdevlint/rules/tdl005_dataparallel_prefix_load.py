@@ -12,6 +12,7 @@ from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import PREFIXED_STATE_DICT, RuntimeProof
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class DataParallelPrefixLoad(Rule):
     slug = "dataparallel-prefix-load"
     message = "Bare model loads a state dict saved from a DataParallel/DDP wrapper; keys keep 'module.'"
     fix_title = "Strip the 'module.' prefix before loading"
+    # DataParallel is commonly taken only where there are two GPUs or more.
+    proof = RuntimeProof(PREFIXED_STATE_DICT, gpus=2)
     requires_any_text = ("load_state_dict",)
 
     VALID = [

@@ -10,6 +10,7 @@ from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE, Value
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import NUMPY_ON_DEVICE, RuntimeProof
 
 
 class NumpyOnDeviceTensor(Rule):
@@ -53,6 +54,7 @@ class NumpyOnDeviceTensor(Rule):
     slug = "numpy-on-device-tensor"
     message = "numpy() on a tensor that is on a GPU; copy it to the host with .cpu() first"
     fix_title = "Insert .cpu() before .numpy()"
+    proof = RuntimeProof(NUMPY_ON_DEVICE)
     requires_any_text = (".numpy()", "numpy", "matplotlib")
 
     VALID = [

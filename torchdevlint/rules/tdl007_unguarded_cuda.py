@@ -19,6 +19,7 @@ from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Off
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import NO_GPU, RuntimeProof
 from torchdevlint.shared_fixes import route_through
 
 _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
@@ -105,6 +106,7 @@ class UnguardedCuda(Rule):
     slug = "unguarded-cuda"
     message = "CUDA is used unguarded in a program that falls back to the CPU; it fails without a GPU"
     fix_title = "Use the device variable"
+    proof = RuntimeProof(NO_GPU, host="cpu")
     requires_any_text = ("cuda", "is_available")
 
     VALID = [

@@ -12,6 +12,7 @@ from torchdevlint.analysis.devices import integer_value, string_value
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import ENVIRONMENT_NOT_A_STRING, RuntimeProof
 
 _VARIABLE = "CUDA_VISIBLE_DEVICES"
 _ENVIRON = "os.environ"
@@ -76,6 +77,8 @@ class CudaVisibleDevicesLate(Rule):
     slug = "cuda-visible-devices-late"
     message = "CUDA_VISIBLE_DEVICES is set after CUDA initialisation or to a non-string"
     fix_title = "Convert the value to a string"
+    # Set too late, the variable can only fail where it is set to something not a string.
+    proof = RuntimeProof(ENVIRONMENT_NOT_A_STRING, gpus=2)
     requires_any_text = (_VARIABLE,)
 
     VALID = [

@@ -10,6 +10,7 @@ from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import DEVICE_MISMATCH, RuntimeProof
 
 
 class DataParallelDeviceMismatch(Rule):
@@ -47,6 +48,8 @@ class DataParallelDeviceMismatch(Rule):
     slug = "dataparallel-device-mismatch"
     message = "Model is on a different GPU than DataParallel's device_ids[0]; the first forward fails"
     fix_title = "Pass device_ids starting at the model's GPU"
+    # A module on one GPU, DataParallel's device_ids from another: room for both and the rest.
+    proof = RuntimeProof(DEVICE_MISMATCH, gpus=4)
     requires_any_text = ("DataParallel",)
 
     VALID = [

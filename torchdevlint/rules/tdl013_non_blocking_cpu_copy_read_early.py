@@ -10,6 +10,7 @@ from torchdevlint.analysis.async_copies import copies_read_early, is_cpu_copy, r
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import HOST_COPY_READ_EARLY, RuntimeProof
 
 
 class NonBlockingCpuCopyReadEarly(Rule):
@@ -53,6 +54,7 @@ class NonBlockingCpuCopyReadEarly(Rule):
     slug = "non-blocking-cpu-copy-read-early"
     message = "Non-blocking copy to the CPU is read before synchronising; it may not have arrived yet"
     fix_title = "Make the copy blocking"
+    proof = RuntimeProof(HOST_COPY_READ_EARLY)
     requires_any_text = ("non_blocking",)
 
     VALID = [

@@ -11,6 +11,7 @@ from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import NO_GPU, RuntimeProof
 
 # Keywords `store_true` and `BooleanOptionalAction` accept as they are.
 _KEPT_KEYWORDS = frozenset({"type", "default", "help", "dest", "required"})
@@ -45,6 +46,8 @@ class ArgparseBoolDeviceFlag(Rule):
     slug = "argparse-bool-device-flag"
     message = 'argparse type=bool makes any given value, "False" included, True: this device flag cannot be switched off'
     fix_title = "Declare the flag as a switch"
+    # The flag fails wherever CUDA is then used.
+    proof = RuntimeProof(NO_GPU, host="cpu", surfaces_away=True)
     requires_any_text = ("argparse",)
 
     VALID = [

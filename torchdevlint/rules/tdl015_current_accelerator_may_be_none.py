@@ -11,6 +11,7 @@ from torchdevlint.analysis.flow.values import Off
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import NO_ACCELERATOR_DEVICE, RuntimeProof
 
 # What a device has that None has not.
 _DEVICE_ATTRIBUTES = frozenset({"type", "index"})
@@ -56,6 +57,7 @@ class CurrentAcceleratorMayBeNone(Rule):
     slug = "current-accelerator-may-be-none"
     message = "torch.accelerator.current_accelerator() is None on a CPU-only build; this read fails there"
     fix_title = "Fall back to the CPU device"
+    proof = RuntimeProof(NO_ACCELERATOR_DEVICE, host="cpu")
     requires_any_text = ("current_accelerator",)
 
     VALID = [

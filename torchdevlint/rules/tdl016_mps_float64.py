@@ -10,6 +10,7 @@ from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import MPS_FLOAT64, RuntimeProof
 
 _MOVES = frozenset({"to", "mps"})
 _CONVERSIONS = _MOVES | {"double"}
@@ -54,6 +55,7 @@ class MpsFloat64(Rule):
     slug = "mps-float64"
     message = "float64 data sent to a device that may be mps, which has no float64: this fails on a Mac"
     fix_title = "Send it as float32"
+    proof = RuntimeProof(MPS_FLOAT64, host="mps")
     requires_any_text = ("mps",)
     requires_also_any_text = ("float64", "double", "numpy")
 

@@ -8,6 +8,7 @@ from torchdevlint.analysis.cuda_uses import CPU_FALLBACK_CHECKS
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import NO_GPU, RuntimeProof
 
 # Where Python asks for an object's truth: a function is always true there.
 _TESTS = (cst.If, cst.IfExp, cst.While, cst.Assert)
@@ -46,6 +47,8 @@ class AvailabilityCheckNotCalled(Rule):
     slug = "availability-check-not-called"
     message = "An availability check named without a call is always true: the GPU branch runs everywhere"
     fix_title = "Call it"
+    # The always-true check fails wherever CUDA is then used.
+    proof = RuntimeProof(NO_GPU, host="cpu", surfaces_away=True)
     requires_any_text = ("is_available",)
 
     VALID = [

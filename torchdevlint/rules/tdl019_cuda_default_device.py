@@ -10,6 +10,7 @@ from torchdevlint.analysis.devices import device_literal, mentions_any
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import NO_GPU, RuntimeProof
 
 _GPU_WORDS = tuple(sorted(naming.GPU_WORDS))
 
@@ -47,6 +48,8 @@ class CudaDefaultDevice(Rule):
     slug = "cuda-default-device"
     message = "A CUDA default device ignores where the model is and fails without a GPU"
     fix_title = "Default to the model's device"
+    # The default device fails wherever CUDA is then used.
+    proof = RuntimeProof(NO_GPU, host="cpu", surfaces_away=True)
     requires_any_text = ("cuda",)
 
     VALID = [

@@ -11,6 +11,7 @@ from torchdevlint.analysis.command_line import CommandLine
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import DEVICE_STRING_REJECTED, RuntimeProof
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class DeviceOptionTorchRejects(Rule):
     slug = "device-option-torch-rejects"
     message = "This device option offers a value torch.device rejects; the program fails with it"
     fix_title = "Choose a device for \"auto\""
+    proof = RuntimeProof(DEVICE_STRING_REJECTED)
     requires_any_text = ("add_argument",)
 
     VALID = [

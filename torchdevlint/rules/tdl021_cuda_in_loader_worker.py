@@ -8,6 +8,7 @@ from torchdevlint.analysis.loader_workers import LoaderWorkers, WorkerLoader
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import CUDA_IN_FORKED_WORKER, RuntimeProof
 
 
 class CudaInLoaderWorker(Rule):
@@ -47,6 +48,7 @@ class CudaInLoaderWorker(Rule):
     slug = "cuda-in-loader-worker"
     message = "CUDA in a DataLoader worker fails: the loader forks its workers after CUDA has started"
     fix_title = "Load in the main process (`num_workers=0`)"
+    proof = RuntimeProof(CUDA_IN_FORKED_WORKER)
     requires_any_text = ("DataLoader",)
     requires_also_any_text = ("cuda", "device")
 

@@ -13,6 +13,7 @@ from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import RuntimeProof
 
 _PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
 _SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"})
@@ -72,6 +73,7 @@ class DdpWithoutLocalDevice(Rule):
     slug = "ddp-without-local-device"
     message = "DistributedDataParallel over a model on one fixed GPU: every process uses that GPU"
     fix_title = "Set each process's current device after `init_process_group`"
+    proof = RuntimeProof(not_emulated="one process per GPU (torchrun or mp.spawn) on several GPUs")
     requires_any_text = ("DistributedDataParallel",)
 
     VALID = [

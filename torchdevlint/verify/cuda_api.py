@@ -223,7 +223,7 @@ class EmulatedGenerator(_Generator):
     _gpu: int
 
     @property
-    def device(self) -> torch.device:  # type: ignore[override]
+    def device(self) -> torch.device:  # type: ignore[override]  # torch's attribute, a property here
         return torch.device("cuda", self._gpu)
 
 

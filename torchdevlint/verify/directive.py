@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from torchdevlint.verify.expected_errors import proof_of
+
 _DIRECTIVE = re.compile(r"^#\s*verify:\s*(?P<settings>[\w-]+=\S+(?:\s+[\w-]+=\S+)*)\s*$")
 # A line that starts like a directive but holds more than settings (a trailing comment).
 _LOOKS_LIKE_DIRECTIVE = re.compile(r"^#\s*verify:\s*[\w-]+=")
@@ -125,24 +127,6 @@ def _parse(settings: str, number: int) -> VerifySpec:
     return VerifySpec(host, gpus, number, argv, fixed_argv, origin="directive")
 
 
-# The machine on which each rule's bug shows; rules not named here need one GPU.
-_SCENARIOS: dict[str, tuple[ProgramHost, int]] = {
-    "TDL003": (ProgramHost.CPU_LOADS_GPU_CHECKPOINT, 0),
-    # DataParallel is commonly taken only when `device_count() > 1`.
-    "TDL004": (ProgramHost.GPU, 2),
-    "TDL005": (ProgramHost.GPU, 2),
-    "TDL007": (ProgramHost.CPU, 0),
-    "TDL008": (ProgramHost.GPU, 2),
-    # A module on one GPU, DataParallel's device_ids from another: room for both and the rest.
-    "TDL012": (ProgramHost.GPU, 4),
-    "TDL014": (ProgramHost.CPU, 0),
-    "TDL015": (ProgramHost.CPU, 0),
-    "TDL016": (ProgramHost.MPS, 0),
-    "TDL017": (ProgramHost.CPU, 0),
-    "TDL019": (ProgramHost.CPU, 0),
-}
-
-
 def scenario_for(spec: VerifySpec, codes: Sequence[str]) -> tuple[VerifySpec, tuple[str, ...]]:
     """The machine that proves the most of these findings (the first finding's breaks a tie).
 
@@ -151,7 +135,7 @@ def scenario_for(spec: VerifySpec, codes: Sequence[str]) -> tuple[VerifySpec, tu
     """
     if spec.origin != "default" or not codes:
         return spec, ()
-    needs = [_SCENARIOS.get(code, (ProgramHost.GPU, 1)) for code in codes]
+    needs = [(ProgramHost(proof.host), proof.gpus) for proof in map(proof_of, codes)]
     hosts = [host for host, _ in needs]
     best = max(hosts, key=lambda host: (hosts.count(host), -hosts.index(host)))
     gpus = max(count for host, count in needs if host is best) if best is ProgramHost.GPU else 1

@@ -100,19 +100,19 @@ class EmulatedTensor(Tensor):
         return _dispatch(func, tuple(args), kwargs or {})
 
     @property
-    def device(self) -> torch.device:  # type: ignore[override]
+    def device(self) -> torch.device:  # type: ignore[override]  # torch's attribute, a property here
         return torch.device("cuda", self._gpu)
 
     @property
-    def is_cuda(self) -> bool:  # type: ignore[override]
+    def is_cuda(self) -> bool:  # type: ignore[override]  # torch's attribute, a property here
         return True
 
     @property
-    def is_meta(self) -> bool:  # type: ignore[override]
+    def is_meta(self) -> bool:  # type: ignore[override]  # torch's attribute, a property here
         return False
 
     @property
-    def is_cpu(self) -> bool:  # type: ignore[override]
+    def is_cpu(self) -> bool:  # type: ignore[override]  # torch's attribute, a property here
         return False
 
     def get_device(self) -> int:
@@ -130,8 +130,8 @@ class EmulatedTensor(Tensor):
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
         raise _numpy_refused(self)
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
-        text: str = torch._tensor_str._str(self, tensor_contents=tensor_contents)  # type: ignore[no-untyped-call]
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's attribute, a property here
+        text: str = torch._tensor_str._str(self, tensor_contents=tensor_contents)  # type: ignore[no-untyped-call]  # torch leaves this untyped
         # Printed as a CUDA tensor prints: `tensor(..., device='cuda:0')`.
         own, shown = f"{type(self).__name__}(", "tensor("
         if own in text:
@@ -155,7 +155,7 @@ class EmulatedTensor(Tensor):
             return (torch._utils._rebuild_parameter, (values, self.requires_grad, {}))
         if self.requires_grad:
             values = values.requires_grad_(True)
-        return values.__reduce_ex__(protocol)  # type: ignore[no-untyped-call]
+        return values.__reduce_ex__(protocol)  # type: ignore[no-untyped-call]  # torch leaves this untyped
 
 
 def _emulated(data: Tensor, gpu: int) -> EmulatedTensor:
@@ -467,7 +467,7 @@ def _recurrent_on_host(func: Callable[..., Any], args: tuple[Any, ...], kwargs: 
     if type(input_) is not EmulatedTensor:
         return func(*args, **kwargs)
     operands = [t for t in _flat_tensors(args) if type(t) is EmulatedTensor]
-    outputs = _OnHost.apply(func, args, input_._gpu, *operands)  # type: ignore[no-untyped-call]
+    outputs = _OnHost.apply(func, args, input_._gpu, *operands)  # type: ignore[no-untyped-call]  # torch leaves this untyped
     return tuple(outputs)
 
 
@@ -547,7 +547,7 @@ class _DeviceArguments(TorchFunctionMode):
             dtype = options.get("dtype")
             return tensor if dtype is None or dtype == tensor.dtype else tensor.to(dtype=dtype)
         if type(tensor) is EmulatedTensor and tensor.requires_grad and torch.is_grad_enabled():
-            moved: Tensor = _BetweenGpus.apply(tensor, index, options, self)  # type: ignore[no-untyped-call]
+            moved: Tensor = _BetweenGpus.apply(tensor, index, options, self)  # type: ignore[no-untyped-call]  # torch leaves this untyped
             return moved
         return self.copy_to(tensor, index, options)
 
@@ -923,7 +923,7 @@ def _serialization(patches: Patches, machine: EmulatedMachine) -> Iterator[None]
     original_rebuild = torch._utils._rebuild_tensor_v2
 
     def rebuild_tensor_v2(storage: Any, *args: Any, **kwargs: Any) -> Tensor:
-        tensor: Tensor = original_rebuild(storage, *args, **kwargs)  # type: ignore[no-untyped-call]
+        tensor: Tensor = original_rebuild(storage, *args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves this untyped
         gpu = _restored_locations.get(tensor.untyped_storage().data_ptr())
         if gpu is None:
             return tensor
@@ -967,10 +967,10 @@ def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedMachine]:
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", message=".*compiled without cuDNN")
         # The CUDA dispatch key, which no real tensor here has: a safety net for allocations.
-        allocations = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]
-        allocations.fallback(_cuda_allocation, dispatch_key="CUDA")  # type: ignore[no-untyped-call]
+        allocations = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]  # torch leaves this untyped
+        allocations.fallback(_cuda_allocation, dispatch_key="CUDA")  # type: ignore[no-untyped-call]  # torch leaves this untyped
         stack.callback(allocations._destroy)
-        stack.enter_context(_Allocations())  # type: ignore[no-untyped-call]
+        stack.enter_context(_Allocations())  # type: ignore[no-untyped-call]  # torch leaves this untyped
         stack.enter_context(arguments)
         # Entered last, so it sees each call before the emulation turns CUDA devices emulated.
         stack.enter_context(host_copy_race_check("emulated GPU", (EmulatedStream, EmulatedEvent)))

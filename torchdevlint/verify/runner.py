@@ -35,7 +35,7 @@ from torchdevlint.verify.directive import (
     scenarios_for,
     with_host,
 )
-from torchdevlint.verify.expected_errors import NOT_EMULATED, predicted_by
+from torchdevlint.verify.expected_errors import not_emulated, predicted_by
 from torchdevlint.verify.proof import EXERCISED, Budget
 from torchdevlint.verify.protocol import (
     CHILD_MODULE,
@@ -643,8 +643,8 @@ def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome,
 
 def proven_findings(findings: Iterable[Diagnostic]) -> list[Diagnostic]:
     """The findings a run can prove: correctness bugs fail; slow or dated code still runs, and
-    a bug that needs a machine verify does not emulate (`NOT_EMULATED`) cannot show."""
-    return [d for d in findings if d.code.startswith(CORRECTNESS_PREFIX) and d.code not in NOT_EMULATED]
+    a bug that needs a machine verify does not emulate (the rule's `proof.not_emulated`) cannot show."""
+    return [d for d in findings if d.code.startswith(CORRECTNESS_PREFIX) and not_emulated(d.code) is None]
 
 
 # The rules a program is linted with, and their options.
@@ -909,10 +909,10 @@ def _finish(item: _Pending) -> ProgramReport:
     if not proven or not item.scenarios:
         why = "nothing to verify: not run"
         verdict = Verdict.NO_FINDING
-        unseen = sorted({d.code for d in item.findings if d.code in NOT_EMULATED})
+        unseen = sorted({d.code for d in item.findings if not_emulated(d.code) is not None})
         if unseen:
             verdict = Verdict.NOT_RUNNABLE
-            why = "; ".join(f"{code}'s bug needs {NOT_EMULATED[code]}, which verify does not emulate" for code in unseen)
+            why = "; ".join(f"{code}'s bug needs {not_emulated(code)}, which verify does not emulate" for code in unseen)
             why += ": not run"
         elif item.findings:
             why = f"no correctness ({CORRECTNESS_PREFIX}xx) finding, nothing fails at run time: not run"

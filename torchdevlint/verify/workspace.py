@@ -172,4 +172,4 @@ def _announce_torch_save_opens() -> None:
         sys.audit("open", name, "wb", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         opened(self, name, *args, **kwargs)
 
-    writer.__init__ = __init__  # type: ignore[misc]
+    writer.__init__ = __init__  # type: ignore[misc]  # the audit hook wraps the constructor

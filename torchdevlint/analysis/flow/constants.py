@@ -93,9 +93,10 @@ def _bound_names(node: cst.CSTNode) -> list[str]:
 
 
 def _first(name: cst.Attribute | cst.Name) -> str:
-    while isinstance(name, cst.Attribute):
-        name = name.value  # type: ignore[assignment]
-    return name.value if isinstance(name, cst.Name) else ""
+    current: cst.BaseExpression = name
+    while isinstance(current, cst.Attribute):
+        current = current.value
+    return current.value if isinstance(current, cst.Name) else ""
 
 
 def _target_names(target: cst.CSTNode) -> list[str]:

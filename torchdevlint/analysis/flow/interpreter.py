@@ -150,7 +150,7 @@ def _join_env(left: Env | None, right: Env | None) -> Env | None:
     for key in left.keys() | right.keys():
         a, b = left.get(key), right.get(key)
         # A name bound on one path only: where it is read, that path was taken (or it raises).
-        joined[key] = b if a is None else a if b is None else a.join(b)  # type: ignore[assignment]
+        joined[key] = b if a is None else a if b is None else a.join(b)  # type: ignore[assignment]  # a join keeps the kind
     if (CPU_MODE_UNREACHED in left) != (CPU_MODE_UNREACHED in right):
         # Reached in the CPU mode along one of the two paths.
         del joined[CPU_MODE_UNREACHED]

@@ -66,26 +66,26 @@ class RecordingOracle:
         return answer
 
     def outer_value(self, scope: cst.CSTNode, name: str) -> Value | None:
-        return self._ask("outer_value", scope, name)  # type: ignore[return-value]
+        return self._ask("outer_value", scope, name)  # type: ignore[return-value]  # the model's answer, of the method's type
 
     def gpu_world_outer_value(self, scope: cst.CSTNode, name: str) -> Value | None:
-        return self._ask("gpu_world_outer_value", scope, name)  # type: ignore[return-value]
+        return self._ask("gpu_world_outer_value", scope, name)  # type: ignore[return-value]  # the model's answer, of the method's type
 
     def call_result(self, definition: int, call: cst.Call | None, arguments: Sequence[Value],
                     receiver: Value | None) -> Value:
-        return self._ask("call_result", definition, call, tuple(arguments), receiver)  # type: ignore[return-value]
+        return self._ask("call_result", definition, call, tuple(arguments), receiver)  # type: ignore[return-value]  # the model's answer, of the method's type
 
     def instance_value(self, class_id: int) -> Value:
-        return self._ask("instance_value", class_id)  # type: ignore[return-value]
+        return self._ask("instance_value", class_id)  # type: ignore[return-value]  # the model's answer, of the method's type
 
     def attribute_value(self, class_id: int, attribute: str, instance: Value) -> Value | None:
-        return self._ask("attribute_value", class_id, attribute, instance)  # type: ignore[return-value]
+        return self._ask("attribute_value", class_id, attribute, instance)  # type: ignore[return-value]  # the model's answer, of the method's type
 
     def method_of(self, class_id: int, name: str) -> int | None:
-        return self._ask("method_of", class_id, name)  # type: ignore[return-value]
+        return self._ask("method_of", class_id, name)  # type: ignore[return-value]  # the model's answer, of the method's type
 
     def module_class_with_method(self, name: str) -> int | None:
-        return self._ask("module_class_with_method", name)  # type: ignore[return-value]
+        return self._ask("module_class_with_method", name)  # type: ignore[return-value]  # the model's answer, of the method's type
 
     def names_used_as_tensors(self, scope: cst.CSTNode) -> frozenset[str]:
         # Read from the body's own text: no answer of the model's to check again.
@@ -95,15 +95,15 @@ class RecordingOracle:
         self._ask("register_definition", node, enclosing, owner)
 
     def entry_cuda_device(self, scope: cst.CSTNode) -> Value:
-        return self._ask("entry_cuda_device", scope)  # type: ignore[return-value]
+        return self._ask("entry_cuda_device", scope)  # type: ignore[return-value]  # the model's answer, of the method's type
 
     @property
     def stuck_switches(self) -> frozenset[str]:
-        return self._ask("stuck_switches")  # type: ignore[return-value]
+        return self._ask("stuck_switches")  # type: ignore[return-value]  # the model's answer, of the method's type
 
     @property
     def entry_default_device(self) -> Value | None:
-        return self._ask("entry_default_device")  # type: ignore[return-value]
+        return self._ask("entry_default_device")  # type: ignore[return-value]  # the model's answer, of the method's type
 
 
 _PROPERTIES = frozenset({"stuck_switches", "entry_default_device"})

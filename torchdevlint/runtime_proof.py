@@ -1,0 +1,90 @@
+"""What `verify` needs from a rule to prove its findings by running the program: the error its
+bug raises, as PyTorch words it (on CUDA and on the emulated GPU), and the machine where that
+bug shows. Each rule declares it (`Rule.proof`) beside its code, docs and examples; `verify`
+reads it. Plain data: nothing here imports torch.
+
+A program reproduces its bug only when the original fails with an error a finding predicts;
+any other failure (a typo, a missing file) is not the bug.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+# Mixed devices, as CUDA kernels, the RNN checks, convolution, indexing and DataParallel report
+# them (the emulated GPU raises them in the same words).
+DEVICE_MISMATCH = re.compile(
+    "|".join(
+        (
+            r"Expected all tensors to be on the same device",
+            r"found at least two devices",
+            r"is not on the expected device",
+            r"are not at the same device",
+            r"to be on the same device",
+            r"expected to be in the same device",
+            r"have the same device",
+            r"same device as the indexed tensor",
+            r"expected device \S+ but got device \S+",
+            r"Expected tensor to have \w+ Device, but got tensor with \w+ Device",
+            r"Input type \(.*\) and weight type \(.*\) should be the same",
+            r"Expected object of device type",
+            r"module must have its parameters and buffers on device",
+        )
+    )
+)
+CUDA_CHECKPOINT_ON_CPU_HOST = re.compile(r"Attempting to deserialize object on a CUDA device")
+# CUDA used on a machine without a GPU, as a CPU-only build and a driverless machine say it.
+NO_GPU = re.compile(
+    "|".join(
+        (
+            r"Torch not compiled with CUDA enabled",
+            r"Found no NVIDIA driver",
+            r"No CUDA GPUs are available",
+            r"no CUDA-capable device is detected",
+            r"Cannot access accelerator device when none is available",
+            r"Attempting to deserialize object on a CUDA device",
+        )
+    )
+)
+NUMPY_ON_DEVICE = re.compile(r"can't convert \S+ device type tensor to numpy")
+# CUDA_VISIBLE_DEVICES set too late can only fail where it is set to something not a string.
+ENVIRONMENT_NOT_A_STRING = re.compile(r"str expected, not \w+")
+# A non-blocking copy to the CPU read too early: CUDA raises nothing, so the emulated GPU (and, on
+# a real GPU, verify's own check) model the race and raise this (emulation.HOST_COPY_READ_EARLY).
+HOST_COPY_READ_EARLY = re.compile(r"a non_blocking copy to the CPU was read before synchronising")
+# `torch.accelerator.current_accelerator()` on a CPU-only build.
+NO_ACCELERATOR_DEVICE = re.compile(r"'NoneType' object has no attribute '(type|index)'")
+# A float64 tensor on Apple's GPU (and on the emulated one, `verify.mps`).
+MPS_FLOAT64 = re.compile(r"MPS framework doesn't support float64")
+# A device string torch.device does not parse (`"auto"`, `"gpu"`, `"0"`, `""`).
+DEVICE_STRING_REJECTED = re.compile(
+    r"device type at start of device string|Invalid device string|Device string must not be empty"
+)
+# CUDA used in a DataLoader worker forked after the training process started CUDA.
+CUDA_IN_FORKED_WORKER = re.compile(r"Cannot re-initialize CUDA in forked subprocess")
+PREFIXED_STATE_DICT = re.compile(
+    r"Error\(s\) in loading state_dict(?s:.*)(Unexpected|Missing) key\(s\) in state_dict: \"module\."
+)
+
+
+# The machines verify runs a program on (`verify --host`): a GPU host (with `gpus` GPUs), a
+# CPU-only one, Apple's GPU, and a CPU-only host given checkpoints saved on a GPU.
+ProofHost = Literal["gpu", "cpu", "mps", "cpu-loads-gpu-checkpoint"]
+
+
+@dataclass(frozen=True)
+class RuntimeProof:
+    """How a rule's finding is proven by running: the bug's error and the machine it shows on."""
+
+    error: re.Pattern[str] = DEVICE_MISMATCH
+    host: ProofHost = "gpu"
+    # GPUs the host needs (DataParallel is commonly taken only where there are two or more).
+    gpus: int = 1
+    # The error can be raised anywhere in the program, not only through the finding's lines
+    # and the names bound there (a checkpoint saved with `module.` keys fails where it is loaded).
+    surfaces_away: bool = False
+    # What the bug needs that verify does not emulate (None: verify can run it), as a phrase
+    # that completes "its bug needs …".
+    not_emulated: str | None = None
