@@ -140,3 +140,22 @@ def test_every_module_imports_on_its_own() -> None:
         if result.returncode != 0:
             failures.append(f"{name}: {result.stderr.strip()[-300:]}")
     assert failures == []
+
+
+def test_a_check_answered_from_the_cache_imports_no_rule_analysis_or_libcst(tmp_path: Path) -> None:
+    # Pre-commit and CI re-run `check` over files that did not change: the cache answers, and
+    # what only linting needs (the rules, the analysis, LibCST) is never imported.
+    (tmp_path / "train.py").write_text("import torch\nx = torch.zeros(3)\nx.cuda()\n")
+    code = (
+        "import sys\n"
+        "from torchdevlint.cli import main\n"
+        "main(['check', '--exit-zero', '--format', 'full', 'train.py'])\n"
+        "heavy = sorted(m for m in sys.modules if m == 'libcst' or m.startswith("
+        "('libcst.', 'torchdevlint.analysis', 'torchdevlint.rules.', 'torchdevlint.engine')))\n"
+        "print('IMPORTED', heavy)\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120, check=False) for _ in range(2)]
+    assert "TDL001" in runs[0].stdout and "IMPORTED []" not in runs[0].stdout  # the first run lints
+    assert "TDL001" in runs[1].stdout, runs[1].stderr
+    assert "IMPORTED []" in runs[1].stdout, runs[1].stdout.splitlines()[-1]

@@ -24,7 +24,15 @@ from urllib.parse import quote
 from torchdevlint import __version__
 from torchdevlint.diagnostics import Diagnostic, FileError, Fix
 from torchdevlint.registry import all_rules
-from torchdevlint.sourcefile import LineIndex, ProgramView, SourceError, source_lines
+from torchdevlint.sourcefile import (
+    LineIndex,
+    ProgramView,
+    SourceError,
+    decode_source,
+    is_notebook,
+    read_bytes,
+    source_lines,
+)
 from torchdevlint.terminal import PLAIN, Palette, Style, underline
 
 if TYPE_CHECKING:
@@ -744,11 +752,18 @@ class SourceViews:
 
     def __call__(self, path: str) -> ProgramView | None:
         if path not in self._views:
-            from torchdevlint.programs import read_program  # only where a cached finding is shown
-
             try:
-                program = read_program(path)
-                self._views[path] = program.view(program.text)
+                self._views[path] = self._read(path)
             except SourceError:
                 self._views[path] = None
         return self._views[path]
+
+    @staticmethod
+    def _read(path: str) -> ProgramView:
+        if not is_notebook(path):
+            # A Python file's findings are placed in its text as written: decoding is all it takes.
+            return ProgramView(decode_source(read_bytes(Path(path))).text)
+        from torchdevlint.programs import read_program  # a notebook's cells are found by reading it
+
+        program = read_program(path)
+        return program.view(program.text)
