@@ -104,6 +104,39 @@ def test_the_analysis_never_reaches_a_rule_s_context_or_its_fixes() -> None:
 
 # Syntax helpers the brains may read code with: they know nothing of values or flow.
 SYNTAX_HELPERS = frozenset({"torchdevlint.analysis.devices", "torchdevlint.analysis.names", "torchdevlint.analysis.tree"})
+# The band a rule sits above: it is handed to the engine, never the other way round.
+ENGINE_BAND = frozenset(f"torchdevlint.{name}" for name in (
+    "settings", "config", "registry", "runner", "programs", "fixer", "engine", "positions", "reporting",
+    "cache", "ruledocs", "terminal", "files", "gitignore", "debug", "progress", "incremental_parse"))
+# Modules at the bottom of the picture: they import only each other.
+LEAVES = frozenset(f"torchdevlint.{name}" for name in (
+    "diagnostics", "sourcefile", "suppression", "budget", "runtime_proof", "rule_index"))
+
+
+def test_rules_reach_neither_the_engine_band_nor_verify() -> None:
+    rules = [name for name in modules() if name.startswith("torchdevlint.rules.")]
+    for name in rules:
+        reached = reachable(name)
+        above = reached & ENGINE_BAND | {module for module in reached if module.startswith("torchdevlint.verify")}
+        assert not above, f"{name} reaches {sorted(above)}: a rule sits below the engine and verify"
+
+
+def test_the_flow_engine_never_imports_the_shared_analyses() -> None:
+    for name, imported in modules().items():
+        if not name.startswith("torchdevlint.analysis.flow"):
+            continue
+        shared = {module for module in imported if module.startswith("torchdevlint.analysis.")
+                  and not module.startswith(("torchdevlint.analysis.flow", "torchdevlint.analysis.brains"))
+                  and module not in SYNTAX_HELPERS | {"torchdevlint.analysis.local_names"}}
+        assert not shared, f"{name} imports {sorted(shared)}: the shared analyses sit above the flow engine"
+
+
+def test_syntax_helpers_and_leaf_modules_import_nothing_above_them() -> None:
+    helpers = SYNTAX_HELPERS | {"torchdevlint.analysis.local_names"}
+    for name in helpers:
+        assert modules()[name] <= helpers, f"{name} imports {sorted(modules()[name] - helpers)}"
+    for name in LEAVES:
+        assert modules()[name] <= LEAVES, f"{name} imports {sorted(modules()[name] - LEAVES)}"
 
 
 def test_the_brains_are_the_bottom_layer() -> None:
