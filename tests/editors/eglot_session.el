@@ -1,5 +1,5 @@
 ;;; One editing session in a real Emacs with Eglot, run in batch by test_editor_emacs.py:
-;;; start `torchdevlint server` as the README configures it, wait for the findings in
+;;; start `torchdevlint server` as docs/editors.md configures it, wait for the findings in
 ;;; Flymake, apply the preferred quick fix on line 5, see its finding go, and write what it
 ;;; saw as JSON to $TORCHDEVLINT_RESULT.
 
@@ -10,7 +10,7 @@
 (require 'json)
 
 (setq eglot-sync-connect t)
-;; The README's line, with the command the test runs.
+;; The line docs/editors.md gives, with the command the test runs.
 (add-to-list 'eglot-server-programs
              `(python-mode . ,(append (json-read-from-string (getenv "TORCHDEVLINT_SERVER")) nil)))
 
