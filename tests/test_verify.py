@@ -200,7 +200,7 @@ def test_every_fixture_with_findings_is_fix_verified_and_the_exit_code_is_0(corp
     fixtures = [report for report in reports.values() if report["path"].startswith("fixtures/")]
     shipped = {path.name for path in FIXTURES.glob("*.py") if path.stat().st_mtime < corpus.started}
     assert shipped <= {Path(report["path"]).name for report in fixtures}
-    not_emulated = 0
+    unrunnable = 0
     for report in fixtures:
         assert report["device"] == "emulated"
         # Only correctness findings fail at run time; slow or dated code is not run, and a bug
@@ -208,11 +208,11 @@ def test_every_fixture_with_findings_is_fix_verified_and_the_exit_code_is_0(corp
         expected = "fix verified" if proven_findings_in(report) else "no finding"
         if expected == "no finding" and any(not_emulated(f["code"]) is not None for f in report["findings"]):
             expected = "not runnable here"
-            not_emulated += 1
+            unrunnable += 1
             assert "which verify does not emulate" in report["note"], report
         assert report["verdict"] == expected, report
     # Exit 0 when every program is verified or has nothing to verify.
-    assert result.returncode == (1 if not_emulated else 0), result.stdout + result.stderr
+    assert result.returncode == (1 if unrunnable else 0), result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE_ERRORS))
