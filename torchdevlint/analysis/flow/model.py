@@ -253,12 +253,20 @@ class FlowModel:
         statement, the conditionals and `and`/`or` around it, the functions it is in."""
         statement_known = False
         child = node
+        # The scope whose flow holds the ancestors' statements: found once, and again past a
+        # function (a `def` is a statement of the scope around it). Finding it for each ancestor
+        # walked the parents again each time: cubic in a deep expression with many findings.
+        flow: FunctionFlow | None = None
+        scope_found = False
         for ancestor in ancestors:
             if not statement_known:
-                reached = self.statement_reached_in_cpu_mode(ancestor)
-                if reached is not None:
+                if not scope_found or type(ancestor) is cst.FunctionDef:
+                    flow = self.flow_for(self._enclosing_scope(ancestor))
+                    scope_found = True
+                env = flow.before.get(id(ancestor)) if flow is not None else None
+                if env is not None:
                     statement_known = True
-                    if not reached:
+                    if CPU_MODE_UNREACHED in env:
                         return False
             if self._keeps_cpu_mode_out(ancestor, child):
                 return False
