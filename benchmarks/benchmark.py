@@ -149,6 +149,10 @@ def main() -> int:
             measure("torchdevlint warm (cache)", [*tdl, "--cache-dir", str(cache), str(corpus)], workdir, args.runs, env)
         )
         results.append(measure("torchdevlint, one small file", [*tdl, "--no-cache", str(small)], workdir, args.runs, env))
+        # A hook re-run on a file that did not change: answered from the cache, no linter imported.
+        subprocess.run([*tdl, "--cache-dir", str(cache), str(small)], stdout=subprocess.DEVNULL, env=env, check=False)
+        results.append(measure("torchdevlint, one small file (cache)", [*tdl, "--cache-dir", str(cache), str(small)],
+                               workdir, args.runs, env))
         torchfix = args.torchfix or shutil.which("torchfix")
         if torchfix:
             results.append(measure("TorchFix, all rules", [torchfix, "--select", "ALL", str(corpus)], workdir, args.runs, env))
