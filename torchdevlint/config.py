@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import os
 import re
 import sys
@@ -97,21 +98,19 @@ class Config:
 
     def is_excluded(self, path: Path, root: Path) -> bool:
         """Whether a path met while walking a folder is excluded (explicit paths never are)."""
-        name = path.name
+        matcher = _exclusion_matcher(self.excluded_patterns)
         relative = _relative(path, root)
-        absolute: str | None = None
-        for pattern in self.excluded_patterns:
-            bare = pattern.rstrip("/")
-            if bare.startswith("/"):
-                # An absolute pattern (a command line's, made absolute from its folder).
-                absolute = absolute if absolute is not None else Path(os.path.abspath(path)).as_posix()
-                if fnmatch.fnmatch(absolute, bare) or absolute.startswith(bare + "/"):
-                    return True
-                continue
-            if fnmatch.fnmatch(name, bare) or fnmatch.fnmatch(relative, bare):
-                return True
-            if relative.startswith(bare + "/") or relative == bare:
-                return True
+        if matcher.by_name_or_path is not None and (
+                matcher.by_name_or_path.match(os.path.normcase(path.name))
+                or matcher.by_name_or_path.match(os.path.normcase(relative))):
+            return True
+        if relative in matcher.exact or relative.startswith(matcher.folders):
+            return True
+        if matcher.absolute is not None or matcher.absolute_folders:
+            # Absolute patterns (a command line's, made absolute from its folder).
+            absolute = Path(os.path.abspath(path)).as_posix()
+            return bool(matcher.absolute is not None and matcher.absolute.match(absolute)
+                        or absolute.startswith(matcher.absolute_folders))
         return False
 
     def includes(self, path: Path, root: Path) -> bool:
@@ -157,9 +156,36 @@ class Config:
 def _relative(path: Path, root: Path) -> str:
     """The path relative to the root, lexically: symlinks (even looping ones) are not followed."""
     try:
-        return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(root))).as_posix()
+        relative = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
     except ValueError:  # another drive on Windows
         return path.as_posix()
+    return relative if os.sep == "/" else Path(relative).as_posix()
+
+
+@dataclass(frozen=True)
+class _ExclusionMatcher:
+    """A list of exclude patterns as a walk asks it, thousands of times: one regular
+    expression for the globs (by name or by relative path), prefixes for the folders."""
+
+    by_name_or_path: re.Pattern[str] | None
+    exact: frozenset[str]
+    folders: tuple[str, ...]
+    absolute: re.Pattern[str] | None
+    absolute_folders: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=64)
+def _exclusion_matcher(patterns: tuple[str, ...]) -> _ExclusionMatcher:
+    relative = [pattern.rstrip("/") for pattern in patterns if not pattern.rstrip("/").startswith("/")]
+    absolute = [pattern.rstrip("/") for pattern in patterns if pattern.rstrip("/").startswith("/")]
+
+    def one_of(globs: list[str]) -> re.Pattern[str] | None:
+        # As fnmatch.fnmatch on this platform: its case rule, each glob matched whole.
+        return re.compile("|".join(f"(?:{fnmatch.translate(os.path.normcase(glob))})" for glob in globs)) \
+            if globs else None
+
+    return _ExclusionMatcher(one_of(relative), frozenset(relative), tuple(f"{bare}/" for bare in relative),
+                             one_of(absolute), tuple(f"{bare}/" for bare in absolute))
 
 
 def read_table(path: Path) -> dict[str, object] | None:

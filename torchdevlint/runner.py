@@ -117,26 +117,36 @@ def process_buffer(path: str, data: bytes, settings: RunSettings, parse: ModuleP
     return _process(path, data, settings, in_place=False, parse=parse, flow_memory=flow_memory)
 
 
-def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
-             parse: ModuleParser | None, flow_memory: FlowMemory | None = None) -> tuple[FileResult, Program | None]:
-    result = FileResult(path)
-    deadline = Deadline(settings.file_seconds)
+def _answered_without_linting(path: str, data: bytes, settings: RunSettings, *, in_place: bool) -> FileResult | None:
+    """The result of a file that needs no linting (it never mentions torch, or the findings
+    cache holds its findings), or None. Imports nothing of the linter."""
     # A notebook is read even so: that it is one is checked.
     if not mentions_torch_bytes(data) and not is_notebook(path):
+        result = FileResult(path)
         if (settings.fix or settings.add_noqa) and not in_place:
             result.output = data
-        return result, None
+        return result
     cache = settings.cache() if in_place and not settings.add_noqa else None
-    digest = content_digest(data, path) if cache is not None else ""
-    if cache is not None:
-        cached = cache.load(digest, path)
-        # With --fix, a cached result is good enough when nothing in it would be applied.
-        if cached is not None and not (
-            settings.rewrites and any(is_applicable(d.fix, settings.unsafe_fixes) and d.code not in settings.unfixable
-                                      for d in cached)
-        ):
-            result.diagnostics = _without_unfixable(cached, settings.unfixable)
-            return result, None
+    if cache is None:
+        return None
+    cached = cache.load(content_digest(data, path), path)
+    # With --fix, a cached result is good enough when nothing in it would be applied.
+    if cached is None or (
+        settings.rewrites and any(is_applicable(d.fix, settings.unsafe_fixes) and d.code not in settings.unfixable
+                                  for d in cached)
+    ):
+        return None
+    return FileResult(path, diagnostics=_without_unfixable(cached, settings.unfixable))
+
+
+def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
+             parse: ModuleParser | None, flow_memory: FlowMemory | None = None) -> tuple[FileResult, Program | None]:
+    answered = _answered_without_linting(path, data, settings, in_place=in_place)
+    if answered is not None:
+        return answered, None
+    result = FileResult(path)
+    deadline = Deadline(settings.file_seconds)
+    cache = settings.cache() if in_place and not settings.add_noqa else None
     import libcst as cst
 
     from torchdevlint.budget import AnalysisTimeout
@@ -190,7 +200,7 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
             if result.diagnostics:
                 result.view = program.view(program.text)
             if cache is not None and not program.errors:
-                cache.store(digest, result.diagnostics)
+                cache.store(content_digest(data, path), result.diagnostics)
     except InvalidSource as error:
         result.errors.append(program.error(error.message, error.line, error.column))
     except AnalysisTimeout as error:
@@ -315,11 +325,21 @@ def run(files: Iterable[tuple[str, RunSettings]], jobs: int) -> Iterator[FileRes
     files being processed are finished, and the interrupt propagates.
     """
     files = list(files)
-    jobs = worker_count(jobs, len(files))
-    if jobs <= 1:
+    if worker_count(jobs, len(files)) <= 1:
         collect_garbage_rarely()
         for path, settings in files:
             yield process_file(path, settings)
+        return
+    # Files the cache answers (or that never mention torch) are answered here: a re-run over
+    # unchanged files starts no worker, and the workers get only what must be linted.
+    answered = [_answered_here(path, settings) for path, settings in files]
+    to_lint = [(index, path, settings) for index, ((path, settings), done) in enumerate(zip(files, answered, strict=True))
+               if done is None]
+    jobs = worker_count(jobs, len(to_lint))
+    if jobs <= 1:
+        collect_garbage_rarely()
+        for (path, settings), done in zip(files, answered, strict=True):
+            yield done if done is not None else process_file(path, settings)
         return
     from concurrent.futures import (
         ProcessPoolExecutor,  # only parallel runs pay for the import
@@ -327,8 +347,16 @@ def run(files: Iterable[tuple[str, RunSettings]], jobs: int) -> Iterator[FileRes
 
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker, initargs=(os.getpid(),))
     try:
-        futures = [pool.submit(process_file, path, settings) for path, settings in files]
-        for future in futures:
-            yield future.result()
+        futures = {index: pool.submit(process_file, path, settings) for index, path, settings in to_lint}
+        for index, done in enumerate(answered):
+            yield done if done is not None else futures[index].result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _answered_here(path: str, settings: RunSettings) -> FileResult | None:
+    try:
+        data = read_bytes(Path(path))
+    except SourceError:
+        return None  # the worker says so, as for any file it reads
+    return _answered_without_linting(path, data, settings, in_place=True)
