@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torchdevlint.budget import DEFAULT_FILE_SECONDS, Deadline
+from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.cache import FindingsCache, content_digest, settings_digest
 from torchdevlint.diagnostics import Diagnostic, FileError, FileResult, is_applicable
 from torchdevlint.registry import rules_for_codes
@@ -149,7 +149,6 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
     cache = settings.cache() if in_place and not settings.add_noqa else None
     import libcst as cst
 
-    from torchdevlint.budget import AnalysisTimeout
     from torchdevlint.engine import InvalidSource
     from torchdevlint.programs import FixNotWritable, load_program
 
