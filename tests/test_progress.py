@@ -28,10 +28,11 @@ class _Clock:
         return self.now
 
 
-def test_nothing_is_shown_for_a_run_shorter_than_a_second() -> None:
+@pytest.mark.parametrize(("enabled", "elapsed"), [(True, 0.5), (False, 5.0)], ids=["short-run", "disabled"])
+def test_a_short_run_or_a_disabled_progress_writes_nothing(enabled: bool, elapsed: float) -> None:
     clock, out = _Clock(), _Terminal()
-    shown = Progress(3, out, enabled=True, clock=clock)
-    clock.now = 0.5
+    shown = Progress(3, out, enabled=enabled, clock=clock)
+    clock.now = elapsed
     shown.advance("a.py")
     shown.clear()
     assert out.getvalue() == ""
@@ -47,15 +48,6 @@ def test_a_long_run_shows_done_of_total_and_clears_the_line() -> None:
     shown.advance("c.py")
     shown.clear()
     assert out.getvalue() == "\r[1/3] a.py\x1b[K\r[3/3] c.py\x1b[K\r\x1b[K"
-
-
-def test_disabled_progress_writes_nothing() -> None:
-    clock, out = _Clock(), _Terminal()
-    shown = Progress(3, out, enabled=False, clock=clock)
-    clock.now = 5.0
-    shown.advance("a.py")
-    shown.clear()
-    assert out.getvalue() == ""
 
 
 @pytest.mark.parametrize(("args", "shows"), [((), True), (("--format", "json"), False),
