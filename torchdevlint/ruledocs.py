@@ -172,6 +172,17 @@ def _render_invalid(example: Invalid, index: int) -> list[str]:
     return parts
 
 
+def _configuration_text(rule: type[Rule]) -> str:
+    """How a user turns the rule on, off or quiet, the same on every page."""
+    turn = (f'Turn it off with `ignore = ["{rule.code}"]`, or for some files with `per-file-ignores`'
+            if rule.default_enabled else
+            f'Turn it on with `extend-select = ["{rule.code}"]` (and off for some files with `per-file-ignores`)')
+    return (f"{turn}; `unfixable = [\"{rule.code}\"]` keeps its "
+            f"fixes from being applied; `# noqa: {rule.code}` silences one finding. Options, where the rule "
+            f"has any, go under `[tool.torchdevlint.{rule.slug}]`. See [Configuration](../configuration.md) "
+            "and [Suppressing findings](../usage.md#suppressing-findings).")
+
+
 def rule_page(rule: type[Rule]) -> str:
     """The full documentation of a rule, as `torchdevlint rule CODE` prints it."""
     fix = fix_kinds(rule)
@@ -191,6 +202,7 @@ def rule_page(rule: type[Rule]) -> str:
         parts += [preamble, ""]
     for title, body in page_sections(rule):
         parts += [f"## {title}", body, ""]
+    parts += ["## Configuration", _configuration_text(rule), ""]
     parts += [
         "## Examples from the tests",
         "",
