@@ -81,17 +81,17 @@ def noqa_lines(source: str) -> dict[int, int] | None:
     joins_next: set[int] = set()
     commented: set[int] = set()
     try:
-        string_start: int | None = None
+        # Where each f-string still open started (they nest on Python 3.12).
+        open_fstrings: list[int] = []
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             if token.type == tokenize.COMMENT:
                 commented.add(token.start[0])
             elif token.type == tokenize.STRING:
                 joins_next.update(range(token.start[0], token.end[0]))
             elif token.type == _FSTRING_START:
-                string_start = token.start[0] if string_start is None else string_start
-            elif token.type == _FSTRING_END and string_start is not None:
-                joins_next.update(range(string_start, token.end[0]))
-                string_start = None
+                open_fstrings.append(token.start[0])
+            elif token.type == _FSTRING_END and open_fstrings:
+                joins_next.update(range(open_fstrings.pop(), token.end[0]))
     except (tokenize.TokenError, SyntaxError):
         return None
     for number, text in enumerate(lines, start=1):
