@@ -12,6 +12,7 @@ reading.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -19,7 +20,7 @@ from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.flow.values import Kind, Value
 from torchdevlint.analysis.names import ImportTable
-from torchdevlint.analysis.tree import child_nodes, small_statements
+from torchdevlint.analysis.tree import child_nodes
 
 TIMERS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.process_time", "timeit.default_timer",
                     "time.time_ns", "time.perf_counter_ns", "time.monotonic_ns"})
@@ -41,70 +42,304 @@ def _calls(unit: cst.CSTNode) -> Iterator[cst.Call]:
         stack.extend(child_nodes(node))
 
 
-def unsynchronised_readings(body: Sequence[cst.BaseStatement], flow: FlowQueries, imports: ImportTable,
-                            *, loop_body: bool = False) -> list[tuple[cst.Call, cst.CSTNode]]:
-    """(timer reading, the small statement or compound statement holding it) for each
-    measurement in the block that follows accelerator work nothing has waited for since an
-    earlier reading. A measurement is a reading subtracted from (`time.time() - t0`), or
-    bound to a name a later statement subtracts from (`toc = time.time()`, `toc - tic`), but
-    not one compared with a limit (`if time.time() - t0 > limit:`). In a loop's body that
-    waits for its work somewhere (`loss.item()` each step), the per-step readings come out
-    right on average, and none is reported."""
-    units = list(small_statements(body))
-    per_unit = [list(_calls(unit)) for unit in units]
-    # A measurement needs a reading before it: blocks with fewer than two ask nothing more.
-    if sum(imports.qualified_name(call.func) in TIMERS for calls in per_unit for call in calls) < 2:
+def unsynchronised_readings(body: Sequence[cst.BaseStatement], flow: FlowQueries,
+                            imports: ImportTable) -> list[Reading]:
+    """Each measurement in a scope's body (a module's, a function's) whose span holds
+    accelerator work that no wait inside a measured span covers.
+
+    A span starts where a reading is bound to a name (`t0 = time.time()`) and ends where a
+    reading is subtracted from it (`time.time() - t0`, or `t1 = time.time()` with `t1 - t0`
+    later); not where it is compared with a limit (`if time.time() - t0 > limit:`). Work
+    queued in a span and not waited for by its end is left over. Where the span starts
+    again before anything waits (`batch_time.update(time.time() - end)`, then `end =
+    time.time()`, in a loop), the next span waits for it and the measurements' sum comes out
+    right. Where something waits for it first (`loss.item()` after the reading), or the
+    span never starts again, the measurement missed that work.
+
+    The walk follows the scope's paths into `if`, `with`, `try` and loops; nested functions
+    and classes are scopes of their own. A loop's body runs twice, so that a step meets what
+    the previous one left. A training loop (see `_trains`) adds no work to a span around
+    it: CUDA queues only so far ahead, so what is unfinished at its end is a step's worth of
+    a long span. One that never waits is left whole: once the queue is full, each step takes
+    as long to queue as the GPU takes to run one, so per-step readings come out right."""
+    walk = _Walk(flow, imports)
+    if walk.readings_in(body) < 2:
+        # A measurement needs a reading before it.
         return []
-    if loop_body and any(_waits(call, flow, imports) for calls in per_unit for call in calls):
-        return []
-    found: list[tuple[cst.Call, cst.CSTNode]] = []
-    started = False
-    pending_work = False
-    for index, (unit, calls) in enumerate(zip(units, per_unit, strict=True)):
-        readings = [call for call in calls if imports.qualified_name(call.func) in TIMERS]
-        waits = any(_waits(call, flow, imports) for call in calls)
-        # A training loop is timed as a whole: CUDA queues only so far ahead, so the work
-        # left unfinished at its end is a step's worth of a long span.
-        works = not _trains(unit, calls, flow) and any(_accelerator_work(call, flow) for call in calls)
-        if readings and started and pending_work and not waits:
-            found.extend((reading, unit) for reading in readings if _measures(reading, unit, units[index + 1:]))
-        if readings:
-            # A reading starts the next span: work before it is not in that span.
-            started = True
-            pending_work = False
-        elif waits:
-            pending_work = False
-        elif works:
-            pending_work = True
-    return found
+    end = walk.block(_units(body), _Spans(), ())
+    walk.missed(end)
+    return list(walk.found.values())
 
 
-def _measures(reading: cst.Call, unit: cst.CSTNode, later: Sequence[cst.CSTNode]) -> bool:
-    """Whether the reading is the end of a measured span (see `unsynchronised_readings`)."""
+@dataclass(frozen=True)
+class Reading:
+    call: cst.Call
+    # The statement line that starts with the reading's statement, where a line can go
+    # before it; None for a reading in a compound statement's header or after a `;`.
+    line: cst.SimpleStatementLine | None
+
+
+@dataclass(frozen=True)
+class _LeftOver:
+    """A measurement whose span ended with work queued in it."""
+
+    reading: Reading
+    span: str
+    # The loops it is in, innermost first: a span started again in one of them is the same
+    # measurement's next step.
+    loops: tuple[int, ...]
+    # Its span has started again since, with the work still queued: the next step's span
+    # holds it, and a wait there covers it.
+    carried: bool = False
+
+
+@dataclass(frozen=True)
+class _Spans:
+    # Each open span (its name as written) and whether work queued in it is still unwaited.
+    open: tuple[tuple[str, bool], ...] = ()
+    left_over: frozenset[_LeftOver] = frozenset()
+
+    def join(self, other: _Spans, *, unwaited_on_every_path: bool = False) -> _Spans:
+        merged = dict(self.open)
+        for name, pending in other.open:
+            if name in merged:
+                merged[name] = merged[name] and pending if unwaited_on_every_path else merged[name] or pending
+            else:
+                merged[name] = pending
+        return _Spans(tuple(sorted(merged.items())), self.left_over | other.left_over)
+
+    def pending(self, name: str) -> bool:
+        return dict(self.open).get(name, False)
+
+    def with_work(self) -> _Spans:
+        return replace(self, open=tuple((name, True) for name, _ in self.open))
+
+    def waited(self) -> _Spans:
+        return _Spans(tuple((name, False) for name, _ in self.open), frozenset())
+
+    def cpu_mode(self) -> _Spans:
+        """The path the CPU mode takes: no accelerator work is queued on it."""
+        return self.waited()
+
+    def started(self, name: str, pending: bool = False) -> _Spans:
+        return replace(self, open=tuple(sorted({**dict(self.open), name: pending}.items())))
+
+
+class _Walk:
+    def __init__(self, flow: FlowQueries, imports: ImportTable) -> None:
+        self.flow = flow
+        self.imports = imports
+        self.found: dict[int, Reading] = {}
+        # Measurements whose left-over work the next step's span waits for.
+        self.averaged: set[int] = set()
+        self.loops: tuple[int, ...] = ()
+
+    def readings_in(self, body: Sequence[cst.BaseStatement]) -> int:
+        return sum(self._is_reading(call) for statement in body for call in _calls(statement))
+
+    def _is_reading(self, call: cst.Call) -> bool:
+        return self.imports.qualified_name(call.func) in TIMERS
+
+    def missed(self, spans: _Spans) -> None:
+        """Nothing in the scope waits for the left-over work inside a measured span: those
+        measurements missed it."""
+        for left in spans.left_over:
+            if id(left.reading.call) not in self.averaged:
+                self.found.setdefault(id(left.reading.call), left.reading)
+
+    def _waited(self, spans: _Spans) -> _Spans:
+        """A wait: left-over work the next step's span holds is covered there; left-over
+        work outside any span was missed by its measurement."""
+        self.averaged.update(id(left.reading.call) for left in spans.left_over if left.carried)
+        self.missed(replace(spans, left_over=frozenset(left for left in spans.left_over if not left.carried)))
+        return spans.waited()
+
+    def block(self, units: Sequence[_Unit], spans: _Spans, later: tuple[cst.CSTNode, ...]) -> _Spans:
+        for index, (unit, line) in enumerate(units):
+            following = (*(candidate for candidate, _ in units[index + 1:]), *later)
+            spans = self._unit(unit, line, spans, following)
+        return spans
+
+    def _unit(self, unit: cst.CSTNode, line: cst.SimpleStatementLine | None, spans: _Spans,
+              later: tuple[cst.CSTNode, ...]) -> _Spans:
+        if isinstance(unit, _NESTED_SCOPES):
+            return spans
+        if isinstance(unit, cst.If):
+            spans = self._calls(list(_calls(unit.test)), unit, None, spans, later)
+            taken = self.block(_units(unit.body), spans, later)
+            other = unit.orelse
+            if isinstance(other, cst.If):
+                skipped = self._unit(other, None, spans, later)
+            else:
+                skipped = self.block(_units(other.body), spans, later) if other is not None else spans
+            # The branch the CPU mode takes (`if torch.cuda.is_available(): sync()` skipped)
+            # runs where there is no accelerator work to wait for.
+            in_cpu_mode = self.flow.cpu_mode_truth(unit.test)
+            if in_cpu_mode is True:
+                taken = taken.cpu_mode()
+            elif in_cpu_mode is False:
+                skipped = skipped.cpu_mode()
+            # A branch that may wait (`if verbose: print(loss.item())`, an export step that
+            # reads its results) is taken to: work stays unwaited only where every path
+            # leaves it so. Work in a branch adds to the span on the path that does it.
+            branches_wait = any(self._waits(call) for branch in (unit.body, other) if branch is not None
+                                for call in _calls(branch))
+            return taken.join(skipped, unwaited_on_every_path=branches_wait)
+        if isinstance(unit, cst.With):
+            header = [call for item in unit.items for call in _calls(item)]
+            return self.block(_units(unit.body), self._calls(header, unit, None, spans, later), later)
+        if isinstance(unit, cst.Try):
+            done = self.block(_units(unit.body), spans, later)
+            for handler in unit.handlers:
+                done = done.join(self.block(_units(handler.body), spans.join(done), later))
+            if unit.orelse is not None:
+                done = done.join(self.block(_units(unit.orelse.body), done, later))
+            if unit.finalbody is not None:
+                done = self.block(_units(unit.finalbody.body), done, later)
+            return done
+        if isinstance(unit, (cst.For, cst.While)):
+            return self._loop(unit, spans, later)
+        spans = self._calls(list(_calls(unit)), unit, line, spans, later)
+        return self._rebound(unit, spans)
+
+    def _loop(self, loop: cst.For | cst.While, spans: _Spans, later: tuple[cst.CSTNode, ...]) -> _Spans:
+        calls = list(_calls(loop))
+        trains = _trains(loop, calls, self.flow)
+        if trains and not any(self._waits(call) for call in calls):
+            return spans  # timed as a whole, and adds no work (see `unsynchronised_readings`)
+        header = list(_calls(loop.iter)) if isinstance(loop, cst.For) else list(_calls(loop.test))
+        if isinstance(loop, cst.For):
+            spans = self._calls(header, loop, None, spans, later)
+        body = _units(loop.body)
+        wrapped = (*(unit for unit, _ in body), *later)
+        outer, self.loops = self.loops, (id(loop), *self.loops)
+        after = step = spans
+        for _ in range(2):
+            if isinstance(loop, cst.While):
+                step = self._calls(header, loop, None, step, later)
+            step = self.block(body, step, wrapped)
+            after = after.join(step)
+        self.loops = outer
+        if trains:
+            # Its work adds nothing to the spans around it; what it left over stays.
+            entry = dict(spans.open)
+            after = replace(after, open=tuple((name, entry.get(name, False) and pending) for name, pending in after.open))
+        if loop.orelse is not None:
+            after = self.block(_units(loop.orelse.body), after, later)
+        return after
+
+    def _calls(self, calls: list[cst.Call], unit: cst.CSTNode, line: cst.SimpleStatementLine | None,
+               spans: _Spans, later: tuple[cst.CSTNode, ...]) -> _Spans:
+        if any(self._waits(call) for call in calls):
+            spans = self._waited(spans)
+        elif any(_accelerator_work(call, self.flow) for call in calls):
+            spans = spans.with_work()
+        for reading in (call for call in calls if self._is_reading(call)):
+            ended = _span_ended(reading, unit, later)
+            if ended is not None and spans.pending(ended):
+                # Its own work from the step before, still queued, is missed here again.
+                again = {left for left in spans.left_over if left.reading.call is reading}
+                left = _LeftOver(Reading(reading, line), ended, self.loops)
+                spans = replace(spans, left_over=(spans.left_over - again) | {left})
+            started = _span_started(reading, unit)
+            if started is not None:
+                spans = self._restarted(spans, started, pending=False)
+        return spans
+
+    def _rebound(self, unit: cst.CSTNode, spans: _Spans) -> _Spans:
+        """`t0 = t1`: span `t0` starts again where `t1` did."""
+        if isinstance(unit, cst.Assign) and len(unit.targets) == 1 and not isinstance(unit.value, cst.Call):
+            target, source = _span_name(unit.targets[0].target), _span_name(unit.value)
+            if target is not None and source is not None and source in dict(spans.open):
+                return self._restarted(spans, target, pending=spans.pending(source))
+        return spans
+
+    def _restarted(self, spans: _Spans, name: str, *, pending: bool) -> _Spans:
+        # The same measurement's next step: its span holds what the last one left.
+        repeated = {left for left in spans.left_over
+                    if left.span == name and not left.carried and set(left.loops) & set(self.loops)}
+        carried = {replace(left, carried=True) for left in repeated}
+        return replace(spans.started(name, pending), left_over=(spans.left_over - repeated) | carried)
+
+    def _waits(self, call: cst.Call) -> bool:
+        return _waits(call, self.flow, self.imports)
+
+
+# A small statement or compound statement, and the line a statement can be put before it on.
+_Unit = tuple[cst.CSTNode, cst.SimpleStatementLine | None]
+
+
+def _units(body: Sequence[cst.BaseStatement] | cst.BaseSuite) -> list[_Unit]:
+    if isinstance(body, cst.SimpleStatementSuite):
+        return [(small, None) for small in body.body]
+    statements: Sequence[cst.BaseStatement] = body.body if isinstance(body, cst.IndentedBlock) else \
+        body if isinstance(body, Sequence) else ()
+    units: list[_Unit] = []
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            units.extend((small, statement if index == 0 else None) for index, small in enumerate(statement.body))
+        else:
+            units.append((statement, None))
+    return units
+
+
+def _span_name(node: cst.BaseExpression) -> str | None:
+    """`t0`, `self.start`: a name a span can be kept under."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        owner = _span_name(node.value)
+        return None if owner is None else f"{owner}.{node.attr.value}"
+    return None
+
+
+def _span_started(reading: cst.Call, unit: cst.CSTNode) -> str | None:
+    """`t0 = time.time()`: the span the reading starts."""
+    if isinstance(unit, (cst.Assign, cst.AnnAssign)) and unit.value is reading:
+        targets = [target.target for target in unit.targets] if isinstance(unit, cst.Assign) else [unit.target]
+        if len(targets) == 1:
+            return _span_name(targets[0])
+    if isinstance(unit, cst.Assign) and len(unit.targets) == 1 and isinstance(unit.value, cst.Tuple):
+        # `n, start = 0, time.time()`
+        names, values = unit.targets[0].target, unit.value
+        if isinstance(names, cst.Tuple) and len(names.elements) == len(values.elements):
+            for name, value in zip(names.elements, values.elements, strict=True):
+                if value.value is reading:
+                    return _span_name(name.value)
+    return None
+
+
+def _span_ended(reading: cst.Call, unit: cst.CSTNode, later: Sequence[cst.CSTNode]) -> str | None:
+    """The span a reading ends: `time.time() - t0`, or `t1 = time.time()` with `t1 - t0`
+    later; not one compared with a limit."""
     stack: list[tuple[cst.CSTNode, bool]] = [(unit, False)]
     while stack:
         node, compared = stack.pop()
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract) and node.left is reading:
-            return not compared
-        if isinstance(node, cst.Assign) and node.value is reading and len(node.targets) == 1 \
-                and isinstance(node.targets[0].target, cst.Name):
-            name = node.targets[0].target.value
-            return any(_subtracts_from(statement, name) for statement in later)
+            return None if compared else _span_name(node.right)
         inner = compared or isinstance(node, cst.Comparison)
         stack.extend((child, inner) for child in child_nodes(node))
-    return False
+    bound = _span_started(reading, unit)
+    if bound is None:
+        return None
+    for statement in later:
+        start = _subtracted_from(statement, bound)
+        if start is not None:
+            return start
+    return None
 
 
-def _subtracts_from(node: cst.CSTNode, name: str) -> bool:
+def _subtracted_from(node: cst.CSTNode, name: str) -> str | None:
+    """In `t1 - t0`, given `t1`: `t0`."""
     stack: list[tuple[cst.CSTNode, bool]] = [(node, False)]
     while stack:
         current, compared = stack.pop()
         if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, cst.Subtract) \
-                and isinstance(current.left, cst.Name) and current.left.value == name and not compared:
-            return True
+                and not compared and _span_name(current.left) == name:
+            return _span_name(current.right)
         inner = compared or isinstance(current, cst.Comparison)
         stack.extend((child, inner) for child in child_nodes(current))
-    return False
+    return None
 
 
 def _trains(unit: cst.CSTNode, calls: Sequence[cst.Call], flow: FlowQueries) -> bool:

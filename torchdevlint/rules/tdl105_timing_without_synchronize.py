@@ -17,11 +17,12 @@ class TimingWithoutSynchronize(Rule):
     ## What it does
     Finds a measurement with the wall clock (`time.time()`, `time.perf_counter()`,
     `time.monotonic()`, `timeit.default_timer()` subtracted from, or bound to a name a later
-    statement subtracts from) that follows, in the same block as an earlier reading, work the
+    statement subtracts from) that follows, on some path from an earlier reading, work the
     flow model shows on an accelerator (a model on the GPU called, device tensors computed,
     `loss.backward()`) with nothing in between that waits for it: no
     `torch.cuda.synchronize()` (or `torch.accelerator.synchronize()`), no CUDA event, no
-    transfer to the host (`.item()`, `.cpu()`, printing a tensor).
+    transfer to the host (`.item()`, `.cpu()`, printing a tensor). The paths go into `if`,
+    `with`, `try` and loops; a loop's step meets the work its previous step left queued.
 
     ## Why is this bad?
     CUDA queues kernels and returns at once. The difference of the two readings is how long
@@ -31,13 +32,16 @@ class TimingWithoutSynchronize(Rule):
 
     Not reported: readings with a synchronisation or a host transfer between the work and the
     reading, readings around host-only work, readings that start a span (`end = time.time()`)
-    or check a time limit (`if time.time() - t0 > limit:`), per-step readings in a loop that
-    waits for its work each step (`loss.item()`), where their average comes out right, and
+    or check a time limit (`if time.time() - t0 > limit:`), a synchronisation skipped only
+    where there is no GPU (`if torch.cuda.is_available(): torch.cuda.synchronize()`), and
     timing through CUDA events. A training loop (it calls `.backward()` or a function named
     for training, such as `train_one_epoch`, or iterates a DataLoader) is timed as a whole:
     CUDA queues only so far ahead, so what is unfinished at its end is a step's worth of a
-    long span. A helper of the file that returns Python numbers (`loss, acc =
-    evaluate(...)`) has waited for its work.
+    long span. For the same reason per-step readings inside a training loop that never
+    waits come out right on average. A loop that waits every step (`loss.item()`) empties
+    the queue, so there a per-step reading is right only where the wait is inside its span.
+    A helper of the file that returns Python numbers (`loss, acc = evaluate(...)`) has
+    waited for its work.
 
     ## Fix safety
     Safe: the fix puts `if torch.cuda.is_available(): torch.cuda.synchronize()` on the line
@@ -84,6 +88,60 @@ class TimingWithoutSynchronize(Rule):
             elapsed = time.time() - start
             """,
             name="host-work",
+        ),
+        Valid(
+            """
+            import time
+            import torch
+            def train_epoch(model, loader, optimiser, device):
+                step_times = []
+                last = time.time()
+                for images, labels in loader:
+                    images, labels = images.to(device), labels.to(device)
+                    loss = torch.nn.functional.cross_entropy(model(images), labels)
+                    optimiser.zero_grad()
+                    loss.backward()
+                    optimiser.step()
+                    running = loss.item()
+                    step_times.append(time.time() - last)
+                    last = time.time()
+                return step_times
+            """,
+            name="per-step-times-whose-span-holds-the-wait",
+        ),
+        Valid(
+            """
+            import time
+            import torch
+            def fit(model, loader, optimiser, device, log):
+                tick = time.perf_counter()
+                for inputs, targets in loader:
+                    inputs, targets = inputs.to(device), targets.to(device)
+                    loss = torch.nn.functional.mse_loss(model(inputs), targets)
+                    log.append(loss.item())
+                    optimiser.zero_grad()
+                    loss.backward()
+                    optimiser.step()
+                    # The backward pass still queued here is waited for in the next step's span.
+                    log.append(time.perf_counter() - tick)
+                    tick = time.perf_counter()
+            """,
+            name="chained-per-step-times-the-next-step-waits-for",
+        ),
+        Valid(
+            """
+            import time
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = torch.nn.Linear(16, 4).to(device)
+            x = torch.randn(8, 16, device=device)
+            begin = time.perf_counter()
+            out = model(x)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            took = time.perf_counter() - begin
+            """,
+            name="synchronised-where-there-is-a-gpu",
         ),
     ]
     INVALID = [
@@ -142,23 +200,61 @@ class TimingWithoutSynchronize(Rule):
             applicability=Applicability.SAFE,
             name="an-inference-loop-timed-in-a-function",
         ),
+        Invalid(
+            """
+            import time
+            import torch
+            def evaluate(model, batches, device, greedy):
+                spent = 0.0
+                hits = 0
+                for images, answers in batches:
+                    images = images.to(device)
+                    tick = time.time()
+                    if greedy:
+                        scores = model(images)
+                        spent += time.time() - tick
+                    else:
+                        scores = model(images).softmax(-1)
+                        spent += time.time() - tick
+                    hits += (scores.argmax(-1).cpu() == answers).sum().item()
+                return spent, hits
+            """,
+            fixed="""
+            import time
+            import torch
+            def evaluate(model, batches, device, greedy):
+                spent = 0.0
+                hits = 0
+                for images, answers in batches:
+                    images = images.to(device)
+                    tick = time.time()
+                    if greedy:
+                        scores = model(images)
+                        if torch.cuda.is_available(): torch.cuda.synchronize()
+                        spent += time.time() - tick
+                    else:
+                        scores = model(images).softmax(-1)
+                        if torch.cuda.is_available(): torch.cuda.synchronize()
+                        spent += time.time() - tick
+                    hits += (scores.argmax(-1).cpu() == answers).sum().item()
+                return spent, hits
+            """,
+            applicability=Applicability.SAFE,
+            count=2,
+            name="per-step-readings-before-the-step-waits",
+        ),
     ]
 
     def leave_Module(self, node: cst.Module) -> None:
-        self._check_block(node.body, loop_body=False)
+        self._check_scope(node.body)
 
-    def leave_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._check_block(node.body, loop_body=isinstance(self.context.parent(node), (cst.For, cst.While)))
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if isinstance(node.body, cst.IndentedBlock):
+            self._check_scope(node.body.body)
 
-    def _check_block(self, body: Sequence[cst.BaseStatement], *, loop_body: bool) -> None:
-        found = unsynchronised_readings(body, self.context.flow, self.context.imports, loop_body=loop_body)
-        if not found:
-            return
-        # A fix goes before a reading's line only where its statement starts that line.
-        statements = {id(statement.body[0]): statement for statement in body
-                      if isinstance(statement, cst.SimpleStatementLine) and statement.body}
-        for reading, unit in found:
-            self.report(reading, fix=self._fix(statements.get(id(unit))))
+    def _check_scope(self, body: Sequence[cst.BaseStatement]) -> None:
+        for reading in unsynchronised_readings(body, self.context.flow, self.context.imports):
+            self.report(reading.call, fix=self._fix(reading.line))
 
     def _fix(self, statement: cst.SimpleStatementLine | None) -> PendingFix | None:
         torch = self.context.imports.local_name_for("torch")
