@@ -232,6 +232,35 @@ class TargetNotMoved(Rule):
             """,
             name="conditional-moves-of-model-inputs-and-targets-across-functions",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            recogniser = nn.GRU(32, 40, batch_first=True).to(device)
+            ctc = nn.CTCLoss(blank=0).to(device)
+            def step(frames, transcript, transcript_length):
+                scores, _ = recogniser(frames.to(device))
+                log_probs = scores.log_softmax(2).permute(1, 0, 2)
+                frame_counts = torch.full((frames.size(0),), log_probs.size(0), dtype=torch.long)
+                return ctc(log_probs, transcript.to(device), frame_counts, transcript_length)
+            """,
+            name="ctc-lengths-left-on-the-host",
+        ),
+        Valid(
+            """
+            import torch
+            from warpctc_pytorch import CTCLoss
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            head = torch.nn.Linear(64, 37).to(device)
+            criterion = CTCLoss()
+            for features, labels, label_sizes in []:
+                acts = head(features.to(device)).permute(1, 0, 2)
+                act_sizes = torch.IntTensor([acts.size(0)] * acts.size(1))
+                cost = criterion(acts, labels, act_sizes, label_sizes)
+            """,
+            name="warp-ctc-labels-and-lengths-on-the-host",
+        ),
     ]
     INVALID = [
         Invalid(

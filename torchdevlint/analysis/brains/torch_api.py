@@ -331,10 +331,25 @@ SCALAR_TENSOR_FACTORIES: frozenset[str] = frozenset({"torch.tensor", "torch.as_t
 
 # torch functions whose tensor arguments must be on one device (the rest of torch.* and
 # torch.nn.functional too, except for the host-only arguments below).
-HOST_ARGUMENT_FUNCTIONS: dict[str, tuple[int, str]] = {
-    # name -> (position, keyword) of an argument PyTorch wants on the CPU.
-    "pack_padded_sequence": (1, "lengths"),
+HOST_ARGUMENT_FUNCTIONS: dict[str, dict[int, str]] = {
+    # name -> {position: keyword} of the arguments PyTorch wants, or takes, on the CPU.
+    "pack_padded_sequence": {1: "lengths"},
+    # The lengths go to the CPU inside the op; the schema types them as Tensors all the same.
+    "ctc_loss": {2: "input_lengths", 3: "target_lengths"},
 }
+
+# Loss modules called with arguments that stay on the host, as for HOST_ARGUMENT_FUNCTIONS:
+# torch's CTC loss takes its lengths there, and the warp-ctc binding wants its labels there too.
+HOST_ARGUMENT_LOSSES: dict[str, dict[int, str]] = {
+    **dict.fromkeys(("torch.nn.CTCLoss", "torch.nn.modules.loss.CTCLoss", "torch.nn.modules.CTCLoss"),
+                    {2: "input_lengths", 3: "target_lengths"}),
+    "warpctc_pytorch.CTCLoss": {1: "labels", 2: "act_lens", 3: "label_lens"},
+}
+
+
+def host_argument(wanted: dict[int, str], position: int, keyword: str | None) -> bool:
+    """Whether the argument at this position, or by this keyword, is one of `wanted`."""
+    return wanted.get(position) is not None if keyword is None else keyword in wanted.values()
 
 
 def loads_pretrained_model(qualified: str) -> bool:

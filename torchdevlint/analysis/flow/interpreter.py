@@ -115,6 +115,7 @@ class Oracle(Protocol):
     """What the interpreter asks the file-wide model."""
 
     def outer_value(self, scope: cst.CSTNode, name: str) -> Value | None: ...
+    def host_arguments(self, made: int) -> tuple[tuple[int, str], ...]: ...
     def gpu_world_outer_value(self, scope: cst.CSTNode, name: str) -> Value | None: ...
     def call_result(self, definition: int, call: cst.Call | None, arguments: Sequence[Value],
                     receiver: Value | None) -> Value: ...
@@ -1236,7 +1237,14 @@ class Interpreter:
 
     def _module_call(self, node: cst.Call, module: Value, arguments: list[Value]) -> Value:
         operands = [Operand(node.func, module)]
-        for arg, value in zip(node.args, arguments, strict=True):
+        host_arguments: dict[int, str] = {}
+        for made in module.holds:
+            here = self.flow.host_argument_losses.get(made)
+            host_arguments.update(here if here is not None else self.oracle.host_arguments(made))
+        for position, (arg, value) in enumerate(zip(node.args, arguments, strict=True)):
+            if host_arguments and torch_api.host_argument(
+                    host_arguments, position, None if arg.keyword is None else arg.keyword.value):
+                continue
             if self._inferred_on_host and self._inferred_batch_item(arg.value) and module.places != _ANYWHERE_ONLY:
                 continue  # a model may well take a batch's host list (`lengths`) on purpose
             if value.kinds == _UNKNOWN_ONLY and value.places is not None and value.on_accelerator:
@@ -1588,6 +1596,11 @@ class Interpreter:
             return replace(made, float64=float64) if float64 else made
         if torch_api.loads_pretrained_model(qualified):
             return _on_default_device(Value(frozenset({Kind.MODULE}), frozenset({HOST_PLACE})), env)
+        host_arguments = torch_api.HOST_ARGUMENT_LOSSES.get(qualified)
+        if host_arguments is not None:
+            # A loss that runs where its inputs are, and takes these arguments on the host.
+            self.flow.host_argument_losses[id(node)] = tuple(host_arguments.items())
+            return Value(frozenset({Kind.MODULE}), frozenset({ANYWHERE_PLACE}), holds=frozenset({id(node)}))
         if torch_api.is_module_constructor(qualified):
             if "device" in keywords:
                 return Value(frozenset({Kind.MODULE}), self._device_argument(keywords["device"], node))
@@ -1767,8 +1780,8 @@ class Interpreter:
         host_only = torch_api.HOST_ARGUMENT_FUNCTIONS.get(last)
         operands: list[Operand] = []
         for position, (arg, value) in enumerate(zip(node.args, arguments, strict=True)):
-            if host_only is not None and (position == host_only[0] and arg.keyword is None
-                                          or arg.keyword is not None and arg.keyword.value == host_only[1]):
+            if host_only is not None and torch_api.host_argument(
+                    host_only, position, None if arg.keyword is None else arg.keyword.value):
                 continue
             if arg.keyword is not None and arg.keyword.value in ("device", "dtype", "out"):
                 continue

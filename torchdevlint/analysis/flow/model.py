@@ -135,6 +135,7 @@ class FlowModel:
         self._origins: dict[int, tuple[cst.Call, cst.CSTNode]] = {}
         # Checkpoint calls by id (see `Value.holds`), from every body interpreted.
         self._held: dict[int, tuple[Held, cst.Call]] = {}
+        self._host_argument_losses: dict[int, tuple[tuple[int, str], ...]] = {}
         self._saved_state_dicts: list[SavedStateDict] | None = None
         self._checkpoint_files: CheckpointFiles | None = None
         self._constants: ModuleConstants | None = None
@@ -419,6 +420,11 @@ class FlowModel:
             self._loads_into_state_dicts = frozenset(found)
         return id(load) in self._loads_into_state_dicts
 
+    def host_arguments(self, made: int) -> tuple[tuple[int, str], ...]:
+        """The host arguments of a loss made in a body interpreted so far (see
+        `FunctionFlow.host_argument_losses`)."""
+        return self._host_argument_losses.get(made, ())
+
     def held_calls(self, value: Value, kind: Held) -> list[cst.Call]:
         """The calls of that kind whose result the value is or contains."""
         return [call for held_kind, call in (self._held[key] for key in value.holds if key in self._held)
@@ -605,6 +611,7 @@ class FlowModel:
             flow = interpreter.run(scope.body if isinstance(scope, cst.Module) else scope.body.body)
             if replacements is None:
                 self._held.update(flow.held)
+                self._host_argument_losses.update(flow.host_argument_losses)
             return flow
         finally:
             self._specialising -= 1
@@ -648,6 +655,7 @@ class FlowModel:
         for origin_key, call in flow.origins.items():
             self._origins[origin_key] = (call, scope)
         self._held.update(flow.held)
+        self._host_argument_losses.update(flow.host_argument_losses)
         # Reading its own unfinished state (through a function it calls) does not make a body
         # provisional; reading another unfinished body's does.
         self._provisional_reads.discard(key)
@@ -1142,7 +1150,7 @@ def _passed_as_host_argument(function: cst.CSTNode, parameter: str) -> bool:
             wanted = torch_api.HOST_ARGUMENT_FUNCTIONS.get(name.rpartition(".")[2]) if name is not None else None
             if wanted is not None:
                 for position, arg in enumerate(node.args):
-                    matches = arg.keyword.value == wanted[1] if arg.keyword is not None else position == wanted[0]
+                    matches = torch_api.host_argument(wanted, position, None if arg.keyword is None else arg.keyword.value)
                     if matches and isinstance(arg.value, cst.Name) and arg.value.value == parameter:
                         return True
         stack.extend(child_nodes(node))

@@ -111,6 +111,9 @@ class FunctionFlow:
     # Checkpoint calls made in this body (see `Value.holds`), and each `torch.save` with the
     # value it saves.
     held: dict[int, tuple[Held, cst.Call]] = field(default_factory=dict)
+    # Losses made here that take some arguments on the host (`torch_api.HOST_ARGUMENT_LOSSES`):
+    # the constructor call's id -> (position, keyword) of each.
+    host_argument_losses: dict[int, tuple[tuple[int, str], ...]] = field(default_factory=dict)
     saves: list[tuple[cst.Call, Value]] = field(default_factory=list)
     # `.to(...)`, `.cuda()`, `.cpu()` calls (by id): where each sends its receiver, None where
     # the code does not say (or `.to` changes only the dtype).
