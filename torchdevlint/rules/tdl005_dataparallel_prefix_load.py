@@ -130,6 +130,19 @@ class DataParallelPrefixLoad(Rule):
             """,
             name="checkpoint-item-stripped-in-place-or-rebuilt",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            net = nn.DataParallel(nn.Linear(10, 1))
+            torch.save(net.state_dict(), "weights.pt")
+            torch.save(net.module.state_dict(), "weights.pt")
+            plain = nn.Linear(10, 1)
+            plain.load_state_dict(torch.load("weights.pt"))
+            torch.save(net.state_dict(), "weights.pt")
+            """,
+            name="notebook-cells-that-overwrite-the-file-before-loading-and-save-the-wrapper-after",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -409,10 +422,10 @@ class DataParallelPrefixLoad(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         flow = self.context.flow
         saves = [saved.save for saved in flow.saved_state_dicts() if saved.saved_where_made and len(saved.save.args) >= 2]
-        saved_paths = {self.context.code_for_node(save.args[1].value) for save in saves}
         for load in self._loads:
-            if load.paths & saved_paths or saves and load.resumes_a_model_wrapped_later or any(
-                    flow.same_checkpoint_file(save, loaded) for save in saves for loaded in load.loads):
+            if saves and load.resumes_a_model_wrapped_later or any(
+                    (self.context.code_for_node(save.args[1].value) in load.paths or flow.same_checkpoint_file(save, loaded))
+                    and flow.may_read_what_was_saved(save, loaded) for save in saves for loaded in load.loads):
                 self.report(load.call, fix=self._fix(load))
 
     def _fix(self, load: _Load) -> PendingFix | None:

@@ -146,6 +146,38 @@ class CheckpointFiles:
         key = self._file_key(save, saved, save_scope, {})
         return key is not None and key == self._file_key(load, loaded, load_scope, {})
 
+    def may_read_what_was_saved(self, save: cst.Call, load: cst.Call, qualified_name: _QualifiedName) -> bool:
+        """Whether the file `load` reads may hold what `save` wrote: not where, in one body,
+        the save comes after the load with no loop around both (a notebook's later cell), or
+        another save of that file always runs between the two."""
+        self._walk(qualified_name)
+        scope = self._scope_of.get(id(save))
+        if scope is None or scope is not self._scope_of.get(id(load)):
+            return True
+        if self._order[id(save)] > self._order[id(load)] and not self._common_loop(save, load):
+            return False
+        saved = saved_path(save)
+        key = self._file_key(save, saved, scope, {}) if saved is not None else None
+        for other in self._bodies[id(scope)].saves:
+            other_path = saved_path(other)
+            if other is save or other_path is None or not (self._precedes(save, other) and self._precedes(other, load)):
+                continue
+            same = self._file_key(other, other_path, scope, {}) == key if key is not None else \
+                saved is not None and saved.deep_equals(other_path)
+            if same and self._runs_whenever(other, load):
+                return False
+        return True
+
+    def _common_loop(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        second_ids = {id(node) for node in self._path_up(second)}
+        return any(isinstance(node, (cst.For, cst.While)) and id(node) in second_ids for node in self._path_up(first))
+
+    def _runs_whenever(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """Whether every `if`, loop and `try` around `node` is around `other` too."""
+        other_ids = {id(ancestor) for ancestor in self._path_up(other)}
+        return all(id(ancestor) in other_ids for ancestor in self._path_up(node)[1:]
+                   if isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.TryStar, cst.Match)))
+
     # ---- whether a body wrote the file before a point in it ----------------------------
 
     def _written_before(self, node: cst.CSTNode, scope: _Scope, key: str, depth: int,

@@ -400,6 +400,14 @@ class FlowModel:
             self._checkpoint_files = CheckpointFiles(self.module)
         return self._checkpoint_files.same_file(save, load, self._qualified_in)
 
+    def may_read_what_was_saved(self, save: cst.Call, load: cst.Call) -> bool:
+        """Whether a `torch.load` may read what a `torch.save` of its file wrote: not a save
+        that only ever runs after it, or one another save of the file always overwrites
+        first (see `CheckpointFiles`)."""
+        if self._checkpoint_files is None:
+            self._checkpoint_files = CheckpointFiles(self.module)
+        return self._checkpoint_files.may_read_what_was_saved(save, load, self._qualified_in)
+
     def loaded_into_state_dict(self, load: cst.Call) -> bool:
         """Whether what a `torch.load` returns, or an item of it, goes into some
         `load_state_dict(...)`, which copies each value onto the receiver's own device."""
