@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -165,6 +166,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     for name in DERIVED_HOSTS:
         text = (FIXTURES / name).read_text(encoding="utf-8")
         (derived / f"derived_{name}").write_text(re.sub(r"(?m)^# verify: host=.*\n", "", text), encoding="utf-8")
+        shipped = (FIXTURES / name).with_suffix(".pt")  # the checkpoint a GPU box left beside it
+        if shipped.exists():
+            shutil.copyfile(shipped, (derived / f"derived_{name}").with_suffix(".pt"))
     started = time.time()
     result = run_cli("verify", "--device", "emulated", "--format", "json", "--jobs", "2",
                      "fixtures/", str(holes), str(folder / "tagger.py"), str(derived), cwd=ROOT)
@@ -1340,17 +1344,24 @@ def test_read_before_sync_fails_on_a_real_gpu_and_a_sync_clears_it() -> None:
         assert torch.equal(copy, gpu.cpu())
 
 
-def test_gpu_trained_checkpoint_fails_to_load_on_a_cpu_host(tmp_path: Path) -> None:
+def test_a_checkpoint_the_run_did_not_write_loads_as_a_gpu_wrote_it(tmp_path: Path) -> None:
     from torchdevlint.verify.host import gpu_trained_checkpoints
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: such a checkpoint loads")
     weights = {"w": torch.arange(4.0)}
+    torch.save(weights, tmp_path / "released.pt")
     with gpu_trained_checkpoints():
-        torch.save(weights, tmp_path / "ckpt.pt")
-    with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA device"):
-        torch.load(tmp_path / "ckpt.pt")
-    assert torch.equal(torch.load(tmp_path / "ckpt.pt", map_location="cpu")["w"], weights["w"])
+        with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA device"):
+            torch.load(tmp_path / "released.pt")
+        with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA device"):
+            torch.load(str(tmp_path / "released.pt"), weights_only=True)
+        assert torch.equal(torch.load(tmp_path / "released.pt", map_location="cpu")["w"], weights["w"])
+        # What the run saved itself, the machine loading it saved: it loads as written.
+        torch.save(weights, tmp_path / "own.pt")
+        assert torch.equal(torch.load(tmp_path / "own.pt")["w"], weights["w"])
+    # The file on disk is untouched, and outside the run it loads as ever.
+    assert torch.equal(torch.load(tmp_path / "released.pt")["w"], weights["w"])
 
 
 @pytest.mark.slow

@@ -314,17 +314,14 @@ def test_writes_in_a_run_copy_the_file_first_and_never_reach_the_users_folder(tm
     assert snapshot(project) == before
 
 
-# A checkpoint loaded without map_location (a CPU-only host proves it) and a discarded move
-# (a GPU proves it): one program, two machines.
-# The checkpoint is written under another spelling of its path (TDL003 does not pair the two,
-# so the load stays a finding, which verify proves on a machine that saved on a GPU).
+# A released checkpoint loaded without map_location (a CPU-only host proves it) and a
+# discarded move (a GPU proves it): one program, two machines.
 TWO_MACHINES = '''\
 import torch
 import torch.nn as nn
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.Linear(4, 2)
-torch.save(model.state_dict(), "./weights.pt")
 model.load_state_dict(torch.load("weights.pt"))
 model.to(device)
 x = torch.randn(3, 4)
@@ -335,19 +332,45 @@ print("RESULT", round(model(x).sum().item(), 4))
 
 @pytest.mark.slow
 def test_findings_that_need_different_machines_are_each_proven_on_their_own(tmp_path: Path) -> None:
+    import torch
+
+    torch.save(torch.nn.Linear(4, 2).state_dict(), tmp_path / "weights.pt")
     program = tmp_path / "two_machines.py"
     program.write_text(TWO_MACHINES)
     result, [report] = verify_json(str(program))
     assert result.returncode == 0, result.stdout + result.stderr
     assert report["verdict"] == "fix verified"
-    assert (report["host"], report["original"]["error"]["line"]) == ("cpu-loads-gpu-checkpoint", 7)
+    assert (report["host"], report["original"]["error"]["line"]) == ("cpu-loads-gpu-checkpoint", 6)
     [gpu] = report["more_hosts"]
     assert (gpu["host"], gpu["gpus"], gpu["codes"], gpu["verdict"]) == ("gpu", 1, ["TDL001"], "fix verified")
-    assert gpu["original"]["error"]["line"] == 11
+    assert gpu["original"]["error"]["line"] == 10
     assert gpu["comparison"]["status"] == "match"
     assert report["note"].endswith("; also on 1 GPU for TDL001: fix verified")
     text = run_cli("verify", "--device", "emulated", str(program), cwd=ROOT).stdout
     assert "  on 1 GPU, for TDL001: fix verified\n" in text
+
+
+# The program saves its checkpoint and reads it back under another spelling of its path:
+# TDL003 does not pair the two, but the machine that saved the file is the one loading it.
+OWN_CHECKPOINT = '''\
+import torch
+import torch.nn as nn
+
+model = nn.Linear(4, 2)
+torch.save(model.state_dict(), "./weights.pt")
+model.load_state_dict(torch.load("weights.pt"))
+print("RESULT", sorted(model.state_dict()))
+'''
+
+
+def test_a_checkpoint_the_program_wrote_itself_proves_nothing(tmp_path: Path) -> None:
+    program = tmp_path / "own_checkpoint.py"
+    program.write_text(OWN_CHECKPOINT)
+    _, [report] = verify_json(str(program))
+    assert [finding["code"] for finding in report["findings"]] == ["TDL003"]
+    assert report["host"] == "cpu-loads-gpu-checkpoint"
+    assert report["verdict"] == "bug not reproduced", report
+    assert report["original"]["error"] is None
 
 
 def test_a_folder_of_more_files_than_the_budget_is_linked_whole(tmp_path: Path) -> None:

@@ -41,8 +41,8 @@ _MAX_GPUS = 16
 class ProgramHost(Enum):
     # The program runs on a GPU (real or emulated).
     GPU = "gpu"
-    # The program runs on a machine without a GPU, and the checkpoints it saves are tagged as
-    # written on cuda:0: a model trained on a GPU box, served on a CPU-only one.
+    # The program runs on a machine without a GPU, and the checkpoint files it did not write
+    # itself load as written on cuda:0: a model trained on a GPU box, served on a CPU-only one.
     CPU_LOADS_GPU_CHECKPOINT = "cpu-loads-gpu-checkpoint"
     # The program runs on a machine without a GPU (code that assumes one fails there).
     CPU = "cpu"

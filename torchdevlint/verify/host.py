@@ -5,8 +5,11 @@ Imported only inside a verify child process: it imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import io
+import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch.serialization import STORAGE
@@ -18,13 +21,39 @@ _GPU_CHECKPOINT_PRIORITY = 1  # ahead of the CPU's own tag (10)
 
 @contextmanager
 def gpu_trained_checkpoints() -> Iterator[None]:
-    """Every storage `torch.save` writes from the CPU is tagged `cuda:0`, its data kept.
+    """A checkpoint file this run did not write loads as one a GPU box wrote: its storages
+    tagged `cuda:0`, its data kept. One the run wrote itself loads as written: the machine
+    that saved it is the one loading it, and no machine fails there.
 
-    That is a checkpoint as a GPU box writes it. A location tagger runs only inside
-    `torch.save`, so registering it for the run affects nothing else; the machine still has no
-    GPU (`torch.cuda.is_available()` is False), so loading such a checkpoint without
-    `map_location` raises PyTorch's own "Attempting to deserialize object on a CUDA device".
+    The machine still has no GPU (`torch.cuda.is_available()` is False), so loading such a
+    checkpoint without `map_location` raises PyTorch's own "Attempting to deserialize object
+    on a CUDA device". The file is read once as it is, written again with the GPU's tags
+    into memory, and that copy goes to `torch.load` with the program's own arguments.
     """
+    original_save, original_load = torch.save, torch.load
+    written: set[str] = set()
+
+    def save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(f, (str, os.PathLike)):
+            written.add(os.path.realpath(f))
+        original_save(obj, f, *args, **kwargs)
+
+    def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(f, (str, os.PathLike)) and os.path.realpath(f) not in written and os.path.isfile(f):
+            f = _as_saved_on_a_gpu(f, original_save, original_load, kwargs.get("weights_only"))
+        return original_load(f, *args, **kwargs)
+
+    torch.save, torch.load = save, load
+    try:
+        yield
+    finally:
+        torch.save, torch.load = original_save, original_load
+
+
+def _as_saved_on_a_gpu(path: str | os.PathLike[str], save: Callable[..., None], load: Callable[..., Any],
+                       weights_only: bool | None) -> io.BytesIO:
+    """The checkpoint at `path`, saved again as a GPU box saves it."""
+    contents = load(path, map_location="cpu", weights_only=weights_only)
 
     def tag(storage: STORAGE) -> str | None:
         return "cuda:0" if storage.device.type == "cpu" else None
@@ -34,10 +63,13 @@ def gpu_trained_checkpoints() -> Iterator[None]:
 
     entry = (_GPU_CHECKPOINT_PRIORITY, tag, restore)
     torch.serialization.register_package(_GPU_CHECKPOINT_PRIORITY, tag, restore)
+    buffer = io.BytesIO()
     try:
-        yield
+        save(contents, buffer)
     finally:
         torch.serialization._package_registry.remove(entry)
+    buffer.seek(0)
+    return buffer
 
 
 @contextmanager

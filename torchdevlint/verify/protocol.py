@@ -24,7 +24,7 @@ class RunHost(Enum):
     EMULATED = "emulated"
     # No GPU at all (the reference run of the original program).
     CPU = "cpu"
-    # No GPU, and every checkpoint the program saves is tagged cuda:0, as if written on a GPU box.
+    # No GPU, and checkpoint files the run did not write load as if a GPU box had written them.
     CPU_LOADS_GPU_CHECKPOINT = "cpu-loads-gpu-checkpoint"
     # An Apple GPU, emulated on the CPU with MPS's dtype rule (`verify.mps`).
     EMULATED_MPS = "emulated-mps"
@@ -35,7 +35,7 @@ class RunHost(Enum):
             RunHost.CUDA: "CUDA GPU",
             RunHost.EMULATED: "emulated GPU",
             RunHost.CPU: "CPU",
-            RunHost.CPU_LOADS_GPU_CHECKPOINT: "CPU-only host, checkpoints saved as on a GPU",
+            RunHost.CPU_LOADS_GPU_CHECKPOINT: "CPU-only host, checkpoints from elsewhere saved as on a GPU",
             RunHost.EMULATED_MPS: "emulated Apple GPU (mps)",
         }[self]
 
