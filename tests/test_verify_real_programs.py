@@ -350,6 +350,48 @@ def test_findings_that_need_different_machines_are_each_proven_on_their_own(tmp_
     assert "  on 1 GPU, for TDL001: fix verified\n" in text
 
 
+# Released statistics loaded without map_location, then used with data on the GPU. The fix
+# maps them to the CPU, which the CPU-only host accepts and a GPU run then trips over; the
+# same load beside a `device` maps them there, which both machines accept.
+STATISTICS_WITHOUT_A_DEVICE = '''\
+import torch
+
+stats = torch.load("stats.pt")
+x = torch.randn(3).cuda() if torch.cuda.is_available() else torch.randn(3)
+print("RESULT", round(((x - stats["mean"]) / stats["std"]).sum().item(), 3))
+'''
+STATISTICS_BESIDE_A_DEVICE = '''\
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+stats = torch.load("stats.pt")
+x = torch.randn(3, device=device)
+print("RESULT", round(((x - stats["mean"]) / stats["std"]).sum().item(), 3))
+'''
+
+
+@pytest.mark.slow
+def test_a_fix_is_checked_on_the_machines_it_changes_the_program_on(tmp_path: Path) -> None:
+    import torch
+
+    torch.save({"mean": torch.zeros(3), "std": torch.ones(3)}, tmp_path / "stats.pt")
+    (tmp_path / "to_cpu.py").write_text(STATISTICS_WITHOUT_A_DEVICE)
+    (tmp_path / "to_device.py").write_text(STATISTICS_BESIDE_A_DEVICE)
+    _, reports = verify_json(str(tmp_path / "to_cpu.py"), str(tmp_path / "to_device.py"))
+    to_cpu, to_device = reports
+    for report in reports:
+        assert report["host"] == "cpu-loads-gpu-checkpoint"
+        assert report["original"]["error"]["line"] in (3, 4)
+        assert report["fixed"]["status"] == "ok"
+        [gpu] = report["more_hosts"]
+        assert (gpu["host"], gpu["codes"], gpu["agreement"]) == ("gpu", ["TDL003"], True)
+        assert gpu["original"]["status"] == "ok"  # on a GPU box its own checkpoint loads
+    assert to_cpu["verdict"] == "fix failed"
+    assert "Expected all tensors to be on the same device" in to_cpu["more_hosts"][0]["fixed"]["error"]["message"]
+    assert to_device["verdict"] == "fix verified"
+    assert to_device["note"].endswith("the fixed program runs and agrees")
+
+
 # The program saves its checkpoint and reads it back under another spelling of its path:
 # TDL003 does not pair the two, but the machine that saved the file is the one loading it.
 OWN_CHECKPOINT = '''\

@@ -88,3 +88,7 @@ class RuntimeProof:
     # What the bug needs that verify does not emulate (None: verify can run it), as a phrase
     # that completes "its bug needs …".
     not_emulated: str | None = None
+    # Machines where the fix changes what the program does though the bug does not show
+    # there: the fixed program must run on them too, and agree with the original (a
+    # `map_location="cpu"` that a GPU run then trips over is no fix).
+    fix_agrees_on: tuple[ProofHost, ...] = ()

@@ -99,7 +99,7 @@ class LoadWithoutMapLocation(Rule):
     slug = "load-without-map-location"
     message = "torch.load without map_location fails where the saving device is absent"
     fix_title = "Pass map_location"
-    proof = RuntimeProof(CUDA_CHECKPOINT_ON_CPU_HOST, host="cpu-loads-gpu-checkpoint")
+    proof = RuntimeProof(CUDA_CHECKPOINT_ON_CPU_HOST, host="cpu-loads-gpu-checkpoint", fix_agrees_on=("gpu",))
     requires_any_text = ("load",)
     Options = LoadOptions
     options: LoadOptions

@@ -33,6 +33,12 @@ def surfaces_away(code: str) -> bool:
     return proof_of(code).surfaces_away
 
 
+def fix_agrees_on(code: str) -> tuple[str, ...]:
+    """The machines where this rule's fix must run and agree with the original, besides
+    the one that proves the bug."""
+    return proof_of(code).fix_agrees_on
+
+
 def not_emulated(code: str) -> str | None:
     """What this rule's bug needs that verify does not emulate ("its bug needs …"), or None."""
     return proof_of(code).not_emulated

@@ -25,10 +25,11 @@ def gpu_trained_checkpoints() -> Iterator[None]:
     tagged `cuda:0`, its data kept. One the run wrote itself loads as written: the machine
     that saved it is the one loading it, and no machine fails there.
 
-    The machine still has no GPU (`torch.cuda.is_available()` is False), so loading such a
-    checkpoint without `map_location` raises PyTorch's own "Attempting to deserialize object
-    on a CUDA device". The file is read once as it is, written again with the GPU's tags
-    into memory, and that copy goes to `torch.load` with the program's own arguments.
+    On the CPU-only host (`torch.cuda.is_available()` is False) loading such a checkpoint
+    without `map_location` raises PyTorch's own "Attempting to deserialize object on a CUDA
+    device"; on a GPU host it loads onto the GPU, as there. The file is read once as it is,
+    written again with the GPU's tags into memory, and that copy goes to `torch.load` with the
+    program's own arguments.
     """
     original_save, original_load = torch.save, torch.load
     written: set[str] = set()
@@ -104,7 +105,9 @@ def host(kind: RunHost, gpus: int) -> Iterator[None]:
         # Deferred: the emulation is built only where it is used.
         from torchdevlint.verify.emulation import emulated_gpu
 
-        with emulated_gpu(gpus):
+        # Checkpoints from elsewhere were written on a GPU box here too, as on the CPU-only
+        # host: one world, where a fix is checked on both machines.
+        with emulated_gpu(gpus), gpu_trained_checkpoints():
             yield
     elif kind is RunHost.EMULATED_MPS:
         from torchdevlint.verify.mps import emulated_mps
@@ -120,7 +123,7 @@ def host(kind: RunHost, gpus: int) -> Iterator[None]:
         # never an error, so TDL013 would be proven by luck. The check makes it deterministic.
         from torchdevlint.verify.race import host_copy_race_check
 
-        with host_copy_race_check("CUDA"):
+        with host_copy_race_check("CUDA"), gpu_trained_checkpoints():
             yield
     else:
         # The CPU is the machine as it is (the parent hides GPUs from a CPU run), with a

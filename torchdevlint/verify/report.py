@@ -88,7 +88,12 @@ def write_program(out: TextIO, program: ProgramReport) -> None:
     _write_runs(out, program, program.original, program.fixed, program.comparison, "  ")
     for scenario in program.more:
         codes = ", ".join(sorted(set(scenario.codes)))
-        out.write(f"  on {scenario.machine}, for {codes}: {scenario.verdict.value}\n")
+        if scenario.agreement:
+            checked = "agrees" if scenario.verdict is Verdict.BUG_NOT_REPRODUCED and scenario.original.error is None \
+                else scenario.verdict.value
+            out.write(f"  on {scenario.machine}, where the fix of {codes} changes the program: {checked}\n")
+        else:
+            out.write(f"  on {scenario.machine}, for {codes}: {scenario.verdict.value}\n")
         _write_runs(out, program, scenario.original, scenario.fixed, scenario.comparison, "    ")
         out.write(f"    why:       {scenario.note}\n")
     out.write(f"  why:       {program.note}\n")

@@ -35,7 +35,7 @@ from torchdevlint.verify.directive import (
     scenarios_for,
     with_host,
 )
-from torchdevlint.verify.expected_errors import not_emulated, predicted_by
+from torchdevlint.verify.expected_errors import fix_agrees_on, not_emulated, predicted_by
 from torchdevlint.verify.proof import EXERCISED, Budget
 from torchdevlint.verify.protocol import (
     CHILD_MODULE,
@@ -195,10 +195,25 @@ class ScenarioReport:
     original: RunOutcome
     fixed: RunOutcome
     comparison: Comparison
+    # Runs that prove nothing: the fixes of `codes` change the program here, so the fixed
+    # program must run and agree with the original (see `RuntimeProof.fix_agrees_on`).
+    agreement: bool = False
 
     @property
     def machine(self) -> str:
         return describe_spec(self.spec)
+
+    @property
+    def summary(self) -> str:
+        """For the program's note: `also on 1 GPU for TDL001: fix verified`."""
+        codes = ", ".join(sorted(set(self.codes)))
+        if not self.agreement:
+            return f"also on {self.machine} for {codes}: {self.verdict.value}"
+        if self.verdict in (Verdict.FIX_FAILED, Verdict.RESULTS_DIFFER):
+            return f"on {self.machine}, where the fix of {codes} changes the program: {self.verdict.value} ({self.note})"
+        if self.original.status is not RunStatus.OK:
+            return f"on {self.machine}, where the fix of {codes} changes the program, the original does not run: unchecked"
+        return f"on {self.machine}, where the fix of {codes} changes the program, the fixed program runs and agrees"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -210,6 +225,7 @@ class ScenarioReport:
             "comparison": self.comparison.to_json(),
             "verdict": self.verdict.value,
             "note": self.note,
+            "agreement": self.agreement,
         }
 
 
@@ -758,6 +774,7 @@ class _Scenario:
     sites: tuple[FindingSite, ...]
     original: Future[RunOutcome]
     fixed: Future[RunOutcome]
+    agreement: bool = False
 
 
 @dataclass
@@ -886,6 +903,22 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
             run("fixed" + suffix, fixed_text, where, scenario_spec.gpus, fixed_argv,
                 tuple(site.moved(to_fixed) for site in sites)),
         ))
+    # Machines where a fix changes the program though no finding's bug shows there.
+    proven = [d for d in proven_findings(findings) if d.fix is not None]
+    used = {(scenario.spec.host, scenario.spec.gpus) for scenario in item.scenarios}
+    for host_name in dict.fromkeys(host for d in proven for host in fix_agrees_on(d.code)):
+        agreement_spec = VerifySpec(ProgramHost(host_name), 1, origin="findings")
+        if (agreement_spec.host, agreement_spec.gpus) in used:
+            continue  # the fixed program runs there already, and must agree
+        codes = tuple(sorted({d.code for d in proven if host_name in fix_agrees_on(d.code)}))
+        where, _, _ = _target_host(agreement_spec, settings.accelerator)
+        suffix = f" ({describe_spec(agreement_spec)}, agreement)"
+        item.scenarios.append(_Scenario(
+            agreement_spec, where, codes, (),
+            run("original" + suffix, text, where, 1, argv, ()),
+            run("fixed" + suffix, fixed_text, where, 1, fixed_argv, ()),
+            agreement=True,
+        ))
     on_cpu = [scenario for scenario in item.scenarios if scenario.host is RunHost.CPU]
     # A CPU host's own run of the original is the reference.
     item.reference = on_cpu[0].original if on_cpu else run(
@@ -901,7 +934,8 @@ def _judged(scenario: _Scenario, reference: RunOutcome | None, cells: Sequence[C
     unfixed = sum(1 for d in proven if d.fix is None and d.code in scenario.codes)
     if unfixed and verdict is not Verdict.FIX_VERIFIED:
         why += f" ({unfixed} finding{'s have' if unfixed != 1 else ' has'} no fix)"
-    return ScenarioReport(scenario.spec, scenario.codes, verdict, why, original, fixed, comparison)
+    return ScenarioReport(scenario.spec, scenario.codes, verdict, why, original, fixed, comparison,
+                          scenario.agreement)
 
 
 def _finish(item: _Pending) -> ProgramReport:
@@ -921,8 +955,9 @@ def _finish(item: _Pending) -> ProgramReport:
     first, *more = (_judged(scenario, reference, item.cells, proven) for scenario in item.scenarios)
     verdict, why = first.verdict, first.note
     for extra in more:
-        why += f"; also on {extra.machine} for {', '.join(sorted(set(extra.codes)))}: {extra.verdict.value}"
-    failing = [extra.verdict for extra in more if extra.verdict is not Verdict.FIX_VERIFIED]
+        why += f"; {extra.summary}"
+    failing = [extra.verdict for extra in more if extra.verdict is not Verdict.FIX_VERIFIED and (
+        not extra.agreement or extra.verdict in (Verdict.FIX_FAILED, Verdict.RESULTS_DIFFER))]
     if verdict is Verdict.FIX_VERIFIED and failing:
         verdict = failing[0]
     return ProgramReport(item.path, item.accelerator, item.spec, item.findings, verdict, item.note + why,
