@@ -255,6 +255,25 @@ class LoadWithoutMapLocation(Rule):
             """,
             name="written-by-a-method-defined-below",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model
+                def save_checkpoint(self, filename):
+                    torch.save({"model": self.model.state_dict()}, filename)
+                def load_checkpoint(self, filename):
+                    checkpoint = torch.load(filename)
+                    self.model.load_state_dict(checkpoint["model"])
+            trainer = Trainer(nn.Linear(2, 2))
+            trainer.save_checkpoint("model_checkpoint.pth")
+            resumed = Trainer(nn.Linear(2, 2))
+            resumed.load_checkpoint("model_checkpoint.pth")
+            """,
+            name="methods-that-save-and-reload-a-checkpoint-in-one-session",
+        ),
     ]
     INVALID = [
         Invalid(

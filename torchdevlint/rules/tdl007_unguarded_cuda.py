@@ -314,6 +314,16 @@ class UnguardedCuda(Rule):
             """,
             name="one-gpu-or-several-is-no-cpu-mode",
         ),
+        Valid(
+            """
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            gpus = torch.cuda.device_count()
+            for index in range(gpus):
+                print(index, torch.cuda.get_device_name(index))
+            """,
+            name="a-loop-over-the-gpus-that-a-cpu-only-machine-never-enters",
+        ),
     ]
     INVALID = [
         Invalid(

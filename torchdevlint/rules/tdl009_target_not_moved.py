@@ -261,6 +261,35 @@ class TargetNotMoved(Rule):
             """,
             name="warp-ctc-labels-and-lengths-on-the-host",
         ),
+        Valid(
+            """
+            import numpy as np
+            import torch
+            import torch.nn as nn
+
+            if torch.cuda.is_available():
+                torch.set_default_tensor_type("torch.cuda.FloatTensor")
+            else:
+                torch.set_default_tensor_type("torch.FloatTensor")
+
+
+            def to_pixels(net, pixels, width, height, on_gpu):
+                features = torch.from_numpy(pixels).float()
+                if on_gpu:
+                    features = features.cuda()
+                corners = net(features).data
+                scale = torch.Tensor([width, height, width, height])
+                return (corners[0, 1:] * scale).cpu()
+
+
+            if __name__ == "__main__":
+                model = nn.Linear(16, 5)
+                if torch.cuda.is_available():
+                    model = model.cuda()
+                print(to_pixels(model, np.random.rand(2, 16), 640, 480, torch.cuda.is_available()))
+            """,
+            name="a-legacy-tensor-on-the-default-tensor-type-the-program-sets",
+        ),
     ]
     INVALID = [
         Invalid(

@@ -201,20 +201,20 @@ class CheckpointFiles:
 
     def _written_by_call(self, call: cst.Call, caller: _Scope, depth: int, visiting: set[int]) -> set[str]:
         """The files a same-file function writes when `call` runs it."""
-        callee = self._callee(call, caller)
-        if callee is None or depth <= 0 or id(callee) in visiting:
-            return set()
-        arguments = self._bind_arguments(callee, call, caller)
-        body = self._bodies[id(callee)]
         written: set[str] = set()
-        for save in body.saves:
-            path = saved_path(save)
-            key = self._file_key(save, path, callee, arguments) if path is not None else None
-            if key is not None:
-                written.add(key)
-        for inner in body.calls:
-            # Arguments passed on are not followed further: a key made of them stays unknown.
-            written |= self._written_by_call(inner, callee, depth - 1, visiting | {id(callee)})
+        for callee in self._callees(call, caller):
+            if depth <= 0 or id(callee) in visiting:
+                continue
+            arguments = self._bind_arguments(callee, call, caller)
+            body = self._bodies[id(callee)]
+            for save in body.saves:
+                path = saved_path(save)
+                key = self._file_key(save, path, callee, arguments) if path is not None else None
+                if key is not None:
+                    written.add(key)
+            for inner in body.calls:
+                # Arguments passed on are not followed further: a key made of them stays unknown.
+                written |= self._written_by_call(inner, callee, depth - 1, visiting | {id(callee)})
         return written
 
     # ---- path keys -----------------------------------------------------------------------
@@ -346,14 +346,30 @@ class CheckpointFiles:
             return None
         return candidates[0] if len(candidates) == 1 else None
 
+    def _callees(self, call: cst.Call, caller: _Scope) -> list[cst.FunctionDef]:
+        """The same-file functions a call may run: its `_callee`, or for a method called on
+        an object (`trainer.save_checkpoint(path)`), each method of that name in the file's
+        classes and each module-level `def name(self, ...)` a class takes on later
+        (`setattr(Trainer, "save_checkpoint", save_checkpoint)`)."""
+        callee = self._callee(call, caller)
+        if callee is not None:
+            return [callee]
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return []
+        if isinstance(caller, cst.FunctionDef) and id(caller) in self._class_of \
+                and func.value.value == _first_parameter(caller):
+            return []  # `self.f(...)` that `_callee` could not pin down
+        return [f for f in self._functions.get(func.attr.value, []) if _takes_self(f)]
+
     def _call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
         return [call for body_id, body in self._bodies.items() for call in body.calls
-                if self._callee(call, self._scope_by_id[body_id]) is function]
+                if function in self._callees(call, self._scope_by_id[body_id])]
 
     def _bind_arguments(self, callee: cst.FunctionDef, call: cst.Call, caller: _Scope) -> _Arguments:
         params = callee.params
         positional = [*params.posonly_params, *params.params]
-        if id(callee) in self._class_of and isinstance(call.func, cst.Attribute):
+        if isinstance(call.func, cst.Attribute) and (id(callee) in self._class_of or _takes_self(callee)):
             positional = positional[1:]  # `self`
         arguments: _Arguments = {}
         for param in (*positional, *params.kwonly_params):
@@ -523,6 +539,10 @@ def _parameter_names(function: cst.FunctionDef) -> set[str]:
         if isinstance(star, cst.Param):
             names.add(star.name.value)
     return names
+
+
+def _takes_self(function: cst.FunctionDef) -> bool:
+    return _first_parameter(function) == "self"
 
 
 def _first_parameter(function: cst.FunctionDef) -> str | None:

@@ -1643,7 +1643,14 @@ class Interpreter:
             return replace(device_value(place), in_cpu_mode=named)
         if role is Role.SET_DEFAULT_DEVICE:
             chosen = positional[0] if positional else keywords.get("device", UNKNOWN)
-            # A device the model can name, or else somewhere it cannot (a tensor type, say).
+            if chosen.device is None and node.args:
+                # `torch.set_default_tensor_type("torch.cuda.FloatTensor")`, or the type itself.
+                named = self._constant(node.args[0].value)
+                named = named if isinstance(named, str) else chosen.reference.qualified if chosen.reference else None
+                if named is not None and named.startswith("torch.") and named.endswith("Tensor"):
+                    on_cuda = named.startswith("torch.cuda.")
+                    chosen = device_value(Place(PlaceKind.DEVICE, "cuda", frozenset({"cuda"})) if on_cuda else HOST_PLACE)
+            # A device the model can name, or else somewhere it cannot.
             env[DEFAULT_DEVICE] = chosen if chosen.device is not None else Value.of(Kind.DEVICE)
             return SCALAR
         if role is Role.SET_CUDA_DEVICE:
@@ -1673,6 +1680,10 @@ class Interpreter:
         if role is Role.LEGACY_CUDA_TENSOR:
             return tensor([Place(PlaceKind.DEVICE, "cuda", frozenset({"cuda"}))])
         if role is Role.LEGACY_HOST_TENSOR:
+            default = env.get(DEFAULT_DEVICE)
+            if call.qualified == "torch.Tensor" and default is not None:
+                # Unlike `torch.FloatTensor`, `torch.Tensor(...)` follows the default tensor type.
+                return tensor(None if default.device is None else [default.device])
             return tensor([HOST_PLACE])
         if role is Role.RETURNS_ITS_TENSOR:
             return positional[0] if positional else None

@@ -49,6 +49,7 @@ from torchdevlint.analysis.flow.values import (
     MODULE_DEVICE_PLACE,
     UNKNOWN,
     Kind,
+    Off,
     Place,
     Value,
     cuda_place,
@@ -281,7 +282,17 @@ class FlowModel:
         if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
             holds = self.cpu_mode_truth(ancestor.left)
             return holds is not None and holds is isinstance(ancestor.operator, cst.Or)
+        if isinstance(ancestor, cst.For) and child is ancestor.body:
+            return self._empty_in_cpu_mode(ancestor.iter)
         return isinstance(ancestor, cst.FunctionDef) and not self.function_reached_in_cpu_mode(ancestor)
+
+    def _empty_in_cpu_mode(self, iterable: cst.BaseExpression) -> bool:
+        """`range(torch.cuda.device_count())`, `range(n_gpus)`: no step in the CPU mode."""
+        if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range"
+                and len(iterable.args) == 1 and iterable.args[0].keyword is None and not iterable.args[0].star):
+            return False
+        count = self.value_of(iterable.args[0].value).in_cpu_mode
+        return isinstance(count, Off) or count == 0 and not isinstance(count, bool)
 
     def function_reached_in_cpu_mode(self, function: cst.FunctionDef) -> bool:
         """False when the file makes every call of the function, and the CPU mode reaches none."""
