@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.analysis.flow.results import names_bound_by
 from torchdevlint.analysis.tree import child_nodes
@@ -109,7 +110,10 @@ class _Analysis(_NewerSyntaxNotes):
         self.imports.record_import(node)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.imports.record_import_from(node)
+        if isinstance(node.names, cst.ImportStar):
+            self.imports.record_star_import(naming.STAR_IMPORTED_MODULES)
+        else:
+            self.imports.record_import_from(node)
 
     # A module-level rebinding that always runs means the name no longer stands for an import.
 

@@ -6,6 +6,8 @@ several times the parse; imports are all torch names ever need.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import libcst as cst
 
 # Calls after which nothing in the block runs: builtins, and functions by qualified name.
@@ -62,6 +64,13 @@ class ImportTable:
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 local = alias.asname.name.value
             self._aliases[local] = f"{module}.{name}"
+
+    def record_star_import(self, conventional: Mapping[str, str]) -> None:
+        """`from utils import *`: the names it conventionally brings (local -> module), where
+        no other import binds them."""
+        self.generation += 1
+        for local, module in conventional.items():
+            self._aliases.setdefault(local, module)
 
     def forget(self, local_name: str) -> None:
         """A later plain assignment rebinds the name: it no longer means the import."""

@@ -278,6 +278,22 @@ class LoadWithoutMapLocation(Rule):
     INVALID = [
         Invalid(
             """
+            from helpers import *
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            checkpoint = torch.load("detector_checkpoint.pth.tar")
+            model = checkpoint["model"].to(device)
+            """,
+            fixed="""
+            from helpers import *
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            checkpoint = torch.load("detector_checkpoint.pth.tar", map_location=device)
+            model = checkpoint["model"].to(device)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="torch-brought-by-a-star-import-of-the-projects-helpers",
+        ),
+        Invalid(
+            """
             import torch
             import torch.nn as nn
             torch.save(nn.Linear(4, 2).state_dict(), "checkpoint.pth")

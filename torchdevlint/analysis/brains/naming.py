@@ -3,6 +3,10 @@ where no type says it. One copy of each list, each used for one question."""
 
 from __future__ import annotations
 
+# What `from utils import *` brings where the module imported `torch` itself (a tutorial's
+# scripts sharing one helper module): names no other import of the file binds.
+STAR_IMPORTED_MODULES: dict[str, str] = {"torch": "torch", "nn": "torch.nn"}
+
 # Words in the text of a `device=` argument that make it a device variable (`device=dev`, `device=self.gpu`).
 DEVICE_VARIABLE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
 

@@ -582,6 +582,9 @@ class Interpreter:
         if type(node) is cst.ImportFrom:
             module = dotted_name(node.module) if node.module is not None else None
             if isinstance(node.names, cst.ImportStar):
+                for local, star_module in naming.STAR_IMPORTED_MODULES.items():
+                    if local not in env and self.oracle.outer_value(self.flow.node, local) is None:
+                        self._set(local, reference(star_module), env)
                 return env
             for alias in node.names:
                 imported = dotted_name(alias.name) or ""
