@@ -46,6 +46,8 @@ class AttributeWalkContext(Protocol):
 
 _REGISTERED_TENSORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer"})
 _ON_MODULE_DEVICE = frozenset({MODULE_DEVICE_PLACE})
+# Calls that keep where a tensor is, and are no move themselves (`.bool()`, `.contiguous()`).
+_CASTS = torch_api.SHAPE_KEEPING_METHODS - {"to", "cpu", "cuda", "type", "type_as", "pin_memory"}
 
 
 @dataclass
@@ -187,9 +189,22 @@ class ModuleAttributes:
         if not isinstance(value, cst.Call):
             return False
         flow = self.context.flow
-        explicit = flow.move_destination(value) is not None or keyword_argument(value, "device") is not None \
-            or isinstance(value.func, cst.Attribute) and value.func.attr.value == "type_as"
-        return explicit and flow.value_of(value).places == _ON_MODULE_DEVICE
+        placed = flow.value_of(value).places == _ON_MODULE_DEVICE
+        # `.type_as(x).bool()`: the move under casts that keep where the data is.
+        while isinstance(value.func, cst.Attribute) and value.func.attr.value in _CASTS and not value.args \
+                and isinstance(value.func.value, cst.Call):
+            value = value.func.value
+        type_as = isinstance(value.func, cst.Attribute) and value.func.attr.value == "type_as"
+        explicit = flow.move_destination(value) is not None or keyword_argument(value, "device") is not None or type_as
+        if type_as and value.args and isinstance(value.args[0].value, cst.Name):
+            # `.type_as(x)` with `x` the method's input: where the module's data is, whatever
+            # the model could tell of `x`.
+            method = self.context.enclosing_method()
+            params = method.function.params if method is not None else None
+            if params is not None and value.args[0].value.value in {
+                    param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}:
+                return True
+        return explicit and placed
 
     def visit_Call(self, node: cst.Call) -> None:
         where = self._method()

@@ -187,6 +187,28 @@ class TensorAttributeNotBuffer(Rule):
             import torch
             import torch.nn as nn
 
+
+            class Decoder(nn.Module):
+                def __init__(self, size):
+                    super().__init__()
+                    self.proj = nn.Linear(size, size)
+                    self.masks = self.make_mask(size)
+
+                @staticmethod
+                def make_mask(size):
+                    return 1 - torch.triu(torch.ones(1, size, size), diagonal=1)
+
+                def forward(self, x):
+                    self.masks = self.masks.type_as(x).bool()
+                    return self.proj(x).masked_fill(~self.masks, 0.0)
+            """,
+            name="a-mask-cast-to-the-inputs-type-before-each-use",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
             class ProposalTarget(nn.Module):
                 def __init__(self, means):
                     super().__init__()
