@@ -70,9 +70,23 @@ def test_another_file_is_not_this_file() -> None:
         net.load_state_dict(torch.load("best.pt"))
         for epoch in range(3):
             torch.save(net.state_dict(), f"epoch_{epoch}.pt")
-        net.load_state_dict(torch.load(f"epoch_{epoch}.pt"))  # `epoch` is bound by the loop: no one file
+        net.load_state_dict(torch.load(f"step_{epoch}.pt"))
         """
     ) == [False, False]
+
+
+def test_one_of_the_files_a_template_named_earlier_in_the_run() -> None:
+    # `epoch` and `best` are not known, but the file is one of those the loop wrote.
+    assert _loads_written_earlier(
+        """
+        import torch
+        for epoch in range(3):
+            torch.save(net.state_dict(), f"epoch_{epoch}.pt")
+        net.load_state_dict(torch.load(f"epoch_{best}.pt"))
+        if args.resume is not None:
+            net.load_state_dict(torch.load("{}.pt".format(args.resume)))
+        """
+    ) == [True, False]
 
 
 def test_paths_built_the_same_way_in_two_functions_through_a_helper_that_saves() -> None:

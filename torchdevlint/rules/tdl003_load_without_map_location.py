@@ -274,6 +274,21 @@ class LoadWithoutMapLocation(Rule):
             """,
             name="methods-that-save-and-reload-a-checkpoint-in-one-session",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            model = nn.Linear(8, 2)
+            best_loss, best_epoch = float("inf"), 0
+            for epoch in range(10):
+                loss = model(torch.randn(4, 8)).pow(2).mean()
+                torch.save(model.state_dict(), "snapshot_{}.pkl".format(epoch))
+                if loss.item() < best_loss:
+                    best_loss, best_epoch = loss.item(), epoch
+            model.load_state_dict(torch.load("snapshot_{}.pkl".format(best_epoch)))
+            """,
+            name="the-best-of-the-snapshots-this-run-saved",
+        ),
     ]
     INVALID = [
         Invalid(

@@ -18,6 +18,7 @@ this run?" from the syntax alone:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -264,16 +265,16 @@ class CheckpointFiles:
             operator = type(node.operator).__name__
             return None if left is None or right is None else f"({left} {operator} {right})"
         if isinstance(node, cst.FormattedString):
-            parts: list[str] = []
-            for part in node.parts:
-                if isinstance(part, cst.FormattedStringText):
-                    parts.append(repr(part.value))
-                elif isinstance(part, cst.FormattedStringExpression):
-                    inner = self._key(part.expression, scope, arguments, depth, at)
-                    if inner is None:
-                        return None
-                    parts.append(f"{{{inner}}}")
-            return "f(" + ",".join(parts) + ")"
+            # `f"epoch_{epoch}.pt"`: one of the files the template names (which epoch, the
+            # key cannot say; saved in a loop, reloaded after it, it is one this run wrote).
+            text = "".join(part.value if isinstance(part, cst.FormattedStringText) else "{}" for part in node.parts)
+            return repr(text) if "{}" not in text else _family(text)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format" \
+                and isinstance(node.func.value, cst.SimpleString):
+            template = string_value(node.func.value)
+            if template is None or any(arg.keyword is not None or arg.star for arg in node.args):
+                return None
+            return _family(re.sub(r"\{[^{}]*\}", "{}", template))
         if isinstance(node, cst.Call):
             function = dotted_name(node.func)
             if function is None or function == "open":
@@ -539,6 +540,12 @@ def _parameter_names(function: cst.FunctionDef) -> set[str]:
         if isinstance(star, cst.Param):
             names.add(star.name.value)
     return names
+
+
+def _family(template: str) -> str | None:
+    """A key for the files a template names (`"{}.pkl"` with its epoch), where its text says
+    enough to tell them from others: a name or extension besides the placeholders."""
+    return f"family({template!r})" if len(template.replace("{}", "").strip(" ./_-")) >= 3 else None
 
 
 def _takes_self(function: cst.FunctionDef) -> bool:
