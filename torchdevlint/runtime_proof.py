@@ -64,6 +64,12 @@ DEVICE_STRING_REJECTED = re.compile(
 )
 # CUDA used in a DataLoader worker forked after the training process started CUDA.
 CUDA_IN_FORKED_WORKER = re.compile(r"Cannot re-initialize CUDA in forked subprocess")
+# A tensor given requires_grad and then moved is no leaf: optimizers refuse it, and its
+# `.grad` is None where the program reads it.
+NON_LEAF_GRADIENT = re.compile(
+    r"can't optimize a non-leaf Tensor|unsupported operand type\(s\) for [^:]*: '[^']*' and 'NoneType'"
+    r"|unsupported operand type\(s\) for [^:]*: 'NoneType' and|'NoneType' object has no attribute 'zero_'"
+)
 PREFIXED_STATE_DICT = re.compile(
     r"Error\(s\) in loading state_dict(?s:.*)(Unexpected|Missing) key\(s\) in state_dict: \"module\."
 )
