@@ -341,11 +341,13 @@ def test_findings_that_need_different_machines_are_each_proven_on_their_own(tmp_
     assert result.returncode == 0, result.stdout + result.stderr
     assert report["verdict"] == "fix verified"
     assert (report["host"], report["original"]["error"]["line"]) == ("cpu-loads-gpu-checkpoint", 6)
-    [gpu] = report["more_hosts"]
+    gpu, agreement = report["more_hosts"]
     assert (gpu["host"], gpu["gpus"], gpu["codes"], gpu["verdict"]) == ("gpu", 1, ["TDL001"], "fix verified")
     assert gpu["original"]["error"]["line"] == 10
     assert gpu["comparison"]["status"] == "match"
-    assert report["note"].endswith("; also on 1 GPU for TDL001: fix verified")
+    # The map_location fix runs on a GPU too, where the checkpoint is one a GPU box wrote.
+    assert (agreement["host"], agreement["codes"], agreement["agreement"]) == ("gpu", ["TDL003"], True)
+    assert "; also on 1 GPU for TDL001: fix verified; on 1 GPU, where the fix of TDL003 changes" in report["note"]
     text = run_cli("verify", "--device", "emulated", str(program), cwd=ROOT).stdout
     assert "  on 1 GPU, for TDL001: fix verified\n" in text
 

@@ -101,14 +101,16 @@ def cpu_only_build() -> Iterator[None]:
 
 @contextmanager
 def host(kind: RunHost, gpus: int) -> Iterator[None]:
-    if kind is RunHost.EMULATED:
+    if kind in (RunHost.EMULATED, RunHost.EMULATED_LOADS_GPU_CHECKPOINT):
         # Deferred: the emulation is built only where it is used.
         from torchdevlint.verify.emulation import emulated_gpu
 
-        # Checkpoints from elsewhere were written on a GPU box here too, as on the CPU-only
-        # host: one world, where a fix is checked on both machines.
-        with emulated_gpu(gpus), gpu_trained_checkpoints():
-            yield
+        with emulated_gpu(gpus):
+            if kind is RunHost.EMULATED:
+                yield
+                return
+            with gpu_trained_checkpoints():
+                yield
     elif kind is RunHost.EMULATED_MPS:
         from torchdevlint.verify.mps import emulated_mps
 
@@ -117,14 +119,18 @@ def host(kind: RunHost, gpus: int) -> Iterator[None]:
     elif kind is RunHost.CPU_LOADS_GPU_CHECKPOINT:
         with gpu_trained_checkpoints():
             yield
-    elif kind is RunHost.CUDA:
+    elif kind in (RunHost.CUDA, RunHost.CUDA_LOADS_GPU_CHECKPOINT):
         # The machine as it is, plus the emulation's read-before-sync check: on a real GPU a
         # non_blocking copy to the CPU read too early returns stale values only now and then,
         # never an error, so TDL013 would be proven by luck. The check makes it deterministic.
         from torchdevlint.verify.race import host_copy_race_check
 
-        with host_copy_race_check("CUDA"), gpu_trained_checkpoints():
-            yield
+        with host_copy_race_check("CUDA"):
+            if kind is RunHost.CUDA:
+                yield
+                return
+            with gpu_trained_checkpoints():
+                yield
     else:
         # The CPU is the machine as it is (the parent hides GPUs from a CPU run), with a
         # CPU-only build's answers.

@@ -28,6 +28,24 @@ class RunHost(Enum):
     CPU_LOADS_GPU_CHECKPOINT = "cpu-loads-gpu-checkpoint"
     # An Apple GPU, emulated on the CPU with MPS's dtype rule (`verify.mps`).
     EMULATED_MPS = "emulated-mps"
+    # A GPU, emulated or real, where checkpoint files the run did not write load as a GPU box
+    # wrote them: where a `map_location` fix must still agree with the original.
+    EMULATED_LOADS_GPU_CHECKPOINT = "emulated-loads-gpu-checkpoint"
+    CUDA_LOADS_GPU_CHECKPOINT = "cuda-loads-gpu-checkpoint"
+
+    @property
+    def real_gpu(self) -> bool:
+        return self in (RunHost.CUDA, RunHost.CUDA_LOADS_GPU_CHECKPOINT)
+
+    @property
+    def any_gpu(self) -> bool:
+        return self in (RunHost.CUDA, RunHost.EMULATED, RunHost.CUDA_LOADS_GPU_CHECKPOINT,
+                        RunHost.EMULATED_LOADS_GPU_CHECKPOINT)
+
+    def loading_gpu_checkpoints(self) -> RunHost:
+        """This GPU host, where checkpoints from elsewhere were written on a GPU box."""
+        return {RunHost.CUDA: RunHost.CUDA_LOADS_GPU_CHECKPOINT,
+                RunHost.EMULATED: RunHost.EMULATED_LOADS_GPU_CHECKPOINT}.get(self, self)
 
     @property
     def label(self) -> str:
@@ -37,6 +55,8 @@ class RunHost(Enum):
             RunHost.CPU: "CPU",
             RunHost.CPU_LOADS_GPU_CHECKPOINT: "CPU-only host, checkpoints from elsewhere saved as on a GPU",
             RunHost.EMULATED_MPS: "emulated Apple GPU (mps)",
+            RunHost.EMULATED_LOADS_GPU_CHECKPOINT: "emulated GPU, checkpoints from elsewhere saved as on a GPU",
+            RunHost.CUDA_LOADS_GPU_CHECKPOINT: "CUDA GPU, checkpoints from elsewhere saved as on a GPU",
         }[self]
 
 

@@ -35,7 +35,7 @@ from torchdevlint.verify.directive import (
     scenarios_for,
     with_host,
 )
-from torchdevlint.verify.expected_errors import fix_agrees_on, not_emulated, predicted_by
+from torchdevlint.verify.expected_errors import fix_agrees_on, not_emulated, predicted_by, proof_of
 from torchdevlint.verify.proof import EXERCISED, Budget
 from torchdevlint.verify.protocol import (
     CHILD_MODULE,
@@ -242,7 +242,7 @@ def _child_env(host: RunHost, jobs: int, *, hide_gpus: bool = True) -> dict[str,
     env["PYTHONHASHSEED"] = "0"  # set and dict-of-str order alike in every run, for RESULT lines
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # verify never writes beside the user's files
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, jobs))))
-    if hide_gpus and host is not RunHost.CUDA:
+    if hide_gpus and not host.real_gpu:
         env["CUDA_VISIBLE_DEVICES"] = ""  # the emulated GPU and the CPU hosts never touch a real one
     return env
 
@@ -477,7 +477,7 @@ class Launcher:
             files = {name: str(Path(scratch, name)) for name in ("source.py", "stdout", "stderr", "outcome.json")}
             work = mirror(folder, Path(scratch, "work"))
             Path(files["source.py"]).write_text(source, encoding="utf-8")
-            env = {} if host in (RunHost.CUDA, RunHost.EMULATED) else {"CUDA_VISIBLE_DEVICES": ""}
+            env = {} if host.any_gpu else {"CUDA_VISIBLE_DEVICES": ""}
             # Temporary files (`tempfile`, torch.compile's caches) go to the run's scratch too.
             temporary = Path(scratch, "tmp")
             temporary.mkdir()
@@ -905,13 +905,16 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
         ))
     # Machines where a fix changes the program though no finding's bug shows there.
     proven = [d for d in proven_findings(findings) if d.fix is not None]
-    used = {(scenario.spec.host, scenario.spec.gpus) for scenario in item.scenarios}
+    used = {(scenario.host, scenario.spec.gpus) for scenario in item.scenarios}
     for host_name in dict.fromkeys(host for d in proven for host in fix_agrees_on(d.code)):
         agreement_spec = VerifySpec(ProgramHost(host_name), 1, origin="findings")
-        if (agreement_spec.host, agreement_spec.gpus) in used:
-            continue  # the fixed program runs there already, and must agree
         codes = tuple(sorted({d.code for d in proven if host_name in fix_agrees_on(d.code)}))
         where, _, _ = _target_host(agreement_spec, settings.accelerator)
+        if any(proof_of(code).host == "cpu-loads-gpu-checkpoint" for code in codes):
+            # The same world as where the bug shows: checkpoints from elsewhere came from a GPU.
+            where = where.loading_gpu_checkpoints()
+        if (where, agreement_spec.gpus) in used:
+            continue  # the fixed program runs there already, and must agree
         suffix = f" ({describe_spec(agreement_spec)}, agreement)"
         item.scenarios.append(_Scenario(
             agreement_spec, where, codes, (),
