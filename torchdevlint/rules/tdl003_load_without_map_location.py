@@ -12,6 +12,7 @@ from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.cuda_uses import CudaProgram
 from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.flow.values import Kind
+from torchdevlint.analysis.local_names import function_bindings
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -306,6 +307,32 @@ class LoadWithoutMapLocation(Rule):
             """,
             applicability=Applicability.UNSAFE,
             name="torch-brought-by-a-star-import-of-the-projects-helpers",
+        ),
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def main(resume):
+                checkpoint = torch.load(resume)
+                model, optimizer = checkpoint["model"], checkpoint["optimizer"]
+                model = model.to(device)
+                return model, optimizer
+            if __name__ == "__main__":
+                main("checkpoint_ssd300.pth.tar")
+            """,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def main(resume):
+                checkpoint = torch.load(resume, map_location=device)
+                model, optimizer = checkpoint["model"], checkpoint["optimizer"]
+                model = model.to(device)
+                return model, optimizer
+            if __name__ == "__main__":
+                main("checkpoint_ssd300.pth.tar")
+            """,
+            applicability=Applicability.UNSAFE,
+            name="a-pickled-model-and-optimizer-resumed-where-the-module-level-device-is",
         ),
         Invalid(
             """
@@ -614,11 +641,25 @@ class LoadWithoutMapLocation(Rule):
 
     def _device_variables(self, node: cst.Call) -> list[str]:
         """Names holding a device where the load runs (`device`, `args.device`)."""
-        statement = next((a for a in self.context.ancestors(node) if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement))), None)
+        ancestors = self.context.ancestors(node)
+        statement = next((a for a in ancestors if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement))), None)
         env = self.context.flow.env_before(statement) if statement is not None else None
         if env is None:
             return []
-        return [name for name, value in env.items() if "device" in name.lower() and value.is_device]
+        found = [name for name, value in env.items() if "device" in name.lower() and value.is_device]
+        functions = [a for a in ancestors if isinstance(a, cst.FunctionDef)]
+        if found or not functions:
+            return found
+        # A module-level `device` the function reads as a global (`def main(): ... torch.load(p)`).
+        outermost = functions[-1]
+        body = list(self.context.module.body)
+        # The module's bindings where the program goes on after the `def` (a `def` has no
+        # environment of its own): where `main()` is called, say.
+        later = body[body.index(outermost) + 1:] if outermost in body else []
+        module_env = next((env for env in map(self.context.flow.env_before, later) if env is not None), None)
+        local = set().union(*(function_bindings(function).local for function in functions))
+        return [name for name, value in (module_env or {}).items()
+                if "device" in name.lower() and value.is_device and name not in local]
 
     def _flows_into_load_state_dict(self, node: cst.Call) -> bool:
         ancestors = self.context.ancestors(node)
