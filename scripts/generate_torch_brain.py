@@ -168,12 +168,7 @@ def encode(name: str, python: PythonName, operators: dict[str, Operator]) -> str
             flags += "P"
         if "reduction" in operator.tags:
             flags += "R"
-        if not operator.unchecked:
-            flags += "X"
-        elif operator.iterator:
-            flags += "I"
-        else:
-            flags += "N"
+        flags += device_check(operator)
     return result + flags
 
 
@@ -215,7 +210,20 @@ def generate(site_packages: Path) -> str:
         for name in sorted(names):
             lines.append(f"    {name!r}: {encode(name, names[name], operators)!r},")
         lines.append("}")
+    lines.append("")
+    lines.append("# Every operator of native_functions.yaml by its ATen base name (`add`, `add_`,")
+    lines.append("# `_log_softmax`), with how CUDA checks its Tensor arguments: X, I or N as above.")
+    lines.append("OPERATORS: dict[str, str] = {")
+    for name in sorted(operators):
+        lines.append(f"    {name!r}: {device_check(operators[name])!r},")
+    lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def device_check(operator: Operator) -> str:
+    if not operator.unchecked:
+        return "X"
+    return "I" if operator.iterator else "N"
 
 
 def main() -> int:

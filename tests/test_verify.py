@@ -812,6 +812,8 @@ CUDA_REJECTS: dict[str, Callable[[Any], Any]] = {
     "packed sequence with GPU lengths": lambda gpu: torch.nn.utils.rnn.pack_padded_sequence(
         torch.randn(5, 2, 3, device=gpu), torch.tensor([5, 3], device=gpu)),
     "nn.Embedding with CPU indices": lambda gpu: torch.nn.Embedding(10, 4).to(gpu)(torch.tensor([[1, 2]])),
+    # Pointwise, but checked exactly (native_functions.yaml gives it no `device_check: NoCheck`).
+    "a 0-dim CPU operand of logaddexp": lambda gpu: torch.logaddexp(torch.ones(3, device=gpu), torch.tensor(0.0)),
     "F.embedding with CPU indices": lambda gpu: F.embedding(torch.tensor([1, 2]), torch.randn(10, 4, device=gpu)),
     "F.embedding with a 0-dim CPU index": lambda gpu: F.embedding(torch.tensor(1), torch.randn(10, 4, device=gpu)),
     "F.embedding_bag": lambda gpu: F.embedding_bag(torch.tensor([[1, 2]]), torch.randn(10, 4, device=gpu)),
@@ -907,6 +909,8 @@ CUDA_ACCEPTS: dict[str, Callable[[Any], Any]] = {
     "a 0-dim CPU value assigned through indices": lambda gpu: torch.zeros(5, device=gpu).__setitem__(
         torch.tensor([0, 2]), torch.tensor(1.0)),
     "0-dim CPU tensor as a scalar": lambda gpu: torch.ones(3, device=gpu) * torch.tensor(2.0),
+    # native_functions.yaml: `device_check: NoCheck  # TensorIterator`, though not tagged pointwise.
+    "0-dim CPU divisor of floor_divide": lambda gpu: torch.floor_divide(torch.ones(3, device=gpu), torch.tensor(2.0)),
     "0-dim CPU tensor in torch.where": lambda gpu: torch.where(
         torch.ones(3, device=gpu) > 0, torch.ones(3, device=gpu), torch.tensor(0.0)),
     "masked_fill with a 0-dim CPU value": lambda gpu: torch.zeros(3, device=gpu).masked_fill(

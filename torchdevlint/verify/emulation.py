@@ -40,6 +40,7 @@ from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 from torch.utils._device import DeviceContext
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from torchdevlint.analysis.brains import torch_ops
 from torchdevlint.verify.cuda_api import (
     CUDA_STRING,
     LEGACY_TYPES,
@@ -217,10 +218,17 @@ def _rule_of(func: Any) -> _DeviceRule:
             rule = _DeviceRule.INDEX
         elif name in _INDEX_PUT_OPS:
             rule = _DeviceRule.INDEX_PUT
-        elif name in _CPU_SCALAR_OPS or name.startswith("_foreach_") or _is_pointwise(func, name):
+        elif name in _CPU_SCALAR_OPS or name.startswith("_foreach_"):
             rule = _DeviceRule.CPU_SCALARS
         else:
-            rule = _DeviceRule.SAME_DEVICE
+            # What native_functions.yaml says (the brain generated from it): TensorIterator
+            # takes 0-dim CPU tensors as scalars; a checked operator wants one device; one the
+            # dispatcher does not check, its kernel checks, as pointwise ones iterate.
+            check = torch_ops.OPERATORS.get(name)
+            if check == "I" or check != "X" and _is_pointwise(func, name):
+                rule = _DeviceRule.CPU_SCALARS
+            else:
+                rule = _DeviceRule.SAME_DEVICE
         _rules[func] = rule
     return rule
 
