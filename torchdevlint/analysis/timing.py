@@ -29,6 +29,8 @@ _WAITING_METHODS = frozenset({"synchronize", "item", "tolist", "numpy", "cpu", "
 _WAITING_MODULES = ("torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize",
                     "torch.mps.synchronize", "torch.cuda.Event", "torch.distributed.barrier")
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+# How deep loops run their body twice (see `_Walk._loop`).
+_LOOPS_RUN_TWICE = 3
 
 
 def _calls(unit: cst.CSTNode) -> Iterator[cst.Call]:
@@ -214,7 +216,8 @@ class _Walk:
         wrapped = (*(unit for unit, _ in body), *later)
         outer, self.loops = self.loops, (id(loop), *self.loops)
         after = step = spans
-        for _ in range(2):
+        # Twice at each level would be exponential in the nesting: deep inside, once.
+        for _ in range(2 if len(outer) < _LOOPS_RUN_TWICE else 1):
             if isinstance(loop, cst.While):
                 step = self._calls(header, loop, None, step, later)
             step = self.block(body, step, wrapped)
