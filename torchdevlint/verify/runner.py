@@ -916,10 +916,13 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
         if (where, agreement_spec.gpus) in used:
             continue  # the fixed program runs there already, and must agree
         suffix = f" ({describe_spec(agreement_spec)}, agreement)"
+        # Watched as where the bug shows: a run stops once the fixed lines and a use of
+        # their values have run, which is where a fix the GPU trips over fails.
+        sites = tuple(site for site in all_sites if site.code in codes)
         item.scenarios.append(_Scenario(
-            agreement_spec, where, codes, (),
-            run("original" + suffix, text, where, 1, argv, ()),
-            run("fixed" + suffix, fixed_text, where, 1, fixed_argv, ()),
+            agreement_spec, where, codes, sites,
+            run("original" + suffix, text, where, 1, argv, sites),
+            run("fixed" + suffix, fixed_text, where, 1, fixed_argv, tuple(site.moved(to_fixed) for site in sites)),
             agreement=True,
         ))
     on_cpu = [scenario for scenario in item.scenarios if scenario.host is RunHost.CPU]
