@@ -45,7 +45,9 @@ def test_interrupted_fix_leaves_each_file_untouched_or_fully_fixed(tmp_path: Pat
     folder.mkdir()
     body = BUGGY + "".join(f"def f{i}(a):\n    return a + {i}\n" for i in range(400))
     fixed_body = FIXED + body[len(BUGGY):]
-    for index in range(300):
+    # Enough files that the run is still fixing when the signal comes, on a busy 2-core CI
+    # machine too (with 300 the run once ended before this process was scheduled again).
+    for index in range(900):
         (folder / f"m{index:03d}.py").write_text(body)
     for sig in (signal.SIGINT, signal.SIGTERM):
         for path in folder.iterdir():
