@@ -10,8 +10,6 @@ from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
-_DEVICE_MOVES = frozenset({"to", "cuda"})
-
 
 def _device_move(expression: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.Call] | None:
     """`x.to(device)` / `x.cuda()`, possibly chained with dtype moves: (receiver root, move call)."""
@@ -20,7 +18,7 @@ def _device_move(expression: cst.BaseExpression) -> tuple[cst.BaseExpression, cs
         method = expression.func.attr.value
         if method not in torch_api.MOVE_METHODS:
             return None
-        if method in _DEVICE_MOVES and expression.args or method == "cuda":
+        if method in torch_api.DEVICE_MOVES and expression.args or method == "cuda":
             move = expression
         expression = expression.func.value
     return (expression, move) if move is not None else None

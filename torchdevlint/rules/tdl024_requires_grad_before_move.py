@@ -11,8 +11,6 @@ from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import NON_LEAF_GRADIENT, RuntimeProof
 
-_MOVES = frozenset({"to", "cuda"})
-
 
 class RequiresGradBeforeMove(Rule):
     """
@@ -116,7 +114,7 @@ class RequiresGradBeforeMove(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value in _MOVES and isinstance(func.value, cst.Call)):
+        if not (isinstance(func, cst.Attribute) and func.attr.value in torch_api.DEVICE_MOVES and isinstance(func.value, cst.Call)):
             return
         made = func.value
         asked = keyword_argument(made, "requires_grad")

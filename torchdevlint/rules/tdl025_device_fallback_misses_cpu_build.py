@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.brains import naming
+from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.devices import calls_in, mentions_any
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import NO_GPU, RuntimeProof
 
-_MOVES = frozenset({"to", "cuda"})
 # What a handler must catch to see a CPU-only build's complaint too.
 _BROAD = frozenset({"AssertionError", "Exception", "BaseException"})
 
@@ -143,7 +142,7 @@ class DeviceFallbackMissesCpuBuild(Rule):
 
     def _moves(self, call: cst.Call) -> bool:
         func = call.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value in _MOVES):
+        if not (isinstance(func, cst.Attribute) and func.attr.value in torch_api.DEVICE_MOVES):
             return False
         if func.attr.value == "cuda" or self.context.flow.move_destination(call) is not None:
             return True
@@ -157,7 +156,7 @@ class DeviceFallbackMissesCpuBuild(Rule):
         return "RuntimeError" in written and not written & _BROAD and len(written) == len(names)
 
     def _falls_back(self, handler: cst.ExceptHandler) -> bool:
-        if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in (*_MOVES, "cpu")
+        if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in (*torch_api.DEVICE_MOVES, "cpu")
                for call in calls_in(handler.body)):
             return True
         stack: list[cst.CSTNode] = [handler.body]

@@ -111,6 +111,9 @@ MOVE_METHODS: frozenset[str] = frozenset(
      "byte", "char", "bool", "pin_memory"}
 )
 
+# The calls that move a tensor or module to a device a program names (`x.to(device)`, `x.cuda()`).
+DEVICE_MOVES: frozenset[str] = frozenset({"to", "cuda"})
+
 # nn.Module methods that work in place and return the module itself.
 MODULE_SELF_RETURNING_METHODS: frozenset[str] = frozenset(
     {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval",
