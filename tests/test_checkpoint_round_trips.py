@@ -19,7 +19,7 @@ def _loads_written_earlier(source: str) -> list[bool]:
     stack: list[cst.CSTNode] = [module]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Call) and model.qualified_name(node.func) == "torch.load":
+        if isinstance(node, cst.Call) and model.imported_name(node.func) == (True, "torch.load"):
             loads.append(node)
         stack.extend(reversed(node.children))
     return [model.written_earlier_in_run(load) for load in loads]

@@ -96,6 +96,22 @@ def test_rules_read_the_analysis_through_its_results_never_its_interpreter_or_ea
         assert not others, f"{name} imports other rules: {others}"
 
 
+def test_rules_ask_what_a_name_refers_to_through_one_oracle() -> None:
+    """`context.names` answers for every rule; the import table it reads first and the flow
+    model's resolution behind it are the engine's."""
+    for name, path in sources().items():
+        if not name.startswith("torchdevlint.rules."):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("imports", "imported_name"):
+                assert not (isinstance(node.value, ast.Attribute) and node.value.attr in ("context", "flow")), \
+                    f"{name}:{node.lineno} reads {node.attr} of the {node.value.attr}: ask self.context.names"
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                imported = {alias.name for alias in node.names}
+                assert not imported & {"ImportTable", "NameOracle"}, f"{name}:{node.lineno} imports a resolver"
+
+
 def test_the_analysis_never_reaches_a_rule_s_context_or_its_fixes() -> None:
     analysis = [name for name in modules() if name.startswith("torchdevlint.analysis")]
     for name in analysis:

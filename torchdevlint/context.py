@@ -12,6 +12,7 @@ from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.analysis.flow.model import FlowModel
 from torchdevlint.analysis.flow.results import FlowQueries, Scope
 from torchdevlint.analysis.local_names import FunctionBindings, function_bindings, scope_bindings
+from torchdevlint.analysis.name_oracle import NameOracle
 from torchdevlint.analysis.names import ImportTable
 from torchdevlint.budget import Deadline, NoDeadline
 
@@ -43,7 +44,10 @@ class FileContext:
         self.path = path
         self._source = source
         self.deadline = deadline if deadline is not None else NoDeadline()
+        # The imports the walk has read so far: the engine fills it, and shared analyses may
+        # read it; rules ask `names`, which also knows what shadows an import.
         self.imports = ImportTable()
+        self.names = NameOracle(module, self.imports, self._flow_model)
         # The node being visited and all its ancestors, outermost first.
         self.stack: list[cst.CSTNode] = []
         # id(node) -> parent, for every node walked (positions need the way up).
@@ -64,6 +68,7 @@ class FileContext:
         if self.walked and self._flow is not None:
             self._flow.keep_in_memory()
         self._flow = None
+        self.names.release()
         self._shared.clear()
         self.parents.clear()
         self.stack.clear()
@@ -74,6 +79,9 @@ class FileContext:
     @property
     def flow(self) -> FlowQueries:
         """The device-flow model of the file, interpreted lazily, function by function."""
+        return self._flow_model()
+
+    def _flow_model(self) -> FlowModel:
         if self._flow is None:
             self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source, self._flow_memory)
         return self._flow

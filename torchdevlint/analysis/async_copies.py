@@ -17,7 +17,7 @@ import libcst as cst
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.flow.values import HOST_PLACE
 from torchdevlint.analysis.loader_flow import is_non_blocking
-from torchdevlint.analysis.names import ImportTable
+from torchdevlint.analysis.names import NameResolver
 from torchdevlint.analysis.tree import child_nodes, small_statements
 
 # Reading these says nothing about the values, so it does not race with the copy.
@@ -75,7 +75,7 @@ def _mentions(node: cst.CSTNode, name: str) -> bool:
     return False
 
 
-def read_at_once(parent: cst.CSTNode | None, grandparent: cst.CSTNode | None, imports: ImportTable) -> bool:
+def read_at_once(parent: cst.CSTNode | None, grandparent: cst.CSTNode | None, names: NameResolver) -> bool:
     """Whether the expression whose parent and grandparent these are reads the copy's values
     where it is made: `x.to("cpu", non_blocking=True).numpy()`, `[0]`, `print(x.to(...))`."""
     if isinstance(parent, cst.Subscript):
@@ -83,11 +83,11 @@ def read_at_once(parent: cst.CSTNode | None, grandparent: cst.CSTNode | None, im
     if isinstance(parent, cst.Attribute) and parent.attr.value not in _METADATA:
         return isinstance(grandparent, cst.Call) and grandparent.func is parent
     if isinstance(parent, cst.Arg):
-        return isinstance(grandparent, cst.Call) and _reads_arguments(grandparent, imports)
+        return isinstance(grandparent, cst.Call) and _reads_arguments(grandparent, names)
     return False
 
 
-def copies_read_early(body: Sequence[cst.BaseStatement], flow: FlowQueries, imports: ImportTable) -> list[cst.Call]:
+def copies_read_early(body: Sequence[cst.BaseStatement], flow: FlowQueries, names: NameResolver) -> list[cst.Call]:
     """The copies a block binds to a name (`y = x.to("cpu", non_blocking=True)`) whose
     values a later statement of the block reads before anything synchronises."""
     found: list[cst.Call] = []
@@ -102,7 +102,7 @@ def copies_read_early(body: Sequence[cst.BaseStatement], flow: FlowQueries, impo
             continue
         name = unit.targets[0].target.value
         for later in units[index + 1:]:
-            verdict = _unit_verdict(later, name, imports)
+            verdict = _unit_verdict(later, name, names)
             if verdict is _Verdict.READ:
                 found.append(copy)
             if verdict is not _Verdict.NEUTRAL:
@@ -110,15 +110,22 @@ def copies_read_early(body: Sequence[cst.BaseStatement], flow: FlowQueries, impo
     return found
 
 
-def _reads_arguments(call: cst.Call, imports: ImportTable) -> bool:
-    func = call.func
-    if isinstance(func, cst.Name) and func.value in _READING_BUILTINS:
-        return True
-    qualified = imports.qualified_name(func) or ""
+def _reads_on_the_host(qualified: str) -> bool:
     return qualified.startswith(_READING_MODULES) and not qualified.startswith(_SYNCHRONISING_MODULES)
 
 
-def _unit_verdict(unit: cst.CSTNode, name: str, imports: ImportTable) -> _Verdict:
+def _synchronising(qualified: str) -> bool:
+    return qualified.startswith(_SYNCHRONISING_MODULES)
+
+
+def _reads_arguments(call: cst.Call, names: NameResolver) -> bool:
+    func = call.func
+    if isinstance(func, cst.Name) and func.value in _READING_BUILTINS:
+        return True
+    return names.qualified_name(func, among=_reads_on_the_host) is not None
+
+
+def _unit_verdict(unit: cst.CSTNode, name: str, names: NameResolver) -> _Verdict:
     reads = False
     synchronises = False
     stack: list[tuple[cst.CSTNode, cst.CSTNode | None, cst.CSTNode | None]] = [(unit, None, None)]
@@ -132,9 +139,9 @@ def _unit_verdict(unit: cst.CSTNode, name: str, imports: ImportTable) -> _Verdic
             return _Verdict.STOP
         if isinstance(node, cst.Name):
             if node.value == name:
-                reads = reads or _is_read(parent, grandparent, imports)
+                reads = reads or _is_read(parent, grandparent, names)
             continue
-        if isinstance(node, cst.Call) and _synchronises(node, name, imports):
+        if isinstance(node, cst.Call) and _synchronises(node, name, names):
             synchronises = True
         stack.extend((child, node, parent) for child in child_nodes(node))
     if synchronises:
@@ -142,7 +149,7 @@ def _unit_verdict(unit: cst.CSTNode, name: str, imports: ImportTable) -> _Verdic
     return _Verdict.READ if reads else _Verdict.NEUTRAL
 
 
-def _is_read(parent: cst.CSTNode | None, grandparent: cst.CSTNode | None, imports: ImportTable) -> bool:
+def _is_read(parent: cst.CSTNode | None, grandparent: cst.CSTNode | None, names: NameResolver) -> bool:
     if isinstance(parent, cst.Attribute):
         return parent.attr.value not in _METADATA
     if isinstance(parent, (cst.Subscript, cst.Index, cst.BinaryOperation, cst.UnaryOperation, cst.Comparison,
@@ -150,11 +157,11 @@ def _is_read(parent: cst.CSTNode | None, grandparent: cst.CSTNode | None, import
                            cst.While, cst.For, cst.CompFor, cst.AugAssign)):
         return True
     if isinstance(parent, cst.Arg):
-        return isinstance(grandparent, cst.Call) and _reads_arguments(grandparent, imports)
+        return isinstance(grandparent, cst.Call) and _reads_arguments(grandparent, names)
     return False
 
 
-def _synchronises(call: cst.Call, name: str, imports: ImportTable) -> bool:
+def _synchronises(call: cst.Call, name: str, names: NameResolver) -> bool:
     func = call.func
     if isinstance(func, cst.Attribute):
         if _mentions(func.value, name):
@@ -164,5 +171,4 @@ def _synchronises(call: cst.Call, name: str, imports: ImportTable) -> bool:
             return True
         if method in ("to", "cuda") and not is_non_blocking(call):
             return True
-    qualified = imports.qualified_name(func) or ""
-    return qualified.startswith(_SYNCHRONISING_MODULES)
+    return names.qualified_name(func, among=_synchronising) is not None

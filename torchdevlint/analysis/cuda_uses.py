@@ -25,7 +25,7 @@ from torchdevlint.analysis.devices import (
 )
 from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
 from torchdevlint.analysis.flow.results import FlowQueries
-from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, ImportTable
+from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, ImportTable, NameResolver
 from torchdevlint.analysis.tree import keyword_argument
 
 # Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
@@ -33,6 +33,7 @@ CPU_FALLBACK_CHECKS = frozenset(
     {"torch.cuda.is_available", "torch.accelerator.is_available", "torch.backends.mps.is_available"}
 )
 # Calls that take a device type but fall back (or only warn) without a GPU.
+_NEEDING_A_GPU = LEGACY_CUDA_TENSOR_TYPES | torch_api.CUDA_CALLS_NEEDING_A_GPU
 _TOLERANT_CALLEES = ("torch.amp.", "torch.cuda.amp.", "torch.cpu.amp.", "torch.autocast", "torch.cuda.")
 
 
@@ -63,24 +64,28 @@ class CudaUse:
     index: int | None = None
 
 
-def cuda_uses(call: cst.Call, imports: ImportTable, constructor_aliases: frozenset[str] | set[str]) -> list[CudaUse]:
+def cuda_uses(call: cst.Call, names: NameResolver, constructor_aliases: frozenset[str] | set[str]) -> list[CudaUse]:
     """The CUDA uses a call makes: the call itself, or `"cuda"` handed to it."""
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
         if isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super":
             return []
         return [CudaUse(call, UseKind.MOVE)]
-    qualified = imports.qualified_name(func)
-    if qualified in LEGACY_CUDA_TENSOR_TYPES:
+    needing_a_gpu = names.qualified_name(func, among=_NEEDING_A_GPU)
+    if needing_a_gpu in LEGACY_CUDA_TENSOR_TYPES:
         return [CudaUse(call, UseKind.LEGACY_CONSTRUCTOR)]
-    if qualified in torch_api.CUDA_CALLS_NEEDING_A_GPU:
+    if needing_a_gpu is not None:
         return [CudaUse(call, UseKind.CUDA_CALL)]
     if isinstance(func, cst.Name) and func.value in constructor_aliases:
         return [CudaUse(call, UseKind.ALIAS_CALL)]
+    is_move = isinstance(func, cst.Attribute) and func.attr.value == "to"
+    if not any(_hands_cuda(arg, position, is_move, names) for position, arg in enumerate(call.args)):
+        return []
+    # Only now the callee matters (asked last: what a name refers to may cost an interpretation).
+    qualified = names.qualified_name(func)
     if qualified is not None and qualified.startswith(_TOLERANT_CALLEES):
         return []
     uses: list[CudaUse] = []
-    is_move = isinstance(func, cst.Attribute) and func.attr.value == "to"
     for position, arg in enumerate(call.args):
         keyword = arg.keyword.value if arg.keyword is not None else None
         if (
@@ -88,13 +93,22 @@ def cuda_uses(call: cst.Call, imports: ImportTable, constructor_aliases: frozens
             or keyword == "device" and qualified is not None and qualified.startswith("torch.")
             or keyword == "map_location" and qualified in torch_api.TORCH_LOAD
         ):
-            literal = device_literal(arg.value, imports)
+            literal = device_literal(arg.value, names)
             if literal is not None and literal.type == "cuda":
                 uses.append(CudaUse(arg.value, UseKind.DEVICE_ARGUMENT, literal.index))
     return uses
 
 
-def device_variable_use(node: cst.Assign | cst.AnnAssign, imports: ImportTable) -> CudaUse | None:
+def _hands_cuda(arg: cst.Arg, position: int, is_move: bool, names: NameResolver) -> bool:
+    """A CUDA device literal passed where a callee may take a device."""
+    keyword = arg.keyword.value if arg.keyword is not None else None
+    if not (keyword in ("device", "map_location") or is_move and keyword is None and position == 0):
+        return False
+    literal = device_literal(arg.value, names)
+    return literal is not None and literal.type == "cuda"
+
+
+def device_variable_use(node: cst.Assign | cst.AnnAssign, names: NameResolver) -> CudaUse | None:
     """`device = torch.device("cuda")` or `device = "cuda"`: a device variable that is CUDA
     whatever the machine (a name the naming brain reads as a device, or any name bound to a
     `torch.device(...)`)."""
@@ -102,7 +116,7 @@ def device_variable_use(node: cst.Assign | cst.AnnAssign, imports: ImportTable) 
     value = node.value
     if value is None or len(targets) != 1 or not isinstance(targets[0], (cst.Name, cst.Attribute)):
         return None
-    literal = device_literal(value, imports)
+    literal = device_literal(value, names)
     if literal is None or literal.type != "cuda":
         return None
     is_call = isinstance(value, cst.Call)
@@ -120,22 +134,22 @@ def names_a_constructor_alias(target: cst.BaseAssignTargetExpression, value: cst
     return None
 
 
-def shows_cpu_mode(call: cst.Call, imports: ImportTable, ancestors: Sequence[cst.CSTNode]) -> bool:
+def shows_cpu_mode(call: cst.Call, names: NameResolver, ancestors: Sequence[cst.CSTNode]) -> bool:
     """A call that says the program runs without a GPU: an availability check that is no
     requirement (not in an `assert`, not an `if ...: exit`), or a command-line option for
     the CPU (see `cpu_mode.option_offers_cpu_mode`)."""
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value == "add_argument":
         return option_offers_cpu_mode(call)
-    return imports.qualified_name(func) in CPU_FALLBACK_CHECKS and not requires_gpu(call, ancestors)
+    return names.qualified_name(func, among=CPU_FALLBACK_CHECKS) is not None and not requires_gpu(call, ancestors)
 
 
-def declares_gpu_only(call: cst.Call, imports: ImportTable, ancestors: Sequence[cst.CSTNode]) -> bool:
+def declares_gpu_only(call: cst.Call, names: NameResolver, ancestors: Sequence[cst.CSTNode]) -> bool:
     """A call that makes the whole program need GPUs: a process group on NCCL, which runs
     only on CUDA devices, set up whatever the settings (`init_process_group("nccl")` in no
     `if`, where `"nccl" if torch.cuda.is_available() else "gloo"` or an `if args.distributed:`
     leaves another way)."""
-    if imports.qualified_name(call.func) not in torch_api.INIT_PROCESS_GROUP:
+    if names.qualified_name(call.func, among=torch_api.INIT_PROCESS_GROUP) is None:
         return False
     backend = keyword_argument(call, "backend")
     if backend is None:
@@ -180,12 +194,12 @@ def ends_block(body: cst.BaseSuite) -> bool:
     return False
 
 
-def is_device_test(test: cst.CSTNode, imports: ImportTable) -> bool:
+def is_device_test(test: cst.CSTNode, names: NameResolver) -> bool:
     """A test about the device: it names one (`use_cuda`, `args.gpu`, `"cpu"`) or asks for one."""
-    return mentions_any(test, naming.DEVICE_CONTEXT_WORDS, strings=True) or asks_for_gpu(test, imports)
+    return mentions_any(test, naming.DEVICE_CONTEXT_WORDS, strings=True) or asks_for_gpu(test, names)
 
 
-def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], imports: ImportTable,
+def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], names: NameResolver,
                      flow: FlowQueries) -> bool:
     """Where the flow model cannot tell, whether the code around a use keeps it for a GPU:
     a test about the device with an answer the model does not know (either branch), a branch
@@ -196,7 +210,7 @@ def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], import
     child = node
     for ancestor in ancestors:
         if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
-            if flow.cpu_mode_truth(ancestor.test) is None and is_device_test(ancestor.test, imports):
+            if flow.cpu_mode_truth(ancestor.test) is None and is_device_test(ancestor.test, names):
                 return True
             # A branch the file's constants rule out (`if FusedNorm is not None:` after
             # `FusedNorm = None`) never runs.
@@ -204,12 +218,12 @@ def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], import
             if holds is not None and holds is (child is not ancestor.body):
                 return True
         elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
-            if flow.cpu_mode_truth(ancestor.left) is None and is_device_test(ancestor.left, imports):
+            if flow.cpu_mode_truth(ancestor.left) is None and is_device_test(ancestor.left, names):
                 return True
         elif isinstance(ancestor, (cst.Try, cst.TryStar)) and child is ancestor.body and ancestor.handlers:
             return True
         elif isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-            if any(is_device_test(d.decorator, imports) for d in ancestor.decorators):
+            if any(is_device_test(d.decorator, names) for d in ancestor.decorators):
                 return True
             # Named for the GPU (`def to_cuda(x)`): kept for it, unless the file itself calls
             # it where the CPU mode goes (`print(get_gpu_name())`).
@@ -222,11 +236,31 @@ def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], import
     return False
 
 
+@dataclass(frozen=True)
+class UnavoidableCudaUse:
+    """A CUDA use where the program offers no CPU mode (see `CudaProgram.hard_coded_cuda`)."""
+
+    use: CudaUse
+    ancestors: tuple[cst.CSTNode, ...]
+    # Whether the name `device` would mean something else where the use is.
+    device_shadowed: bool
+
+
+# The name a program's device variable conventionally has.
+DEVICE_VARIABLE = "device"
+
+
 class CudaWalkContext(Protocol):
     """What `CudaProgram` reads of the walk that feeds it (a rule's `FileContext`)."""
 
     @property
     def imports(self) -> ImportTable: ...
+
+    @property
+    def names(self) -> NameResolver: ...
+
+    @property
+    def module(self) -> cst.Module: ...
 
     @property
     def current_scope(self) -> cst.CSTNode: ...
@@ -269,6 +303,9 @@ class CudaProgram:
         self._exited_scopes: set[int] = set()
         # Device variables with a CPU fallback, per binding scope.
         self._fallback_devices: dict[int, set[str]] = {}
+        # Every CUDA use seen, and (once asked at the end) those the program cannot avoid.
+        self._cuda_uses: list[UnavoidableCudaUse] = []
+        self._hard_coded: list[UnavoidableCudaUse] | None = None
 
     # ---- questions -----------------------------------------------------------------------
 
@@ -300,7 +337,38 @@ class CudaProgram:
     def _is_device_test(self, test: cst.CSTNode) -> bool:
         return is_device_test(test, self._context.imports)
 
+    def hard_coded_cuda(self) -> list[UnavoidableCudaUse]:
+        """The CUDA uses of a program that offers no CPU mode, which a run without a GPU
+        reaches unguarded: the program cannot run without one. Whole-file: ask at the end."""
+        if self._hard_coded is None:
+            self._hard_coded = self._unavoidable_cuda_uses()
+        return self._hard_coded
+
+    def _unavoidable_cuda_uses(self) -> list[UnavoidableCudaUse]:
+        if not self._cuda_uses or self.shows_cpu_mode:
+            return []
+        if self._context.imports.imports_from("torch.distributed"):
+            # Written for several GPU processes (NCCL): portable by another road (the backend).
+            return []
+        flow = self._context.flow
+        if flow.offers_cpu_mode(by_gpu_settings=True):
+            return []
+        names = self._context.names
+        found: list[UnavoidableCudaUse] = []
+        for hard_coded in self._cuda_uses:
+            use = hard_coded.use
+            if use.kind is UseKind.ALIAS_CALL:
+                call = cst.ensure_type(use.node, cst.Call)
+                # A name bound to a type (`Tensor = torch.cuda.FloatTensor`): the exact answer.
+                if names.qualified_name(call.func) not in LEGACY_CUDA_TENSOR_TYPES:
+                    continue
+            if flow.reached_in_cpu_mode(use.node, hard_coded.ancestors) and not kept_for_the_gpu(
+                    use.node, hard_coded.ancestors, names, flow):
+                found.append(hard_coded)
+        return found
+
     def visit_Call(self, node: cst.Call) -> None:
+        self._record_cuda_uses(node)
         if self.shows_cpu_mode and self.declares_gpu_only:
             return
         ancestors = self._context.ancestors(node)
@@ -315,6 +383,24 @@ class CudaProgram:
             # `assert torch.cuda.is_available()`, or a module-level `if not ...: sys.exit()`.
             self.says_it_needs_a_gpu = True
 
+    def _record_cuda_uses(self, node: cst.Call) -> None:
+        uses = cuda_uses(node, self._context.names, self.constructor_aliases)
+        if not uses:
+            return
+        ancestors = tuple(self._context.ancestors(node))
+        device = self._context.binding_scope(DEVICE_VARIABLE)
+        shadowed = device is not None and not isinstance(device, cst.Module)
+        for use in uses:
+            self._cuda_uses.append(UnavoidableCudaUse(use, ancestors if use.node is node else (node, *ancestors), shadowed))
+
+    def _record_device_variable(self, node: cst.Assign | cst.AnnAssign) -> None:
+        use = device_variable_use(node, self._context.names)
+        if use is not None:
+            self._cuda_uses.append(UnavoidableCudaUse(use, tuple(self._context.ancestors(use.node)), device_shadowed=True))
+
+    def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._record_device_variable(node)
+
     def visit_Assert(self, node: cst.Assert) -> None:
         if self._is_device_test(node.test):
             self._exited_scopes.add(id(self._context.current_scope))
@@ -324,6 +410,7 @@ class CudaProgram:
             self._exited_scopes.add(id(self._context.current_scope))
 
     def leave_Assign(self, node: cst.Assign) -> None:
+        self._record_device_variable(node)
         value = node.value
         scope = self._context.current_scope
         for target in node.targets:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis.names import ImportTable
+from torchdevlint.analysis.names import NameResolver
 from torchdevlint.analysis.tree import child_nodes
 
 # Device types that are not the host: a tensor there cannot become a NumPy array, and code
@@ -142,12 +142,12 @@ def parse_device_string(value: str) -> DeviceLiteral | None:
     return DeviceLiteral(kind, int(index))
 
 
-def device_literal(node: cst.BaseExpression, imports: ImportTable) -> DeviceLiteral | None:
+def device_literal(node: cst.BaseExpression, names: NameResolver) -> DeviceLiteral | None:
     """A string device or `torch.device(...)` with literal arguments."""
     value = string_value(node)
     if value is not None:
         return parse_device_string(value)
-    if not (isinstance(node, cst.Call) and imports.qualified_name(node.func) in TORCH_DEVICE):
+    if not (isinstance(node, cst.Call) and names.qualified_name(node.func, among=TORCH_DEVICE) is not None):
         return None
     if any(arg.star for arg in node.args):
         return None
@@ -201,15 +201,15 @@ def mentions_any(node: cst.CSTNode, words: tuple[str, ...], *, strings: bool = F
     return False
 
 
-def asks_for_gpu(node: cst.CSTNode, imports: ImportTable) -> bool:
+def asks_for_gpu(node: cst.CSTNode, names: NameResolver) -> bool:
     """Does the expression call `torch.cuda.is_available()`, `device_count()` or the like?"""
-    return any(imports.qualified_name(call.func) in AVAILABILITY_CHECKS for call in calls_in(node))
+    return any(names.qualified_name(call.func, among=AVAILABILITY_CHECKS) is not None for call in calls_in(node))
 
 
-def is_grad_disabling(call: cst.BaseExpression, imports: ImportTable) -> bool:
+def is_grad_disabling(call: cst.BaseExpression, names: NameResolver) -> bool:
     """`torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)` (or the bare decorator)."""
     target = call.func if isinstance(call, cst.Call) else call
-    return disables_grad(imports.qualified_name(target), call)
+    return disables_grad(names.qualified_name(target, among=GRAD_DISABLING), call)
 
 
 def disables_grad(qualified: str | None, call: cst.BaseExpression) -> bool:

@@ -6,7 +6,8 @@ several times the parse; imports are all torch names ever need.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Container, Mapping
+from typing import Protocol
 
 import libcst as cst
 
@@ -32,6 +33,24 @@ def _module_dotted(node: cst.BaseExpression | None) -> str:
     if node is None:
         return ""
     return dotted_name(node) or ""
+
+
+# What `qualified_name(..., among=...)` accepts: the names the caller looks for, or a test of one.
+NameFilter = Container[str] | Callable[[str], bool]
+
+
+def matches(name: str, among: NameFilter) -> bool:
+    return among(name) if callable(among) else name in among
+
+
+class NameResolver(Protocol):
+    """What the shared helpers ask about names: the import table the walk fills (syntax, as
+    far as the walk has read), or the rules' `context.names` (`NameOracle`, which also knows
+    what shadows an import)."""
+
+    def qualified_name(self, node: cst.BaseExpression, *, among: NameFilter | None = None) -> str | None:
+        """The imported name the expression stands for; with `among`, only if it is one of those."""
+        ...
 
 
 class ImportTable:
@@ -80,6 +99,10 @@ class ImportTable:
     def is_imported(self, local_name: str) -> bool:
         return local_name in self._aliases
 
+    def local_names(self) -> frozenset[str]:
+        """Every name an import recorded so far binds."""
+        return frozenset(self._aliases)
+
     def local_name_for(self, module: str) -> str | None:
         """The name this file binds to a module (`T` for `import torch as T`), if any."""
         for local, qualified in self._aliases.items():
@@ -92,8 +115,9 @@ class ImportTable:
         prefix = package + "."
         return any(qualified == package or qualified.startswith(prefix) for qualified in self._aliases.values())
 
-    def qualified_name(self, node: cst.BaseExpression) -> str | None:
-        """`T.nn.Linear` -> `torch.nn.Linear` when `import torch as T`; None if not imported."""
+    def qualified_name(self, node: cst.BaseExpression, *, among: NameFilter | None = None) -> str | None:
+        """`T.nn.Linear` -> `torch.nn.Linear` when `import torch as T`; None if not imported
+        (or, with `among`, not one of those names)."""
         dotted = dotted_name(node)
         if dotted is None:
             return None
@@ -101,4 +125,5 @@ class ImportTable:
         target = self._aliases.get(head)
         if target is None:
             return None
-        return f"{target}{dot}{rest}"
+        qualified = f"{target}{dot}{rest}"
+        return qualified if among is None or matches(qualified, among) else None

@@ -19,7 +19,7 @@ import libcst as cst
 from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.flow.values import Kind, Value
-from torchdevlint.analysis.names import ImportTable
+from torchdevlint.analysis.names import NameResolver
 from torchdevlint.analysis.tree import child_nodes
 
 TIMERS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.process_time", "timeit.default_timer",
@@ -45,7 +45,7 @@ def _calls(unit: cst.CSTNode) -> Iterator[cst.Call]:
 
 
 def unsynchronised_readings(body: Sequence[cst.BaseStatement], flow: FlowQueries,
-                            imports: ImportTable) -> list[Reading]:
+                            names: NameResolver) -> list[Reading]:
     """Each measurement in a scope's body (a module's, a function's) whose span holds
     accelerator work that no wait inside a measured span covers.
 
@@ -64,7 +64,7 @@ def unsynchronised_readings(body: Sequence[cst.BaseStatement], flow: FlowQueries
     it: CUDA queues only so far ahead, so what is unfinished at its end is a step's worth of
     a long span. One that never waits is left whole: once the queue is full, each step takes
     as long to queue as the GPU takes to run one, so per-step readings come out right."""
-    walk = _Walk(flow, imports)
+    walk = _Walk(flow, names)
     if walk.readings_in(body) < 2:
         # A measurement needs a reading before it.
         return []
@@ -128,9 +128,9 @@ class _Spans:
 
 
 class _Walk:
-    def __init__(self, flow: FlowQueries, imports: ImportTable) -> None:
+    def __init__(self, flow: FlowQueries, names: NameResolver) -> None:
         self.flow = flow
-        self.imports = imports
+        self.names = names
         self.found: dict[int, Reading] = {}
         # Measurements whose left-over work the next step's span waits for.
         self.averaged: set[int] = set()
@@ -140,7 +140,7 @@ class _Walk:
         return sum(self._is_reading(call) for statement in body for call in _calls(statement))
 
     def _is_reading(self, call: cst.Call) -> bool:
-        return self.imports.qualified_name(call.func) in TIMERS
+        return self.names.qualified_name(call.func, among=TIMERS) is not None
 
     def missed(self, spans: _Spans) -> None:
         """Nothing in the scope waits for the left-over work inside a measured span: those
@@ -265,7 +265,7 @@ class _Walk:
         return replace(spans.started(name, pending), left_over=(spans.left_over - repeated) | carried)
 
     def _waits(self, call: cst.Call) -> bool:
-        return _waits(call, self.flow, self.imports)
+        return _waits(call, self.flow, self.names)
 
 
 # A small statement or compound statement, and the line a statement can be put before it on.
@@ -358,9 +358,12 @@ def _trains(unit: cst.CSTNode, calls: Sequence[cst.Call], flow: FlowQueries) -> 
     return False
 
 
-def _waits(call: cst.Call, flow: FlowQueries, imports: ImportTable) -> bool:
-    qualified = imports.qualified_name(call.func) or ""
-    if qualified.startswith(_WAITING_MODULES):
+def _waits_for_the_device(qualified: str) -> bool:
+    return qualified.startswith(_WAITING_MODULES)
+
+
+def _waits(call: cst.Call, flow: FlowQueries, names: NameResolver) -> bool:
+    if names.qualified_name(call.func, among=_waits_for_the_device) is not None:
         return True
     func = call.func
     callee = flow.value_of(func).reference

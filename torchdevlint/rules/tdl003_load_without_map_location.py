@@ -64,6 +64,9 @@ class LoadWithoutMapLocation(Rule):
     Nor in a program that says it cannot run without a GPU: `assert torch.cuda.is_available()`,
     a module-level `if not torch.cuda.is_available(): sys.exit(...)`, or an NCCL process group
     set up whatever its settings. It stops on a machine without a GPU before its loads matter.
+    Nor where a program that hard-codes CUDA with no CPU mode at all (which TDL203 reports) loads
+    a file it saves itself, as a resume does: it saved the file on a GPU machine, and it loads
+    it on one. Once TDL203's fix gives the program a CPU mode, those loads are reported too.
 
     ## Fix safety
     The fix adds `map_location=`. What goes into `load_state_dict` (directly, or as an item
@@ -116,6 +119,21 @@ class LoadWithoutMapLocation(Rule):
             print(model(torch.randn(4, 8).cuda()).argmax(1))
             """,
             name="a-program-that-needs-a-gpu",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            encoder = nn.Linear(8, 2).cuda()
+            try:
+                encoder.load_state_dict(torch.load("encoder.pkl"))
+            except FileNotFoundError:
+                pass
+            for step in range(100):
+                encoder(torch.randn(4, 8).cuda()).sum().backward()
+            torch.save(encoder.state_dict(), "encoder.pkl")
+            """,
+            name="a-cuda-only-program-resuming-from-what-it-saves",
         ),
         Valid(
             """
@@ -531,11 +549,25 @@ class LoadWithoutMapLocation(Rule):
         Invalid(
             """
             import torch
+            use_gpu = torch.cuda.is_available()
             net = torch.load("whole_model.pt", weights_only=False)
             net.eval()
-            scores = net(torch.randn(1, 3, 32, 32).cuda())
+            batch = torch.randn(1, 3, 32, 32)
+            scores = net(batch.cuda() if use_gpu else batch)
             """,
             name="no-fix-when-cpu-would-meet-cuda-inputs",
+        ),
+        Invalid(
+            """
+            import torch
+            use_gpu = torch.cuda.is_available()
+            encoder, decoder = torch.load("autoencoder.pt", weights_only=False)
+            image = torch.rand(1, 784)
+            if use_gpu:
+                image = image.cuda()
+            print(decoder(encoder(image)))
+            """,
+            name="no-fix-when-models-unpacked-from-one-file-would-meet-cuda-inputs",
         ),
     ]
 
@@ -547,6 +579,9 @@ class LoadWithoutMapLocation(Rule):
         if self._found and self._needs_a_gpu():
             return
         for call, fix in self._found:
+            if self._program.hard_coded_cuda() and self.context.flow.saved_by_the_program(call):
+                # Saved by this program, which runs only with CUDA: on a GPU machine, as the load.
+                continue
             self.report(call, fix=fix)
 
     def _needs_a_gpu(self) -> bool:
@@ -555,13 +590,9 @@ class LoadWithoutMapLocation(Rule):
         return self._program.declares_gpu_only or self._program.says_it_needs_a_gpu
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        written = func.value if type(func) is cst.Name else func.attr.value if type(func) is cst.Attribute else None
-        if written != "load" and self.context.imports.qualified_name(func) not in torch_api.TORCH_LOAD:
-            return  # not `….load(...)` nor an imported alias: no need to ask the model
-        flow = self.context.flow
-        if flow.qualified_name(func) not in torch_api.TORCH_LOAD:
+        if self.context.names.qualified_name(node.func, among=torch_api.TORCH_LOAD) is None:
             return
+        flow = self.context.flow
         if any(arg.star == "**" for arg in node.args):
             return
         if node.args and node.args[0].keyword is None and flow.value_of(node.args[0].value).only(Kind.MEMORY_BUFFER):
@@ -620,8 +651,10 @@ class LoadWithoutMapLocation(Rule):
         else:
             mapped = node.with_changes(args=[*node.args, cst.Arg(value, keyword=cst.Name("map_location"))])
         replacement = parent.with_changes(value=mapped)
-        target = self.context.code_for_node(parent.targets[0].target)
-        return self.context.flow.fix_agreement(parent, replacement, [target])
+        target = parent.targets[0].target
+        # `encoder, decoder = torch.load(...)`: each name unpacked is moved.
+        parts = [element.value for element in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+        return self.context.flow.fix_agreement(parent, replacement, [self.context.code_for_node(part) for part in parts])
 
     def _in_test_code(self) -> bool:
         """Test code as pytest collects it: a `test_*.py`, `*_test.py` or `conftest.py` file,
@@ -630,8 +663,8 @@ class LoadWithoutMapLocation(Rule):
         name = PurePath(self.context.path).name
         if name == "conftest.py":
             return True
-        imports = self.context.imports
-        if imports.imports_from("pytest") or imports.imports_from("unittest"):
+        names = self.context.names
+        if names.imports_from("pytest") or names.imports_from("unittest"):
             return True
         # A `test_*.py` file pytest finds no test in (`test_on_image.py`) is a script.
         return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")) and any(

@@ -414,7 +414,7 @@ class DataParallelPrefixLoad(Rule):
                 continue
             if after_load and isinstance(node, cst.Call) and node.args and node.args[0].keyword is None \
                     and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == name \
-                    and self.context.imports.qualified_name(node.func) in torch_api.WRAPPERS:
+                    and self.context.names.qualified_name(node.func, among=torch_api.WRAPPERS) is not None:
                 return True
             stack.extend(reversed(node.children))
         return False
@@ -433,7 +433,7 @@ class DataParallelPrefixLoad(Rule):
         base = argument.value if isinstance(argument, cst.Subscript) else argument
         if load.statement is None or not isinstance(base, cst.Name):
             return None
-        torch_name = self.context.imports.local_name_for("torch")
+        torch_name = self.context.names.local_name_for("torch")
         imports: tuple[tuple[str, str | None], ...] = ()
         if torch_name is None:
             torch_name, imports = "torch", (("torch", None),)

@@ -13,6 +13,11 @@ from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import NUMPY_ON_DEVICE, RuntimeProof
 
 
+def _converts_to_numpy(qualified: str) -> bool:
+    """`np.array(x)`, `plt.plot(x)`: a call that makes NumPy arrays of its arguments."""
+    return qualified in torch_api.NUMPY_ARRAY_CONVERSIONS or qualified.startswith(torch_api.CONVERTS_ARGUMENTS_TO_NUMPY)
+
+
 class NumpyOnDeviceTensor(Rule):
     """
     ## What it does
@@ -391,13 +396,8 @@ class NumpyOnDeviceTensor(Rule):
             return
         if not node.args:
             return
-        # The import table (syntax alone) first; the flow model, which interprets the body, only
-        # confirms that no local name shadows the import.
-        qualified = self.context.imports.qualified_name(node.func)
-        if qualified is None or not (qualified in torch_api.NUMPY_ARRAY_CONVERSIONS
-                                     or qualified.startswith(torch_api.CONVERTS_ARGUMENTS_TO_NUMPY)):
-            return
-        if self.context.flow.qualified_name(node.func) != qualified:
+        qualified = self.context.names.qualified_name(node.func, among=_converts_to_numpy)
+        if qualified is None:
             return
         if qualified in torch_api.NUMPY_ARRAY_CONVERSIONS:
             converted = [node.args[0]] if node.args[0].keyword is None and not node.args[0].star else []

@@ -519,7 +519,7 @@ class UnguardedCuda(Rule):
             return False
         if not self.context.flow.reached_in_cpu_mode(site.visited, site.ancestors):
             return False
-        return not kept_for_the_gpu(site.visited, site.ancestors, self.context.imports, self.context.flow)
+        return not kept_for_the_gpu(site.visited, site.ancestors, self.context.names, self.context.flow)
 
     # ---- sites -------------------------------------------------------------------------------
 
@@ -529,7 +529,7 @@ class UnguardedCuda(Rule):
         self._sites.append(_Site(node, visited, tuple(self.context.ancestors(visited)), fix, alias, moved))
 
     def visit_Call(self, node: cst.Call) -> None:
-        for use in cuda_uses(node, self.context.imports, self._program.constructor_aliases):
+        for use in cuda_uses(node, self.context.names, self._program.constructor_aliases):
             if use.kind is UseKind.LEGACY_CONSTRUCTOR and self._program.model_method_here() is not None:
                 continue  # made on the current GPU, not the model's: TDL022 reports it with its fix
             moved = node.func.value if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("cuda", "to") \
@@ -545,13 +545,14 @@ class UnguardedCuda(Rule):
         if not self._sites or self._program.declares_gpu_only:
             return
         flow = self.context.flow
-        distributed = self.context.imports.imports_from("torch.distributed")
+        distributed = self.context.names.imports_from("torch.distributed")
         if not (self._program.shows_cpu_mode or flow.offers_cpu_mode(by_gpu_settings=not distributed)):
             return
         for site in self._sites:
             if site.alias:
                 assert isinstance(site.node, cst.Call)
-                if flow.qualified_name(site.node.func) not in LEGACY_CUDA_TENSOR_TYPES:
+                # A name bound to a type (`Tensor = torch.cuda.FloatTensor`): the exact answer.
+                if self.context.names.qualified_name(site.node.func) not in LEGACY_CUDA_TENSOR_TYPES:
                     continue
             if self._device_switched_off(site.node):
                 continue
@@ -565,6 +566,6 @@ class UnguardedCuda(Rule):
         (or None): a no-op there."""
         if not (isinstance(node, cst.Call) and node.args and node.args[0].keyword is None):
             return False
-        if self.context.imports.qualified_name(node.func) != torch_api.CUDA_DEVICE_CONTEXT:
+        if self.context.names.qualified_name(node.func, among=(torch_api.CUDA_DEVICE_CONTEXT,)) is None:
             return False
         return isinstance(self.context.flow.value_of(node.args[0].value).in_cpu_mode, Off)

@@ -262,7 +262,7 @@ class CudaVisibleDevicesLate(Rule):
         if isinstance(node, cst.Name) and node.value in ("None", "True", "False"):
             return _Value(True)
         if isinstance(node, cst.Call):
-            qualified = self.context.imports.qualified_name(node.func)
+            qualified = self.context.names.qualified_name(node.func, among=_NON_STRING_CALLS)
             func = node.func
             builtin = func.value if isinstance(func, cst.Name) and self.context.binding_scope(func.value) is None else None
             if qualified in _NON_STRING_CALLS or builtin in ("int", "len"):
@@ -288,7 +288,7 @@ class CudaVisibleDevicesLate(Rule):
     # ---- sites -----------------------------------------------------------------------------
 
     def _is_environ(self, node: cst.BaseExpression) -> bool:
-        return self.context.imports.qualified_name(node) == _ENVIRON
+        return self.context.names.qualified_name(node, among=(_ENVIRON,)) is not None
 
     def _check(self, site: cst.CSTNode, value: cst.BaseExpression | None) -> None:
         info = self._value(value) if value is not None else _Value(False)
@@ -324,7 +324,7 @@ class CudaVisibleDevicesLate(Rule):
 
     def leave_Call(self, node: cst.Call) -> None:
         func = node.func
-        qualified = self.context.imports.qualified_name(func)
+        qualified = self.context.names.qualified_name(func, among=(_PUTENV,))
         key = string_value(node.args[0].value) if node.args and node.args[0].keyword is None else None
         if isinstance(func, cst.Attribute) and self._is_environ(func.value):
             method = func.attr.value

@@ -58,7 +58,9 @@ class TargetNotMoved(Rule):
     inputs of `DataParallel`/`DistributedDataParallel` models (they move their inputs), tensors
     made inside a model (TDL002, TDL010), targets whose `.to()` result is thrown away
     (TDL001), and code in the branch an availability check takes where there is no GPU (the
-    `else` of `if torch.cuda.is_available():`), where nothing is on a GPU.
+    `else` of `if torch.cuda.is_available():`), where nothing is on a GPU. Nor host lengths
+    given to a model of the file whose `forward` hands them to `pack_padded_sequence`, which
+    wants them on the CPU.
 
     ## Fix safety
     The fix moves the target right after the inputs, with the same arguments. It is unsafe:
@@ -287,6 +289,34 @@ class TargetNotMoved(Rule):
                 print(to_pixels(model, np.random.rand(2, 16), 640, 480, torch.cuda.is_available()))
             """,
             name="a-legacy-tensor-on-the-default-tensor-type-the-program-sets",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Classifier(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.embedding = nn.Embedding(1000, 32)
+                    self.rnn = nn.GRU(32, 32, batch_first=True)
+                    self.head = nn.Linear(32, 2)
+
+                def forward(self, tokens, lengths):
+                    packed = nn.utils.rnn.pack_padded_sequence(
+                        self.embedding(tokens), lengths.to("cpu"), batch_first=True, enforce_sorted=False)
+                    _, hidden = self.rnn(packed)
+                    return self.head(hidden[-1])
+
+            def classify(model, tokens, device):
+                lengths = torch.tensor([len(tokens)])
+                batch = torch.tensor([tokens]).to(device)
+                return model(batch, lengths).argmax(-1)
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            print(classify(Classifier().to(device), [4, 8, 15], device))
+            """,
+            name="lengths-a-model-packs-stay-on-the-host",
         ),
     ]
     INVALID = [

@@ -10,6 +10,10 @@ from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
+
+def _in_torch_nn(qualified: str) -> bool:
+    return qualified.startswith("torch.nn.")
+
 # Modules that never hold parameters or buffers.
 _PARAMETER_FREE = frozenset(
     {"ReLU", "ReLU6", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Dropout",
@@ -277,7 +281,7 @@ class ModulesInPlainContainer(Rule):
         nothing to move, train or save, so a plain container of only those is harmless."""
         if not isinstance(node, cst.Call):
             return True
-        qualified = self.context.imports.qualified_name(node.func) or ""
+        qualified = self.context.names.qualified_name(node.func, among=_in_torch_nn) or ""
         last = qualified.rsplit(".", 1)[-1]
         if not qualified.startswith("torch.nn."):
             return True
@@ -319,9 +323,9 @@ class ModulesInPlainContainer(Rule):
         return None
 
     def _nn_name(self) -> str | None:
-        imports = self.context.imports
-        nn = imports.local_name_for("torch.nn")
+        names = self.context.names
+        nn = names.local_name_for("torch.nn")
         if nn is not None:
             return nn
-        torch = imports.local_name_for("torch")
+        torch = names.local_name_for("torch")
         return f"{torch}.nn" if torch is not None else None

@@ -178,7 +178,7 @@ class DataParallelDeviceMismatch(Rule):
 
     def leave_Call(self, node: cst.Call) -> None:
         flow = self.context.flow
-        if self.context.imports.qualified_name(node.func) in torch_api.DATA_PARALLEL:
+        if self.context.names.qualified_name(node.func, among=torch_api.DATA_PARALLEL) is not None:
             module = keyword_argument(node, "module")
             positional = [arg.value for arg in node.args if arg.keyword is None]
             target = module.value if module is not None else (positional[0] if positional else None)
@@ -204,7 +204,7 @@ class DataParallelDeviceMismatch(Rule):
             return None
         if any(arg.star for arg in call.args):
             return None
-        torch_name = self.context.imports.local_name_for("torch")
+        torch_name = self.context.names.local_name_for("torch")
         imports: tuple[tuple[str, str | None], ...] = ()
         if torch_name is None:
             torch_name, imports = "torch", (("torch", None),)

@@ -213,7 +213,7 @@ class NonBlockingCpuCopyReadEarly(Rule):
             return
         parent = self.context.parent(node)
         grandparent = self.context.parent(parent) if parent is not None else None
-        if read_at_once(parent, grandparent, self.context.imports):
+        if read_at_once(parent, grandparent, self.context.names):
             self.report(node, fix=self._blocking_fix(node))
 
     # ---- read by a later statement of the block --------------------------------------
@@ -225,7 +225,7 @@ class NonBlockingCpuCopyReadEarly(Rule):
         self._scan_block(node.body)
 
     def _scan_block(self, body: Sequence[cst.BaseStatement]) -> None:
-        for copy in copies_read_early(body, self.context.flow, self.context.imports):
+        for copy in copies_read_early(body, self.context.flow, self.context.names):
             self.report(copy, fix=self._blocking_fix(copy))
 
     def _blocking_fix(self, call: cst.Call) -> PendingFix:

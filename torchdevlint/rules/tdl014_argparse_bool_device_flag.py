@@ -139,7 +139,7 @@ class ArgparseBoolDeviceFlag(Rule):
         kind = keyword_argument(node, "type")
         if option is None or kind is None or option.type_name != "bool":
             return
-        if self.context.binding_scope("bool") is not None or not self.context.imports.imports_from("argparse"):
+        if self.context.binding_scope("bool") is not None or not self.context.names.imports_from("argparse"):
             return
         if not self._is_device_flag(node):
             return
@@ -164,7 +164,7 @@ class ArgparseBoolDeviceFlag(Rule):
         if default is None or default_text == "False":
             action = '"store_true"'
         elif default_text == "True":
-            module = self.context.imports.local_name_for("argparse")
+            module = self.context.names.local_name_for("argparse")
             if module is None:
                 module, imports = "argparse", (("argparse", None),)
             action = f"{module}.BooleanOptionalAction"

@@ -148,7 +148,7 @@ class CurrentAcceleratorMayBeNone(Rule):
         if not self._reads:
             return
         flow = self.context.flow
-        if self.context.imports.imports_from("torch.distributed") and not flow.offers_cpu_mode():
+        if self.context.names.imports_from("torch.distributed") and not flow.offers_cpu_mode():
             # Written for several accelerator processes (NCCL, a device mesh): no CPU-only run.
             return
         for read in self._reads:
@@ -162,7 +162,7 @@ class CurrentAcceleratorMayBeNone(Rule):
         call = read.value
         if not isinstance(call, cst.Call) or "\n" in self.context.code_for_node(call):
             return None
-        torch = self.context.imports.local_name_for("torch")
+        torch = self.context.names.local_name_for("torch")
         imports: tuple[tuple[str, str | None], ...] = ()
         if torch is None:
             torch, imports = "torch", (("torch", None),)

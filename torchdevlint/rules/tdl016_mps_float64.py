@@ -129,7 +129,7 @@ class MpsFloat64(Rule):
         func = node.func
         if not (isinstance(func, cst.Attribute) and func.attr.value in _CONVERSIONS
                 or any(arg.keyword is not None and arg.keyword.value == "dtype" for arg in node.args)
-                or self.context.imports.qualified_name(func) in torch_api.FROM_NUMPY):
+                or self.context.names.qualified_name(func, among=torch_api.FROM_NUMPY) is not None):
             return  # asked of the flow model only where float64 can reach a device
         flow = self.context.flow
         if isinstance(func, cst.Attribute) and func.attr.value in _MOVES:
@@ -153,7 +153,7 @@ class MpsFloat64(Rule):
     def _move_fix(self, call: cst.Call) -> PendingFix | None:
         if keyword_argument(call, "dtype") is not None or not call.args or any(arg.star for arg in call.args):
             return None
-        torch = self.context.imports.local_name_for("torch")
+        torch = self.context.names.local_name_for("torch")
         if torch is None:
             return None
         return self.make_fix(NodeEdit.insert_after(call.args[-1].value, f", dtype={torch}.float32"),
@@ -161,9 +161,9 @@ class MpsFloat64(Rule):
 
     def _dtype_fix(self, call: cst.Call) -> PendingFix | None:
         dtype = keyword_argument(call, "dtype")
-        if dtype is None or self.context.imports.qualified_name(dtype.value) not in torch_api.FLOAT64_DTYPES:
+        if dtype is None or self.context.names.qualified_name(dtype.value, among=torch_api.FLOAT64_DTYPES) is None:
             return None
-        torch = self.context.imports.local_name_for("torch")
+        torch = self.context.names.local_name_for("torch")
         if torch is None:
             return None
         return self.make_fix(NodeEdit(dtype.value, f"{torch}.float32"), applicability=Applicability.UNSAFE)

@@ -124,15 +124,13 @@ class AvailabilityCheckNotCalled(Rule):
             self._check(node)
 
     def visit_Name(self, node: cst.Name) -> None:
-        if self.context.imports.is_imported(node.value):
+        if self.context.names.is_imported(node.value):
             self._check(node)
 
     def _check(self, node: cst.Attribute | cst.Name) -> None:
-        # The import table first (cheap); then the flow model, which knows whether a local
-        # of the same name shadows the import here.
-        if self.context.imports.qualified_name(node) not in CPU_FALLBACK_CHECKS or not self._asked_for_its_truth(node):
+        if not self._asked_for_its_truth(node):
             return
-        if self.context.flow.qualified_name(node) in CPU_FALLBACK_CHECKS:
+        if self.context.names.qualified_name(node, among=CPU_FALLBACK_CHECKS) is not None:
             self.report(
                 node,
                 message=f"{self.context.code_for_node(node)} is not called; a function is always true",

@@ -143,7 +143,7 @@ class LegacyTypeCastToHost(Rule):
         if named is None:
             if type(argument) is not cst.Attribute or not argument.attr.value.endswith("Tensor"):
                 return
-            named = self.context.flow.qualified_name(argument)
+            named = self.context.names.qualified_name(argument, among=torch_api.LEGACY_HOST_TENSOR_TYPES)
         if named not in torch_api.LEGACY_HOST_TENSOR_TYPES:
             return
         receiver = self.context.flow.value_of(func.value)

@@ -125,7 +125,7 @@ class CudaDefaultDevice(Rule):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if mentions_any(node.name, _GPU_WORDS) or any(
-                is_device_test(d.decorator, self.context.imports) for d in node.decorators):
+                is_device_test(d.decorator, self.context.names) for d in node.decorators):
             return
         params = node.params
         every = [*params.posonly_params, *params.params, *params.kwonly_params]
@@ -135,7 +135,7 @@ class CudaDefaultDevice(Rule):
         for param in every:
             if param.default is None or not any(word in param.name.value.lower() for word in naming.DEVICE_SETTING_WORDS):
                 continue
-            literal = device_literal(param.default, self.context.imports)
+            literal = device_literal(param.default, self.context.names)
             if literal is not None and literal.type == "cuda":
                 self._found.append((param, self._fix(node, param, models[0])))
 

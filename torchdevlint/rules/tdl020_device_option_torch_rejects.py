@@ -125,16 +125,16 @@ class DeviceOptionTorchRejects(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        imports = self.context.imports
+        names = self.context.names
         candidates: list[cst.BaseExpression] = []
-        takes_a_device_first = imports.qualified_name(func) == torch_api.TORCH_DEVICE \
+        takes_a_device_first = names.qualified_name(func, among=(torch_api.TORCH_DEVICE,)) is not None \
             or type(func) is cst.Attribute and func.attr.value == "to"
         if takes_a_device_first and node.args and node.args[0].keyword is None:
             candidates.append(node.args[0].value)
         candidates.extend(arg.value for arg in node.args if arg.keyword is not None and arg.keyword.value == "device")
         for candidate in candidates:
             if type(candidate) is cst.Attribute and type(candidate.value) is cst.Name:
-                self._uses.append(_Use(candidate, imports.local_name_for("torch")))
+                self._uses.append(_Use(candidate, names.local_name_for("torch")))
 
     def leave_Module(self, node: cst.Module) -> None:
         for use in self._uses:

@@ -143,8 +143,8 @@ class LegacyCudaConstructorInModel(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        qualified = self.context.imports.qualified_name(func)
-        if qualified not in LEGACY_CUDA_TENSOR_TYPES:
+        qualified = self.context.names.qualified_name(func, among=LEGACY_CUDA_TENSOR_TYPES)
+        if qualified is None:
             return
         method = self._program.model_method_here()
         if method is None:

@@ -17,6 +17,8 @@ from torchdevlint.runtime_proof import RuntimeProof
 
 _PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
 _SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"})
+# Every call the rule looks at.
+_LOOKED_FOR = _PROCESS_GROUP | _SPAWN | DISTRIBUTED_DATA_PARALLEL
 # Text of a statement that may place a model before the process group is set up.
 _PLACING = (".cuda(", ".to(", "device")
 
@@ -231,7 +233,7 @@ class DdpWithoutLocalDevice(Rule):
             self._per_process = True
 
     def visit_Call(self, node: cst.Call) -> None:
-        qualified = self.context.imports.qualified_name(node.func)
+        qualified = self.context.names.qualified_name(node.func, among=_LOOKED_FOR)
         if qualified in _PROCESS_GROUP:
             if keyword_argument(node, "device_id") is not None:
                 self._per_process = True
@@ -292,12 +294,12 @@ class DdpWithoutLocalDevice(Rule):
         else:
             return None  # set up in a nested block: where the current device should be set is unclear
         imports: list[tuple[str, str | None]] = []
-        torch_name = self.context.imports.local_name_for("torch")
+        torch_name = self.context.names.local_name_for("torch")
         if torch_name is None:
             torch_name = "torch"
             imports.append(("torch", None))
         if group.from_environment:
-            os_name = self.context.imports.local_name_for("os")
+            os_name = self.context.names.local_name_for("os")
             if os_name is None:
                 os_name = "os"
                 imports.append(("os", None))

@@ -12,6 +12,10 @@ from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import NON_LEAF_GRADIENT, RuntimeProof
 
 
+def _makes_a_tensor(qualified: str) -> bool:
+    return torch_api.is_tensor_factory(qualified) or qualified in torch_api.SCALAR_TENSOR_FACTORIES
+
+
 class RequiresGradBeforeMove(Rule):
     """
     ## What it does
@@ -123,8 +127,8 @@ class RequiresGradBeforeMove(Rule):
         if keyword_argument(made, "device") is not None:
             return
         flow = self.context.flow
-        qualified = flow.qualified_name(made.func)
-        if qualified is None or not (torch_api.is_tensor_factory(qualified) or qualified in torch_api.SCALAR_TENSOR_FACTORIES):
+        qualified = self.context.names.qualified_name(made.func, among=_makes_a_tensor)
+        if qualified is None:
             return
         destination = flow.move_destination(node)
         if destination is None or not destination.may_be_accelerator:

@@ -96,7 +96,7 @@ class EmptyCacheInLoop(Rule):
         self._calls: dict[int, list[cst.Call]] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.context.imports.qualified_name(node.func) not in _EMPTY_CACHE:
+        if self.context.names.qualified_name(node.func, among=_EMPTY_CACHE) is None:
             return
         loop = self._loops.innermost(node)
         if loop is not None and self._loops.every_step(node, loop):

@@ -253,11 +253,11 @@ class TimingWithoutSynchronize(Rule):
             self._check_scope(node.body.body)
 
     def _check_scope(self, body: Sequence[cst.BaseStatement]) -> None:
-        for reading in unsynchronised_readings(body, self.context.flow, self.context.imports):
+        for reading in unsynchronised_readings(body, self.context.flow, self.context.names):
             self.report(reading.call, fix=self._fix(reading.line))
 
     def _fix(self, statement: cst.SimpleStatementLine | None) -> PendingFix | None:
-        torch = self.context.imports.local_name_for("torch")
+        torch = self.context.names.local_name_for("torch")
         if statement is None or torch is None:
             return None
         return self.make_fix(

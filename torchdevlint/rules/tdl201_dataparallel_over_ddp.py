@@ -117,7 +117,7 @@ class DataParallelOverDdp(Rule):
     ]
 
     def _is_data_parallel(self, node: cst.BaseExpression) -> bool:
-        return self.context.imports.qualified_name(node) in _DATA_PARALLEL
+        return self.context.names.qualified_name(node, among=_DATA_PARALLEL) is not None
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._is_data_parallel(node.func):

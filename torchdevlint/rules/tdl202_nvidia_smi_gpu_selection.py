@@ -164,12 +164,12 @@ class NvidiaSmiGpuSelection(Rule):
         if isinstance(node, cst.Call):
             if isinstance(node.func, cst.Attribute) and node.func.attr.value == "split":
                 return self._text(node.func.value, depth - 1)
-            if self.context.imports.qualified_name(node.func) == "shlex.split" and node.args:
+            if self.context.names.qualified_name(node.func, among=("shlex.split",)) is not None and node.args:
                 return self._text(node.args[0].value, depth - 1)
         return ""
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.context.imports.qualified_name(node.func) not in _SHELL_CALLS:
+        if self.context.names.qualified_name(node.func, among=_SHELL_CALLS) is None:
             return
         command = keyword_argument(node, "args") or keyword_argument(node, "cmd")
         if command is None:

@@ -2,34 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import libcst as cst
 
-from torchdevlint.analysis.cuda_uses import (
-    CudaProgram,
-    CudaUse,
-    UseKind,
-    cuda_uses,
-    device_variable_use,
-    kept_for_the_gpu,
-)
-from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
+from torchdevlint.analysis.cuda_uses import DEVICE_VARIABLE, CudaProgram, CudaUse, UnavoidableCudaUse, UseKind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.project import TorchVersionOptions
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.shared_fixes import route_through
 
-_DEVICE_NAME = "device"
-
-
-@dataclass(frozen=True)
-class _Found:
-    use: CudaUse
-    ancestors: tuple[cst.CSTNode, ...]
-    # Whether the name `device` would mean something else where the use is.
-    device_shadowed: bool
+_DEVICE_NAME = DEVICE_VARIABLE
 
 
 class HardCodedCuda(Rule):
@@ -202,56 +184,20 @@ class HardCodedCuda(Rule):
     ]
 
     def setup(self) -> None:
-        self._found: list[_Found] = []
         self._program = self.context.shared(CudaProgram)
 
-    def leave_Assign(self, node: cst.Assign) -> None:
-        self._device_variable(node)
-
-    def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._device_variable(node)
-
-    def _device_variable(self, node: cst.Assign | cst.AnnAssign) -> None:
-        use = device_variable_use(node, self.context.imports)
-        if use is not None:
-            ancestors = tuple(self.context.ancestors(use.node))
-            self._found.append(_Found(use, ancestors, device_shadowed=True))
-
-    def visit_Call(self, node: cst.Call) -> None:
-        uses = cuda_uses(node, self.context.imports, self._program.constructor_aliases)
-        if uses:
-            ancestors = tuple(self.context.ancestors(node))
-            shadowed = not isinstance(self.context.binding_scope(_DEVICE_NAME) or self.context.module, cst.Module)
-            for use in uses:
-                found_ancestors = ancestors if use.node is node else (node, *ancestors)
-                self._found.append(_Found(use, found_ancestors, shadowed))
-
     def leave_Module(self, node: cst.Module) -> None:
-        if not self._found or self._program.shows_cpu_mode:
+        reported = self._program.hard_coded_cuda()
+        if not reported:
             return
-        if self.context.imports.imports_from("torch.distributed"):
-            # Written for several GPU processes (NCCL): portable by another road (the backend).
-            return
-        flow = self.context.flow
-        if flow.offers_cpu_mode(by_gpu_settings=True):
-            return
-        reported: list[_Found] = []
-        for found in self._found:
-            if found.use.kind is UseKind.ALIAS_CALL:
-                call = cst.ensure_type(found.use.node, cst.Call)
-                if flow.qualified_name(call.func) not in LEGACY_CUDA_TENSOR_TYPES:
-                    continue
-            if flow.reached_in_cpu_mode(found.use.node, found.ancestors) and not kept_for_the_gpu(
-                    found.use.node, found.ancestors, self.context.imports, flow):
-                reported.append(found)
         fix = self._fix(node, reported)
         for found in reported:
             self.report(found.use.node, fix=fix)
 
     # ---- the fix: one device variable, every use through it -----------------------------------
 
-    def _fix(self, module: cst.Module, reported: list[_Found]) -> PendingFix | None:
-        torch = self.context.imports.local_name_for("torch")
+    def _fix(self, module: cst.Module, reported: list[UnavoidableCudaUse]) -> PendingFix | None:
+        torch = self.context.names.local_name_for("torch")
         last_import = self._last_import(module)
         if torch is None or last_import is None:
             return None

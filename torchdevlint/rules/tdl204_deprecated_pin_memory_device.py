@@ -127,7 +127,7 @@ class DeprecatedPinMemoryDevice(Rule):
             if device is not None and not (self.context.flow.value_of(func.value).kinds & _NOT_TENSORS):
                 self.report(device, fix=self._without(node, device))
             return
-        if self.context.imports.qualified_name(func) in torch_api.DATALOADERS:
+        if self.context.names.qualified_name(func, among=torch_api.DATALOADERS) is not None:
             for arg in node.args:
                 if arg.keyword is not None and arg.keyword.value == _LOADER_KEYWORD:
                     self.report(arg, fix=self._without(node, arg))

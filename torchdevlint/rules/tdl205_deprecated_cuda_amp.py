@@ -126,7 +126,7 @@ class DeprecatedCudaAmp(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        replacement = _DEPRECATED.get(self.context.imports.qualified_name(node.func) or "")
+        replacement = _DEPRECATED.get(self.context.names.qualified_name(node.func, among=_DEPRECATED) or "")
         if replacement is not None and not self._kept_for_old_releases(node):
             self.report(node.func, fix=self._fix(node, replacement))
 
@@ -146,7 +146,7 @@ class DeprecatedCudaAmp(Rule):
                 and isinstance(func.value.value, cst.Attribute) and isinstance(func.value.value.value, cst.Name)):
             return None
         torch = func.value.value.value.value
-        if self.context.imports.qualified_name(func.value.value.value) != "torch":
+        if self.context.names.qualified_name(func.value.value.value, among=("torch",)) is None:
             return None
         if any(arg.star for arg in call.args):
             return None

@@ -11,6 +11,7 @@ from torchdevlint.analysis.tree import child_nodes, keyword_argument
 from torchdevlint.rule import Invalid, Rule, Valid
 
 _HOST = frozenset({"cpu"})
+_AUTOCASTS = frozenset(AUTOCAST_OF_DEVICE_TYPE) | AUTOCAST_WITH_DEVICE_TYPE
 
 
 class AutocastDeviceMismatch(Rule):
@@ -111,7 +112,7 @@ class AutocastDeviceMismatch(Rule):
                 self.report(call)
 
     def _device_type(self, call: cst.Call) -> str | None:
-        qualified = self.context.imports.qualified_name(call.func) or ""
+        qualified = self.context.names.qualified_name(call.func, among=_AUTOCASTS) or ""
         if qualified in AUTOCAST_OF_DEVICE_TYPE:
             return AUTOCAST_OF_DEVICE_TYPE[qualified]
         if qualified not in AUTOCAST_WITH_DEVICE_TYPE:
@@ -123,7 +124,7 @@ class AutocastDeviceMismatch(Rule):
     def _model_elsewhere(self, body: cst.BaseSuite, autocast: cst.Call, device_type: str) -> bool:
         flow = self.context.flow
         enabled = keyword_argument(autocast, "enabled")
-        if enabled is None and self.context.imports.qualified_name(autocast.func) in AUTOCAST_OF_DEVICE_TYPE:
+        if enabled is None and self.context.names.qualified_name(autocast.func, among=AUTOCAST_OF_DEVICE_TYPE) is not None:
             # `torch.cuda.amp.autocast(enabled, dtype, ...)`: no device type to pass first.
             enabled = next((arg for arg in autocast.args if arg.keyword is None and not arg.star), None)
         if enabled is not None and flow.constant_truth(enabled.value) is False:

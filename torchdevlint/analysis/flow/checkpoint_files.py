@@ -147,6 +147,23 @@ class CheckpointFiles:
         key = self._file_key(save, saved, save_scope, {})
         return key is not None and key == self._file_key(load, loaded, load_scope, {})
 
+    def saved_by_the_program(self, load: cst.Call, qualified_name: _QualifiedName) -> bool:
+        """Whether some `torch.save` of the file writes the file `load` reads, before or after
+        it (a resume: the run loads what an earlier run of it saved)."""
+        self._walk(qualified_name)
+        loaded, load_scope = loaded_path(load), self._scope_of.get(id(load))
+        if loaded is None or load_scope is None:
+            return False
+        key = self._file_key(load, loaded, load_scope, {})
+        if key is None:
+            return False
+        for body in self._bodies.values():
+            for save in body.saves:
+                saved, save_scope = saved_path(save), self._scope_of.get(id(save))
+                if saved is not None and save_scope is not None and self._file_key(save, saved, save_scope, {}) == key:
+                    return True
+        return False
+
     def may_read_what_was_saved(self, save: cst.Call, load: cst.Call, qualified_name: _QualifiedName) -> bool:
         """Whether the file `load` reads may hold what `save` wrote: not where, in one body,
         the save comes after the load with no loop around both (a notebook's later cell), or

@@ -116,6 +116,7 @@ class Oracle(Protocol):
 
     def outer_value(self, scope: cst.CSTNode, name: str) -> Value | None: ...
     def host_arguments(self, made: int) -> tuple[tuple[int, str], ...]: ...
+    def forward_host_arguments(self, class_id: int) -> tuple[tuple[int, str], ...]: ...
     def gpu_world_outer_value(self, scope: cst.CSTNode, name: str) -> Value | None: ...
     def call_result(self, definition: int, call: cst.Call | None, arguments: Sequence[Value],
                     receiver: Value | None) -> Value: ...
@@ -686,6 +687,10 @@ class Interpreter:
             return tensor(value.places)
         if value.is_tensor:
             return tensor(value.places)
+        if value.kinds == _UNKNOWN_ONLY and value.places is not None:
+            # Part of something wholly on one device (`encoder, decoder = torch.load(path,
+            # map_location=device)`).
+            return replace(value, items=None)
         return UNKNOWN
 
     def _assign(self, target: cst.BaseExpression, value_node: cst.BaseExpression | None, value: Value, env: Env) -> None:
@@ -1244,6 +1249,10 @@ class Interpreter:
         for made in module.holds:
             here = self.flow.host_argument_losses.get(made)
             host_arguments.update(here if here is not None else self.oracle.host_arguments(made))
+        if module.instance_of is not None:
+            # A model of this file whose `forward` hands the argument to `pack_padded_sequence`
+            # as its lengths: it wants it on the host.
+            host_arguments.update(self.oracle.forward_host_arguments(module.instance_of))
         for position, (arg, value) in enumerate(zip(node.args, arguments, strict=True)):
             if host_arguments and torch_api.host_argument(
                     host_arguments, position, None if arg.keyword is None else arg.keyword.value):

@@ -71,6 +71,9 @@ class RecordingOracle:
     def host_arguments(self, made: int) -> tuple[tuple[int, str], ...]:
         return self._ask("host_arguments", made)  # type: ignore[return-value]  # the model's answer, of the method's type
 
+    def forward_host_arguments(self, class_id: int) -> tuple[tuple[int, str], ...]:
+        return self._ask("forward_host_arguments", class_id)  # type: ignore[return-value]  # the model's answer, of the method's type
+
     def gpu_world_outer_value(self, scope: cst.CSTNode, name: str) -> Value | None:
         return self._ask("gpu_world_outer_value", scope, name)  # type: ignore[return-value]  # the model's answer, of the method's type
 

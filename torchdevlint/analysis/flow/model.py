@@ -217,13 +217,19 @@ class FlowModel:
         flow = self.flow_for(self._enclosing_scope(call))
         return flow.moves.get(id(call)) if flow is not None else None
 
-    def qualified_name(self, node: cst.BaseExpression) -> str | None:
-        """The imported name an expression stands for here (`torch.load` for `load` after
-        `from torch import load`, unless a local or parameter shadows it)."""
-        value = self.value_of(node)
+    def imported_name(self, node: cst.BaseExpression) -> tuple[bool, str | None]:
+        """Whether the model evaluated the expression (decorators and annotations it does not),
+        and the imported name it stands for there (`torch.load` for `load` after `from torch
+        import load`; None where a local, a parameter or a `def` shadows the import).
+
+        Rules ask `context.names` (`analysis/name_oracle.py`), which asks this."""
+        flow = self.flow_for(self._enclosing_scope(node))
+        value = flow.values.get(id(node)) if flow is not None else None
+        if value is None:
+            return False, None
         if value.reference is None or value.reference.definition is not None:
-            return None
-        return value.reference.qualified
+            return True, None
+        return True, value.reference.qualified
 
     def env_before(self, statement: cst.CSTNode) -> Env | None:
         """The program's bindings before a statement (without the model's own entries)."""
@@ -404,6 +410,13 @@ class FlowModel:
             self._checkpoint_files = CheckpointFiles(self.module)
         return self._checkpoint_files.written_before(load, self._qualified_in)
 
+    def saved_by_the_program(self, load: cst.Call) -> bool:
+        """Whether the program itself saves the file a `torch.load` reads, in this run or an
+        earlier one (see `CheckpointFiles`)."""
+        if self._checkpoint_files is None:
+            self._checkpoint_files = CheckpointFiles(self.module)
+        return self._checkpoint_files.saved_by_the_program(load, self._qualified_in)
+
     def same_checkpoint_file(self, save: cst.Call, load: cst.Call) -> bool:
         """Whether a `torch.save` and a `torch.load` of the file name the same file, each path
         read where it is written (see `CheckpointFiles`)."""
@@ -443,6 +456,22 @@ class FlowModel:
         """The host arguments of a loss made in a body interpreted so far (see
         `FunctionFlow.host_argument_losses`)."""
         return self._host_argument_losses.get(made, ())
+
+    def forward_host_arguments(self, class_id: int) -> tuple[tuple[int, str], ...]:
+        """The arguments of a call of the class's instances that its `forward` hands on where
+        host data is required (`pack_padded_sequence`'s lengths): (position, name), `self`
+        not counted; keyword-only ones at negative positions."""
+        summary = self._class(class_id)
+        forward = summary.methods.get("forward") if summary is not None else None
+        if forward is None:
+            return ()
+        params = forward.params
+        positional = [*params.posonly_params, *params.params][1:]
+        found = [(position, param.name.value) for position, param in enumerate(positional)
+                 if _passed_as_host_argument(forward, param.name.value, or_moved_there=True)]
+        found.extend((-1 - index, param.name.value) for index, param in enumerate(params.kwonly_params)
+                     if _passed_as_host_argument(forward, param.name.value, or_moved_there=True))
+        return tuple(found)
 
     def held_calls(self, value: Value, kind: Held) -> list[cst.Call]:
         """The calls of that kind whose result the value is or contains."""
@@ -1158,9 +1187,21 @@ def _assigns_own_attributes(method: cst.FunctionDef, self_name: str | None) -> b
     return False
 
 
-def _passed_as_host_argument(function: cst.CSTNode, parameter: str) -> bool:
+def _moved_to_the_host(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`x.cpu()` or `x.to("cpu")`: the `x` moved; else None."""
+    if type(node) is not cst.Call or type(node.func) is not cst.Attribute:
+        return None
+    method = node.func.attr.value
+    if method == "cpu" and not node.args or method == "to" and len(node.args) == 1 and \
+            type(node.args[0].value) is cst.SimpleString and node.args[0].value.evaluated_value == "cpu":
+        return node.func.value
+    return None
+
+
+def _passed_as_host_argument(function: cst.CSTNode, parameter: str, *, or_moved_there: bool = False) -> bool:
     """Is the parameter itself handed to `pack_padded_sequence` as its lengths (which must be
-    on the CPU)? Then it is host data; `lengths.cpu()` there says the opposite."""
+    on the CPU)? Then it is host data; `lengths.cpu()` there says the opposite, though the
+    caller may then pass either (`or_moved_there`)."""
     stack: list[cst.CSTNode] = [function]
     while stack:
         node = stack.pop()
@@ -1170,7 +1211,8 @@ def _passed_as_host_argument(function: cst.CSTNode, parameter: str) -> bool:
             if wanted is not None:
                 for position, arg in enumerate(node.args):
                     matches = torch_api.host_argument(wanted, position, None if arg.keyword is None else arg.keyword.value)
-                    if matches and isinstance(arg.value, cst.Name) and arg.value.value == parameter:
+                    handed = (_moved_to_the_host(arg.value) if or_moved_there else None) or arg.value
+                    if matches and isinstance(handed, cst.Name) and handed.value == parameter:
                         return True
         stack.extend(child_nodes(node))
     return False
