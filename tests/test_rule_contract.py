@@ -46,6 +46,22 @@ def test_docs_have_every_section(rule: type[Rule]) -> None:
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
+def test_what_a_rule_leaves_alone_is_said_in_its_own_section(rule: type[Rule]) -> None:
+    """Every page says what its rule does not report in the same place: `## Not reported`,
+    after "Why is this bad?" and before "Fix safety"."""
+    sections = doc_sections(rule)
+    for title, body in sections.items():
+        if title == "Not reported":
+            continue
+        paragraphs = [paragraph.strip() for paragraph in re.split(r"\n\s*\n", body)]
+        stray = [p[:40] for p in paragraphs if re.match(r"(Not reported|Nor |Also not reported)", p)]
+        assert not stray, f"{stray} under '## {title}': move it to '## Not reported'"
+    titles = list(sections)
+    if "Not reported" in titles:
+        assert titles.index("Why is this bad?") < titles.index("Not reported") < titles.index("Fix safety")
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
 def test_docstring_has_no_hand_written_examples(rule: type[Rule]) -> None:
     # Hand-written examples drift from what the rule reports; the docs render tested ones.
     written = [title for title in doc_sections(rule) if title in GENERATED_SECTIONS]

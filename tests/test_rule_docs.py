@@ -85,3 +85,13 @@ def test_check_mode_exits_1_when_stale(tmp_path) -> None:  # type: ignore[no-unt
     write_docs(tmp_path)
     assert stale_files(tmp_path) == []
     assert not (tmp_path / "docs" / "rules" / "TDL998.md").exists()
+
+
+def test_a_page_links_every_rule_its_text_names() -> None:
+    """TDL003's page says TDL203 reports the programs it leaves alone: a reader follows a link."""
+    page = rule_page(next(rule for rule in all_rules() if rule.code == "TDL003"))
+    related = page.split("## Related rules", 1)[1].split("\n## ", 1)[0]
+    assert "- [TDL203](TDL203.md) `hard-coded-cuda`:" in related
+    assert "[TDL003]" not in related
+    alone = next(rule for rule in all_rules() if "TDL" not in rule.documentation())
+    assert "## Related rules" not in rule_page(alone)

@@ -44,7 +44,7 @@ def rule_docs_url(code: str) -> str | None:
 _SECTION = re.compile(r"^## (?P<title>.+)$", re.MULTILINE)
 
 # Docstring sections that come before the generated examples; the rest follow them.
-LEADING_SECTIONS = ("What it does", "Why is this bad?")
+LEADING_SECTIONS = ("What it does", "Why is this bad?", "Not reported")
 EXAMPLE_SECTION = "Example"
 USE_INSTEAD_SECTION = "Use instead"
 
@@ -183,6 +183,16 @@ def _configuration_text(rule: type[Rule]) -> str:
             "and [Suppressing findings](../usage.md#suppressing-findings).")
 
 
+_RULE_CODE = re.compile(r"\bTDL\d{3}\b")
+
+
+def related_rules(rule: type[Rule]) -> list[type[Rule]]:
+    """The other rules a rule's documentation names (`TDL203 reports those`), in code order."""
+    by_code = {other.code: other for other in all_rules()}
+    named = set(_RULE_CODE.findall(rule.documentation())) - {rule.code}
+    return [by_code[code] for code in sorted(named) if code in by_code]
+
+
 def rule_page(rule: type[Rule]) -> str:
     """The full documentation of a rule, as `torchdevlint rule CODE` prints it."""
     fix = fix_kinds(rule)
@@ -202,6 +212,10 @@ def rule_page(rule: type[Rule]) -> str:
         parts += [preamble, ""]
     for title, body in page_sections(rule):
         parts += [f"## {title}", body, ""]
+    related = related_rules(rule)
+    if related:
+        parts += ["## Related rules", *(f"- [{other.code}]({other.code}.md) `{other.slug}`: {other.message}"
+                                        for other in related), ""]
     parts += ["## Configuration", _configuration_text(rule), ""]
     parts += [
         "## Examples from the tests",

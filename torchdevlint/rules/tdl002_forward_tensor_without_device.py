@@ -30,6 +30,7 @@ class ForwardTensorWithoutDevice(Rule):
     not at the same device", arithmetic with "Expected all tensors to be on the same device".
     The model works in a CPU-only test and fails on the first GPU run.
 
+    ## Not reported
     Not reported: tensors moved before they meet the model's data (`h = h.to(device)`, a
     factory moved at the end of its chain, `if use_gpu: h = h.cuda()`), `*_like` factories
     and `Tensor.new_*`, tensors used only as indices, for their shape or dtype, or as the

@@ -53,7 +53,8 @@ class LoadWithoutMapLocation(Rule):
     object on a CUDA device but torch.cuda.is_available() is False". On a machine with
     several GPUs everything lands on the saving process's GPU.
 
-    Not reported either when the same run of the program wrote the file earlier: a script
+    ## Not reported
+    Not reported when the same run of the program wrote the file earlier: a script
     that saves its best weights during training and reloads them to evaluate, or a notebook
     cell that reads what an earlier cell saved. The saving device is then the loading one.
     The save and the load must name the same file (the same literal, constant, `args.save`
@@ -67,6 +68,12 @@ class LoadWithoutMapLocation(Rule):
     Nor where a program that hard-codes CUDA with no CPU mode at all (which TDL203 reports) loads
     a file it saves itself, as a resume does: it saved the file on a GPU machine, and it loads
     it on one. Once TDL203's fix gives the program a CPU mode, those loads are reported too.
+
+    Also not reported, unless `include-tests` is set: loads in test code as pytest collects
+    it (`conftest.py`, modules that import pytest or unittest, and files named `test_*.py`
+    or `*_test.py` that define `test*` functions or `Test*` classes), which reads back
+    checkpoints the test itself wrote on the same machine. A script's own `test()` or `test_voc()` function is not test code: an
+    evaluation script loads checkpoints written elsewhere.
 
     ## Fix safety
     The fix adds `map_location=`. What goes into `load_state_dict` (directly, or as an item
@@ -83,12 +90,6 @@ class LoadWithoutMapLocation(Rule):
     Loading straight into `load_state_dict(...)` is also safe: it copies the values onto the
     model's own device anyway. Otherwise the fix is unsafe: code after the load may rely on
     tensors (an optimizer state, say) being restored on the GPU.
-
-    Also not reported, unless `include-tests` is set: loads in test code as pytest collects
-    it (`conftest.py`, modules that import pytest or unittest, and files named `test_*.py`
-    or `*_test.py` that define `test*` functions or `Test*` classes), which reads back
-    checkpoints the test itself wrote on the same machine. A script's own `test()` or `test_voc()` function is not test code: an
-    evaluation script loads checkpoints written elsewhere.
 
     The fix adds `map_location` only. It never touches `weights_only`, whose default changed
     in PyTorch 2.6: setting it changes what a checkpoint may contain.

@@ -28,6 +28,7 @@ class DataParallelStateDictSave(Rule):
     state_dict: "weight" … Unexpected key(s) in state_dict: "module.weight"", and with
     `strict=False` it silently loads nothing.
 
+    ## Not reported
     Not reported: `model.module.state_dict()`, or an unwrap helper such as
     `getattr(model, "module", model)` or `model.module if hasattr(model, "module") else model`;
     nor a program that reads its checkpoints back into the model wrapped on every path, as the

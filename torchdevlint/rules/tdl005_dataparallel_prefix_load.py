@@ -51,6 +51,7 @@ class DataParallelPrefixLoad(Rule):
     "module.weight"", and with `strict=False` it silently loads nothing, leaving the model
     with its random initial weights.
 
+    ## Not reported
     Not reported when the prefix is stripped first (`consume_prefix_in_state_dict_if_present`,
     a comprehension with `removeprefix` or slicing: any rebinding of the loaded dict), when
     the loading model is wrapped the same way, or when the saving side saved `.module`.

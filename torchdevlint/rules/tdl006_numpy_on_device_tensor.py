@@ -39,6 +39,7 @@ class NumpyOnDeviceTensor(Rule):
     output also requires grad, and `.numpy()` then fails even on the CPU with "Can't call
     numpy() on Tensor that requires grad".
 
+    ## Not reported
     Not reported: tensors that never left the CPU, tensors brought back with `.cpu()` or
     `.to("cpu")` anywhere on their path, values that are on the device only on some paths,
     calls inside a conditional on `is_cuda` or `.device` (or the CPU branch of a GPU test),

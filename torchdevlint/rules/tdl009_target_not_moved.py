@@ -54,6 +54,7 @@ class TargetNotMoved(Rule):
     tensors to be on the same device, but found at least two devices, cuda:0 and cpu!". On a
     CPU-only machine the code runs, so the bug ships.
 
+    ## Not reported
     Not reported: values brought back on purpose (`.cpu()`, `.item()`, NumPy), non-tensors,
     inputs of `DataParallel`/`DistributedDataParallel` models (they move their inputs), tensors
     made inside a model (TDL002, TDL010), targets whose `.to()` result is thrown away

@@ -21,6 +21,7 @@ class TensorAttributeNotBuffer(Rule):
     attributes. After the move, `forward` combines GPU inputs with this CPU tensor and fails
     with "Expected all tensors to be on the same device". A buffer follows the module.
 
+    ## Not reported
     Not reported: `nn.Parameter`s (also with a method called on them:
     `nn.Parameter(torch.ones(d)).float()` is still the Parameter), names registered with `register_buffer`, tensors created
     with an explicit `device=` or `requires_grad=` (a would-be parameter is another problem),

@@ -27,11 +27,6 @@ class NonBlockingCpuCopyReadEarly(Rule):
     The usual case is a prediction or a logged metric copied back with the flag and turned
     into a list or array on the next line.
 
-    Not reported: reads of metadata only (`.shape`, `.dtype`, `.size()`), a copy handed to a
-    caller (`return copy`) or stored unread (`results.append(copy)`), and a name rebound
-    before it is read. This race used to be the second half of TDL102, which now reports only
-    `non_blocking=True` batches from unpinned loaders.
-
     ## Why is this bad?
     A device-to-host copy with `non_blocking=True` is queued on the GPU's stream and returns
     at once: PyTorch hands back a CPU tensor (in pinned memory) before the data has
@@ -39,6 +34,12 @@ class NonBlockingCpuCopyReadEarly(Rule):
     often zeros. Nothing fails; the numbers are wrong now and then, depending on how busy
     the GPU is. PyTorch's guide to `non_blocking` and `pin_memory()` warns that such a copy
     must be synchronised before its values are used.
+
+    ## Not reported
+    Not reported: reads of metadata only (`.shape`, `.dtype`, `.size()`), a copy handed to a
+    caller (`return copy`) or stored unread (`results.append(copy)`), and a name rebound
+    before it is read. This race used to be the second half of TDL102, which now reports only
+    `non_blocking=True` batches from unpinned loaders.
 
     ## Fix safety
     Safe: the fix removes `non_blocking=True`, so the copy completes before the next line

@@ -30,6 +30,7 @@ class AvailabilityCheckNotCalled(Rule):
     with CUDA enabled" or "Found no NVIDIA driver on your system". On a GPU machine the
     program works, so the bug ships.
 
+    ## Not reported
     Not reported: the check called (`torch.cuda.is_available()`), and the function passed
     or stored as a value (`checks = [torch.cuda.is_available]`, `skip_unless(torch.cuda.is_available)`),
     which may well be called later.

@@ -34,6 +34,7 @@ class LegacyTypeCastToHost(Rule):
     and where nothing fails the program pays a device-to-host copy for a change of dtype. On a
     CPU-only machine the code runs, so the bug ships.
 
+    ## Not reported
     Not reported: casts of host data (`images.type(torch.FloatTensor)` before the move),
     casts to a dtype (`x.type(torch.float32)`) or to a CUDA type, and data whose place the
     model cannot show.

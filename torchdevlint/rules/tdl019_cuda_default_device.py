@@ -29,6 +29,7 @@ class CudaDefaultDevice(Rule):
     inputs it makes meet the model on the wrong device. Helpers like this are written once
     and called from other files, so the default is where the bug lives.
 
+    ## Not reported
     Not reported: functions named for the GPU (`to_cuda`, `gpu_benchmark`) or decorated with
     a GPU condition, programs that need GPUs by design (a process group on NCCL, see TDL007),
     and functions with no model parameter (TDL203 reports CUDA hard-coded in a program with

@@ -30,6 +30,7 @@ class CudaInLoaderWorker(Rule):
     worker then holds a CUDA context of its own and hands CUDA tensors between processes,
     which the DataLoader documentation advises against: move batches in the training loop.
 
+    ## Not reported
     Not reported: loaders with `num_workers=0` or a setting this file cannot read,
     a `multiprocessing_context` other than `"fork"`, programs that set the `spawn` or
     `forkserver` start method, and moves to the CPU.

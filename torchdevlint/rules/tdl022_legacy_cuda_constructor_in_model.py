@@ -34,6 +34,7 @@ class LegacyCudaConstructorInModel(Rule):
     not available"). The legacy types are also deprecated: PyTorch asks for factories with a
     `dtype=` and a `device=`.
 
+    ## Not reported
     Not reported: `__init__` (a tensor made there is a parameter or attribute that `.to()`
     moves or TDL010 reports), functions outside a module, and the CPU types
     (`torch.FloatTensor`, see TDL018).

@@ -54,6 +54,7 @@ class DdpWithoutLocalDevice(Rule):
     or NCCL stops with "Duplicate GPU detected". With one process the program works, so the
     bug waits for the first multi-GPU run.
 
+    ## Not reported
     Not reported: models moved to a device built from the rank (`.cuda(local_rank)`,
     `.to(f"cuda:{rank}")`, `torch.device("cuda", args.gpu)`), models on the CPU or on a device
     the file cannot tell, and programs that set the current device or the visible GPUs.

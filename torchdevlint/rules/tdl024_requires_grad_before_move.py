@@ -32,6 +32,7 @@ class RequiresGradBeforeMove(Rule):
     with "can't optimize a non-leaf Tensor". On the CPU the move returns the tensor itself, a
     leaf, and the program works: it fails on the first GPU run.
 
+    ## Not reported
     Not reported: a factory given `device=` (the tensor is made where it lives), a tensor
     moved first and then given `requires_grad_()`, and `nn.Parameter`s, which a module moves
     in place.

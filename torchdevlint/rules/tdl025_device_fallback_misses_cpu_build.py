@@ -29,6 +29,7 @@ class DeviceFallbackMissesCpuBuild(Rule):
     wheels are, raises `AssertionError: Torch not compiled with CUDA enabled`. The fallback
     never runs there: the program stops on the machines the fallback was written for.
 
+    ## Not reported
     Not reported: handlers that also catch `AssertionError` (or `Exception`), and `try`
     blocks that move nothing.
 

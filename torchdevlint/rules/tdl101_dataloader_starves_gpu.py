@@ -41,13 +41,6 @@ class DataloaderStarvesGpu(Rule):
     it (alone or in a tuple), and parameters filled by the file's own calls
     (`train(model, train_loader)`, or `self.train_epoch(self.train_loader)` in a plain class).
 
-    Not reported: loaders given `**kwargs`, settings written out (`pin_memory=False`,
-    `num_workers=0`, `num_workers=args.workers`: a choice, not an omission), files that pin
-    tensors by hand (`.pin_memory()`, in the loop or a `collate_fn`; `pin_memory` is then not
-    reported), and loaders whose batches are never seen moving to a device. A
-    `TensorDataset` of CPU tensors is not reported for `num_workers` (slicing in-memory
-    tensors is cheap in the main process), only for `pin_memory`.
-
     ## Why is this bad?
     With `num_workers=0` the training process itself reads, decodes and augments every
     batch while the GPU waits for it. Without pinned memory every host-to-device copy goes
@@ -57,6 +50,14 @@ class DataloaderStarvesGpu(Rule):
 
     Off by default: it is a performance hint, and most scripts it fires on (tutorials,
     small in-memory datasets) lose little. Enable it with `extend-select = ["TDL101"]`.
+
+    ## Not reported
+    Not reported: loaders given `**kwargs`, settings written out (`pin_memory=False`,
+    `num_workers=0`, `num_workers=args.workers`: a choice, not an omission), files that pin
+    tensors by hand (`.pin_memory()`, in the loop or a `collate_fn`; `pin_memory` is then not
+    reported), and loaders whose batches are never seen moving to a device. A
+    `TensorDataset` of CPU tensors is not reported for `num_workers` (slicing in-memory
+    tensors is cheap in the main process), only for `pin_memory`.
 
     ## Fix safety
     The fix adds `pin_memory=True`; `num_workers` is left to you (workers need a picklable

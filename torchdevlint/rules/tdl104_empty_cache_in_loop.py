@@ -26,6 +26,7 @@ class EmptyCacheInLoop(Rule):
     that calls it, and it makes each step slower. It is a performance rule: it is off by
     default.
 
+    ## Not reported
     Not reported: calls outside training loops (after training, between evaluation phases),
     and calls every N steps.
 

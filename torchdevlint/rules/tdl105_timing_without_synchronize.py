@@ -30,6 +30,7 @@ class TimingWithoutSynchronize(Rule):
     pass that takes 40 ms, and comparisons between models or settings that mean nothing. It
     is a measurement rule: it is off by default.
 
+    ## Not reported
     Not reported: readings with a synchronisation or a host transfer between the work and the
     reading, readings around host-only work, readings that start a span (`end = time.time()`)
     or check a time limit (`if time.time() - t0 > limit:`), a synchronisation skipped only

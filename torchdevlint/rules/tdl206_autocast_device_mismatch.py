@@ -32,6 +32,7 @@ class AutocastDeviceMismatch(Rule):
     available. Disabling". The device type should follow the model's device
     (`torch.autocast(device.type)`).
 
+    ## Not reported
     Not reported: a device type that is not a literal (`device.type`, a variable), models
     whose device the file does not show, and autocast switched off where the types differ.
 
