@@ -137,6 +137,7 @@ class FlowModel:
         # Checkpoint calls by id (see `Value.holds`), from every body interpreted.
         self._held: dict[int, tuple[Held, cst.Call]] = {}
         self._host_argument_losses: dict[int, tuple[tuple[int, str], ...]] = {}
+        self._forward_host_arguments: dict[int, tuple[tuple[int, str], ...]] = {}
         self._saved_state_dicts: list[SavedStateDict] | None = None
         self._checkpoint_files: CheckpointFiles | None = None
         self._constants: ModuleConstants | None = None
@@ -461,6 +462,9 @@ class FlowModel:
         """The arguments of a call of the class's instances that its `forward` hands on where
         host data is required (`pack_padded_sequence`'s lengths): (position, name), `self`
         not counted; keyword-only ones at negative positions."""
+        known = self._forward_host_arguments.get(class_id)
+        if known is not None:
+            return known
         summary = self._class(class_id)
         forward = summary.methods.get("forward") if summary is not None else None
         if forward is None:
@@ -471,7 +475,9 @@ class FlowModel:
                  if _passed_as_host_argument(forward, param.name.value, or_moved_there=True)]
         found.extend((-1 - index, param.name.value) for index, param in enumerate(params.kwonly_params)
                      if _passed_as_host_argument(forward, param.name.value, or_moved_there=True))
-        return tuple(found)
+        # Asked at every call of the class's instances: its `forward` is walked once.
+        answer = self._forward_host_arguments[class_id] = tuple(found)
+        return answer
 
     def held_calls(self, value: Value, kind: Held) -> list[cst.Call]:
         """The calls of that kind whose result the value is or contains."""
