@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, child_environment, computed_once, run_cli
 
 FIXTURE_FILES = sorted(FIXTURES.glob("*.py"))
 # One finding per line, fields separated by a character no message contains.
@@ -23,7 +23,8 @@ def flake8_command() -> list[str]:
 
 def run_flake8(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*flake8_command(), "--isolated", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+        [*flake8_command(), "--isolated", *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+        env=child_environment(),
     )
 
 
@@ -54,8 +55,11 @@ def test_plugin_is_registered_with_flake8() -> None:
 
 
 @pytest.fixture(scope="module")
-def both_on_fixtures() -> tuple[list[tuple[str, int, int, str, str]], list[tuple[str, int, int, str, str]]]:
-    return flake8_findings("--select", "TDL", str(FIXTURES)), cli_findings(str(FIXTURES))
+def both_on_fixtures(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[tuple[str, int, int, str, str]],
+                                                                          list[tuple[str, int, int, str, str]]]:
+    both = computed_once(tmp_path_factory, "flake8-and-cli-on-fixtures",
+                         lambda: (flake8_findings("--select", "TDL", str(FIXTURES)), cli_findings(str(FIXTURES))))
+    return [tuple(f) for f in both[0]], [tuple(f) for f in both[1]]  # JSON gives lists back
 
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.stem)

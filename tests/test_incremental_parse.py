@@ -542,10 +542,11 @@ def check_random_edits(source: str, seed: int, count: int, *, inside_bodies: boo
     return count + 1, problems
 
 
+# The fast tier edits the shipped programs and one module of the package; the slow test below
+# edits every module, the interpreter's 115 kB included.
 PROJECT_FILES = [
     *sorted(FIXTURES.glob("*.py")),
     ROOT / "torchdevlint" / "engine.py",
-    ROOT / "torchdevlint" / "analysis" / "flow" / "interpreter.py",
 ]
 
 
@@ -558,12 +559,12 @@ def test_random_edits_of_project_files_match_a_fresh_parse() -> None:
     checked = 0
     for seed, (name, source) in enumerate(_sources(PROJECT_FILES)):
         # Each version is checked against a fresh parse, which costs far more than the splice.
-        count = 12 if len(source) > 50_000 else 20
+        count = 12 if len(source) > 10_000 else 10
         versions, found = check_random_edits(source, seed, count, inside_bodies=seed % 3 != 0)
         checked += versions
         problems.extend(f"{name}: {problem}" for problem in found)
     assert not problems, problems[:5]
-    assert checked > 500
+    assert checked > 400
 
 
 # Characters each file's versions may cost the fresh parses that check them.

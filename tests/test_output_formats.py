@@ -11,7 +11,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT, cli_environment, run_cli
+from conftest import FIXTURES, ROOT, child_environment, run_cli
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 SARIF_SCHEMA = ROOT / "tests" / "data" / "sarif-schema-2.1.0.json"
@@ -68,7 +68,7 @@ def on_a_terminal(tmp_path: Path, *args: str, env: dict[str, str] | None = None)
     leader, follower = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "torchdevlint", "check", *args],
-        cwd=tmp_path, stdout=follower, stderr=subprocess.PIPE, env=cli_environment(env),
+        cwd=tmp_path, stdout=follower, stderr=subprocess.PIPE, env=child_environment(env),
     )
     os.close(follower)
     chunks = []

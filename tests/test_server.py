@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from conftest import child_environment
 
 pytest.importorskip("pygls")
 
@@ -57,7 +58,8 @@ class Editor:
         return self.published.setdefault(uri, asyncio.Queue())
 
     async def start(self) -> None:
-        await self.client.start_io(sys.executable, "-m", "torchdevlint", "server", cwd=str(self.root))
+        await self.client.start_io(sys.executable, "-m", "torchdevlint", "server", cwd=str(self.root),
+                                   env=child_environment())
         await asyncio.wait_for(self.client.initialize_async(types.InitializeParams(
             capabilities=self.capabilities, root_uri=self.root.as_uri())), MESSAGE_SECONDS)
         self.client.initialized(types.InitializedParams())
@@ -558,7 +560,7 @@ def test_a_request_with_invalid_params_gets_an_error_answer(tmp_path: Path) -> N
     import subprocess
     import time
 
-    server = subprocess.Popen([sys.executable, "-m", "torchdevlint", "server"], cwd=tmp_path,
+    server = subprocess.Popen([sys.executable, "-m", "torchdevlint", "server"], cwd=tmp_path, env=child_environment(),
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert server.stdin is not None and server.stdout is not None
 

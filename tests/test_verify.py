@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from conftest import FIXTURES, ROOT, cuda_available, run_cli
+from conftest import FIXTURES, ROOT, computed_once, cuda_available, run_cli
 
 from torchdevlint.diagnostics import Diagnostic, Location
 from torchdevlint.verify.directive import (
@@ -153,7 +153,16 @@ class Corpus(NamedTuple):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
-    """One `verify` run over the fixtures, the hole programs and the fresh program."""
+    """One `verify` run over the fixtures, the hole programs and the fresh program (one per
+    test session, whatever the number of xdist workers)."""
+    run = computed_once(tmp_path_factory, "verify-corpus", lambda: _verify_the_corpus(tmp_path_factory))
+    result = subprocess.CompletedProcess(run["args"], run["returncode"], run["stdout"], run["stderr"])
+    assert result.stdout.strip(), result.stderr
+    reports = {Path(item["path"]).name: item for item in json.loads(result.stdout)}
+    return Corpus(result, reports, run["started"])
+
+
+def _verify_the_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("programs")
     holes = folder / "holes"
     holes.mkdir()
@@ -172,9 +181,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     started = time.time()
     result = run_cli("verify", "--device", "emulated", "--format", "json", "--jobs", "2",
                      "fixtures/", str(holes), str(folder / "tagger.py"), str(derived), cwd=ROOT)
-    assert result.stdout.strip(), result.stderr
-    reports = {Path(item["path"]).name: item for item in json.loads(result.stdout)}
-    return Corpus(result, reports, started)
+    return {"args": result.args, "returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr,
+            "started": started}
 
 
 # -- the fixtures --------------------------------------------------------------------------------

@@ -56,6 +56,8 @@ class FileContext:
         self._shared: dict[Callable[[FileContext], object], object] = {}
         self._function_bindings: dict[int, FunctionBindings] = {}
         self._scope_bindings: dict[int, frozenset[str]] = {}
+        # id(node) -> the scope that evaluates it, for nodes whose way up is walked.
+        self._enclosing_scopes: dict[int, Scope] = {}
         self._flow: FlowModel | None = None
         self._methods: dict[int, Method | None] = {}
         # Syntax seen that LibCST parses but the running Python may not (see engine.py).
@@ -74,6 +76,7 @@ class FileContext:
         self.stack.clear()
         self._function_bindings.clear()
         self._scope_bindings.clear()
+        self._enclosing_scopes.clear()
         self._methods.clear()
 
     @property
@@ -88,19 +91,32 @@ class FileContext:
 
     def enclosing_scope(self, node: cst.CSTNode) -> Scope:
         """The function (or the module) whose body evaluates the node."""
+        # Remembered for every node on the way up: rules ask for each node of a deep expression,
+        # and walking the parents each time was quadratic in its depth.
+        known = self._enclosing_scopes
+        passed: list[int] = []
         current = node
         while True:
-            parent = self.parents.get(id(current))
-            if parent is None:
-                break
-            # Exact type tests: isinstance on LibCST's ABCs is slow.
-            if type(parent) is cst.FunctionDef or type(parent) is cst.Module:
-                return parent
-            current = parent
+            scope = known.get(id(current))
+            if scope is None:
+                parent = self.parents.get(id(current))
+                if parent is None:
+                    break
+                # Exact type tests: isinstance on LibCST's ABCs is slow.
+                if type(parent) is cst.FunctionDef or type(parent) is cst.Module:
+                    scope = parent
+                else:
+                    passed.append(id(current))
+                    current = parent
+                    continue
+            for walked in passed:
+                known[walked] = scope
+            known[id(current)] = scope
+            return scope
         if current is not self.module:
             # Not walked yet: a part of the node being visited.
             for ancestor in reversed(self.stack):
-                if ancestor is not node and isinstance(ancestor, (cst.FunctionDef, cst.Module)):
+                if ancestor is not node and (type(ancestor) is cst.FunctionDef or type(ancestor) is cst.Module):
                     return ancestor
         return self.module
 

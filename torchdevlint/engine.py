@@ -355,6 +355,9 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
     moved = (noqa_lines(source) or {}) if honor_noqa and mentions_noqa(source) else {}
     diagnostics: list[Diagnostic] = []
     seen: set[tuple[str, int, int]] = set()
+    # A rule may attach one fix to many findings (TDL203 routes every CUDA literal through one
+    # variable): it is placed in the text once, not once per finding.
+    placed: dict[int, Fix] = {}
     for report in reports:
         if exemption is not NO_EXEMPTION and exemption.covers(report.rule.code):
             continue
@@ -372,7 +375,9 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
             continue
         fix = None
         if report.fix is not None:
-            fix = to_text_fix(report.fix, positions.__getitem__, offsets, module, source)
+            fix = placed.get(id(report.fix))
+            if fix is None:
+                fix = placed[id(report.fix)] = to_text_fix(report.fix, positions.__getitem__, offsets, module, source)
         diagnostics.append(
             Diagnostic(report.rule.code, report.rule.slug, report.message, path, start, end, fix)
         )

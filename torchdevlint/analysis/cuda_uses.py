@@ -199,6 +199,11 @@ def is_device_test(test: cst.CSTNode, names: NameResolver) -> bool:
     return mentions_any(test, naming.DEVICE_CONTEXT_WORDS, strings=True) or asks_for_gpu(test, names)
 
 
+# The kinds of ancestor that `kept_for_the_gpu` looks at.
+_KEEPING_KINDS = frozenset({cst.If, cst.IfExp, cst.While, cst.BooleanOperation, cst.Try, cst.TryStar, cst.FunctionDef,
+                            cst.ClassDef, cst.Decorator, cst.Param})
+
+
 def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], names: NameResolver,
                      flow: FlowQueries) -> bool:
     """Where the flow model cannot tell, whether the code around a use keeps it for a GPU:
@@ -209,6 +214,10 @@ def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], names:
     decorators and default values are no uses at all."""
     child = node
     for ancestor in ancestors:
+        kind = type(ancestor)
+        if kind not in _KEEPING_KINDS:  # most ancestors: an exact type test, not LibCST's slow ABCs
+            child = ancestor
+            continue
         if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
             if flow.cpu_mode_truth(ancestor.test) is None and is_device_test(ancestor.test, names):
                 return True

@@ -67,6 +67,8 @@ _LENGTH_WORDS = ("len",)
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "list", "tuple", "dict"})
 # `add_argument(..., type=bool ...)`: the text that makes a walk for stuck switches worth it.
 _BOOL_TYPED_OPTION = re.compile(r"\btype\s*=\s*bool\b")
+# The kinds of ancestor that can keep the CPU mode out of what they hold.
+_GATING_KINDS = frozenset({cst.If, cst.IfExp, cst.While, cst.BooleanOperation, cst.For, cst.FunctionDef})
 # Interpretations of one function with a call's own arguments, at most.
 _PER_CALL_RUNS = 4
 
@@ -283,6 +285,8 @@ class FlowModel:
         return True
 
     def _keeps_cpu_mode_out(self, ancestor: cst.CSTNode, child: cst.CSTNode) -> bool:
+        if type(ancestor) not in _GATING_KINDS:  # most ancestors: an exact type test, not LibCST's slow ABCs
+            return False
         if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
             holds = self.cpu_mode_truth(ancestor.test)
             return holds is not None and holds is (child is not ancestor.body)
