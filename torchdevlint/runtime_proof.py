@@ -58,6 +58,8 @@ HOST_COPY_READ_EARLY = re.compile(r"a non_blocking copy to the CPU was read befo
 NO_ACCELERATOR_DEVICE = re.compile(r"'NoneType' object has no attribute '(type|index)'")
 # A float64 tensor on Apple's GPU (and on the emulated one, `verify.mps`).
 MPS_FLOAT64 = re.compile(r"MPS framework doesn't support float64")
+# The lengths of a packed sequence anywhere but on the CPU (PyTorch 1.7 on; the emulated GPU too).
+PACKED_LENGTHS_ON_DEVICE = re.compile(r"'lengths' argument should be a 1D CPU int64 tensor")
 # A device string torch.device does not parse (`"auto"`, `"gpu"`, `"0"`, `""`).
 DEVICE_STRING_REJECTED = re.compile(
     r"device type at start of device string|Invalid device string|Device string must not be empty"

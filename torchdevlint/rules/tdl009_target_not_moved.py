@@ -61,7 +61,7 @@ class TargetNotMoved(Rule):
     (TDL001), and code in the branch an availability check takes where there is no GPU (the
     `else` of `if torch.cuda.is_available():`), where nothing is on a GPU. Nor host lengths
     given to a model of the file whose `forward` hands them to `pack_padded_sequence`, which
-    wants them on the CPU.
+    wants them on the CPU (lengths moved to the device are TDL026's).
 
     ## Fix safety
     The fix moves the target right after the inputs, with the same arguments. It is unsafe:

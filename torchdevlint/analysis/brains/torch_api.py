@@ -341,6 +341,16 @@ HOST_ARGUMENT_FUNCTIONS: dict[str, dict[int, str]] = {
     "ctc_loss": {2: "input_lengths", 3: "target_lengths"},
 }
 
+# Arguments that must be on the host whatever the device of the rest: CUDA refuses the lengths of
+# a packed sequence elsewhere ("'lengths' argument should be a 1D CPU int64 tensor", PyTorch
+# 1.7 on). The kernel checks it; no schema says so.
+HOST_REQUIRED_ARGUMENTS: dict[str, dict[int, str]] = {
+    "torch.nn.utils.rnn.pack_padded_sequence": {1: "lengths"},
+}
+# The same, by the function's last name, for reading a `forward` of the file syntactically.
+HOST_REQUIRED_BY_LAST_NAME: dict[str, dict[int, str]] = {
+    name.rpartition(".")[2]: wanted for name, wanted in HOST_REQUIRED_ARGUMENTS.items()}
+
 # Loss modules called with arguments that stay on the host, as for HOST_ARGUMENT_FUNCTIONS:
 # torch's CTC loss takes its lengths there, and the warp-ctc binding wants its labels there too.
 HOST_ARGUMENT_LOSSES: dict[str, dict[int, str]] = {

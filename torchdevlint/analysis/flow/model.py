@@ -56,7 +56,7 @@ from torchdevlint.analysis.flow.values import (
     device_value,
     tensor,
 )
-from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.names import ImportTable, dotted_name
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline, NoDeadline
 
@@ -140,6 +140,9 @@ class FlowModel:
         self._held: dict[int, tuple[Held, cst.Call]] = {}
         self._host_argument_losses: dict[int, tuple[tuple[int, str], ...]] = {}
         self._forward_host_arguments: dict[int, tuple[tuple[int, str], ...]] = {}
+        # class id -> the parameters its `forward` hands, as they are, where the host is required.
+        self._forward_host_requirements: dict[int, tuple[str, ...]] = {}
+        self._module_imports: ImportTable | None = None
         self._saved_state_dicts: list[SavedStateDict] | None = None
         self._checkpoint_files: CheckpointFiles | None = None
         self._constants: ModuleConstants | None = None
@@ -476,12 +479,50 @@ class FlowModel:
         params = forward.params
         positional = [*params.posonly_params, *params.params][1:]
         found = [(position, param.name.value) for position, param in enumerate(positional)
-                 if _passed_as_host_argument(forward, param.name.value, or_moved_there=True)]
+                 if _passed_as_host_argument(forward, param.name.value, self._imports(), or_moved_there=True)]
         found.extend((-1 - index, param.name.value) for index, param in enumerate(params.kwonly_params)
-                     if _passed_as_host_argument(forward, param.name.value, or_moved_there=True))
+                     if _passed_as_host_argument(forward, param.name.value, self._imports(), or_moved_there=True))
         # Asked at every call of the class's instances: its `forward` is walked once.
         answer = self._forward_host_arguments[class_id] = tuple(found)
         return answer
+
+    def _imports(self) -> ImportTable:
+        """The imports at the top level of the module (read once), for naming calls syntactically."""
+        if self._module_imports is None:
+            table = self._module_imports = ImportTable()
+            for statement in self.module.body:
+                if type(statement) is cst.SimpleStatementLine:
+                    for small in statement.body:
+                        if type(small) is cst.Import:
+                            table.record_import(small)
+                        elif type(small) is cst.ImportFrom:
+                            table.record_import_from(small)
+        return self._module_imports
+
+    def arguments_forward_needs_on_host(self, call: cst.Call) -> list[cst.Arg]:
+        """The arguments of a call of a module of the file that its `forward` hands, as they
+        are, where the host is required (`pack_padded_sequence`'s lengths); none for other calls."""
+        callee = self.value_of(call.func)
+        if callee.instance_of is None or not callee.is_module_like:
+            return []
+        required = self._forward_host_requirements.get(callee.instance_of)
+        if required is None:
+            summary = self._class(callee.instance_of)
+            forward = summary.methods.get("forward") if summary is not None else None
+            required = self._forward_host_requirements[callee.instance_of] = () if forward is None else tuple(
+                param.name.value for param in (*forward.params.posonly_params, *forward.params.params,
+                                                 *forward.params.kwonly_params)
+                if _passed_as_host_argument(forward, param.name.value, self._imports(),
+                                            functions=torch_api.HOST_REQUIRED_BY_LAST_NAME))
+        if not required:
+            return []
+        summary = self._class(callee.instance_of)
+        assert summary is not None  # a class with requirements has a summary
+        params = summary.methods["forward"].params
+        positional = [param.name.value for param in (*params.posonly_params, *params.params)][1:]  # less `self`
+        return [arg for position, arg in enumerate(call.args)
+                if (positional[position] if arg.keyword is None and position < len(positional)
+                    else arg.keyword.value if arg.keyword is not None else None) in required]
 
     def held_calls(self, value: Value, kind: Held) -> list[cst.Call]:
         """The calls of that kind whose result the value is or contains."""
@@ -810,7 +851,8 @@ class FlowModel:
             name = param.name.value.lower()
             if any(word in name for word in _HOST_PARAMETER_WORDS) or param.default is not None:
                 return UNKNOWN
-            if any(word in name for word in _LENGTH_WORDS) and _passed_as_host_argument(definition.node, param.name.value):
+            if any(word in name for word in _LENGTH_WORDS) and _passed_as_host_argument(
+                    definition.node, param.name.value, self._imports()):
                 return UNKNOWN
             kind = Kind.TENSOR if annotated.is_tensor else Kind.MODEL_OUTPUT
             return Value(frozenset({kind}), frozenset({MODULE_DEVICE_PLACE}))
@@ -1208,16 +1250,20 @@ def _moved_to_the_host(node: cst.BaseExpression) -> cst.BaseExpression | None:
     return None
 
 
-def _passed_as_host_argument(function: cst.CSTNode, parameter: str, *, or_moved_there: bool = False) -> bool:
+def _passed_as_host_argument(function: cst.CSTNode, parameter: str, imports: ImportTable, *,
+                             or_moved_there: bool = False,
+                             functions: dict[str, dict[int, str]] = torch_api.HOST_ARGUMENT_FUNCTIONS) -> bool:
     """Is the parameter itself handed to `pack_padded_sequence` as its lengths (which must be
-    on the CPU)? Then it is host data; `lengths.cpu()` there says the opposite, though the
-    caller may then pass either (`or_moved_there`)."""
+    on the CPU), or where another of `functions` (by last name) takes host data? Then it is host
+    data; `lengths.cpu()` there says the opposite, though the caller may then pass either
+    (`or_moved_there`). Calls are named through the file's imports (`from
+    torch.nn.utils.rnn import pack_padded_sequence as pack`), else as written."""
     stack: list[cst.CSTNode] = [function]
     while stack:
         node = stack.pop()
         if type(node) is cst.Call:
-            name = dotted_name(node.func)
-            wanted = torch_api.HOST_ARGUMENT_FUNCTIONS.get(name.rpartition(".")[2]) if name is not None else None
+            name = imports.qualified_name(node.func) or dotted_name(node.func)
+            wanted = functions.get(name.rpartition(".")[2]) if name is not None else None
             if wanted is not None:
                 for position, arg in enumerate(node.args):
                     matches = torch_api.host_argument(wanted, position, None if arg.keyword is None else arg.keyword.value)
