@@ -247,3 +247,24 @@ def test_generators_and_dicts_the_program_builds_of_tensors_keep_them() -> None:
     )
     for value_seen in (generated, value, pair_value):
         assert value_seen.is_tensor and value_seen.on_accelerator, value_seen.describe()
+
+
+def test_a_torchtext_batch_holds_its_fields_on_the_iterator_s_device() -> None:
+    seen = kinds_of("""
+        import torch
+        from torchtext.legacy import data
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        train_iterator, valid_iterator = data.BucketIterator.splits((train, valid), batch_size=32, device=device)
+        for batch in valid_iterator:
+            text, text_lengths = batch.text
+            probe(text_lengths)
+            probe(batch.label)
+        for batch in data.Iterator(test, batch_size=32):
+            probe(batch.label)
+        """)
+    on_device, label_on_device, without_a_device = seen
+    assert on_device.is_placed_data and on_device.on_accelerator
+    assert label_on_device.is_placed_data and label_on_device.on_accelerator
+    # Without `device=` the batch's place depends on torchtext's version: nothing is known.
+    assert without_a_device.places is None

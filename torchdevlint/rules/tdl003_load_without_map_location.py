@@ -309,6 +309,20 @@ class LoadWithoutMapLocation(Rule):
             """,
             name="the-best-of-the-snapshots-this-run-saved",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(8, 2).to(device)
+            epochs = 5
+            for epoch in range(1, epochs + 1):
+                loss = model(torch.randn(4, 8, device=device)).pow(2).mean()
+                torch.save(model.state_dict(), "linear_epoch%02d_%s.pt" % (epoch, device))
+            model.load_state_dict(torch.load("linear_epoch05_%s.pt" % device))
+            """,
+            name="the-last-epoch-file-this-run-saved-named-printf-style",
+        ),
     ]
     INVALID = [
         Invalid(

@@ -19,8 +19,10 @@ class PackedLengthsOnDevice(Rule):
     ## What it does
     Finds the lengths given to `torch.nn.utils.rnn.pack_padded_sequence` where the flow model
     shows them to be a tensor on an accelerator on every path: counted from the padded batch inside
-    `forward` (`(tokens != pad).sum(1)`), moved with the rest of the batch, or handed to a model
-    of the file whose `forward` passes them on to `pack_padded_sequence` as they are.
+    `forward` (`(tokens != pad).sum(1)`), moved with the rest of the batch, read from a batch
+    of a torchtext iterator made with `device=` (`text, text_lengths = batch.text` with
+    `include_lengths=True`), or handed to a model of the file whose `forward` passes them on to
+    `pack_padded_sequence` as they are.
 
     ## Why is this bad?
     Since PyTorch 1.7 the lengths of a packed sequence must be a CPU tensor: on a GPU the call
@@ -126,6 +128,35 @@ class PackedLengthsOnDevice(Rule):
             """,
             name="lengths-a-model-of-another-file-returns",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            from torchtext.legacy import data
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            reviews = data.Field(include_lengths=True)
+
+            class Reader(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.embed = nn.Embedding(100, 16)
+                    self.rnn = nn.LSTM(16, 32)
+
+                def forward(self, text, text_lengths):
+                    packed = nn.utils.rnn.pack_padded_sequence(self.embed(text), text_lengths.to("cpu"))
+                    _, (hidden, _) = self.rnn(packed)
+                    return hidden[-1]
+
+            model = Reader().to(device)
+            for batch in data.BucketIterator(train_set, batch_size=32, sort_within_batch=True, device=device):
+                text, text_lengths = batch.review
+                summary = model(text, text_lengths)
+            for batch in data.BucketIterator(test_set, batch_size=32, sort_within_batch=True):
+                summary = nn.utils.rnn.pack_padded_sequence(model.embed(batch.review[0]), batch.review[1])
+            """,
+            name="a-torchtext-model-that-moves-its-lengths-and-an-iterator-without-a-device",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -226,6 +257,66 @@ class PackedLengthsOnDevice(Rule):
             count=2,
             name="lengths-moved-with-the-batch-and-handed-to-the-model",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            from torchtext import data
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            reviews = data.Field(include_lengths=True)
+            stars = data.LabelField(dtype=torch.float)
+            train_iterator, test_iterator = data.BucketIterator.splits(
+                (train_set, test_set), batch_size=32, sort_within_batch=True, device=device)
+
+            class Reader(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.embed = nn.Embedding(100, 16)
+                    self.rnn = nn.LSTM(16, 32)
+                    self.score = nn.Linear(32, 1)
+
+                def forward(self, text, text_lengths):
+                    packed = nn.utils.rnn.pack_padded_sequence(self.embed(text), text_lengths)
+                    _, (hidden, _) = self.rnn(packed)
+                    return self.score(hidden[-1]).squeeze(1)
+
+            model = Reader().to(device)
+            for batch in train_iterator:
+                text, text_lengths = batch.review
+                loss = nn.functional.binary_cross_entropy_with_logits(model(text, text_lengths), batch.stars)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            from torchtext import data
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            reviews = data.Field(include_lengths=True)
+            stars = data.LabelField(dtype=torch.float)
+            train_iterator, test_iterator = data.BucketIterator.splits(
+                (train_set, test_set), batch_size=32, sort_within_batch=True, device=device)
+
+            class Reader(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.embed = nn.Embedding(100, 16)
+                    self.rnn = nn.LSTM(16, 32)
+                    self.score = nn.Linear(32, 1)
+
+                def forward(self, text, text_lengths):
+                    packed = nn.utils.rnn.pack_padded_sequence(self.embed(text), text_lengths)
+                    _, (hidden, _) = self.rnn(packed)
+                    return self.score(hidden[-1]).squeeze(1)
+
+            model = Reader().to(device)
+            for batch in train_iterator:
+                text, text_lengths = batch.review
+                loss = nn.functional.binary_cross_entropy_with_logits(model(text, text_lengths.cpu()), batch.stars)
+            """,
+            applicability=Applicability.SAFE,
+            name="lengths-of-a-torchtext-batch-on-the-device",
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -250,7 +341,7 @@ class PackedLengthsOnDevice(Rule):
             if type(arg.value) is cst.Name and arg.value.value in parameters:
                 continue
             lengths = self.context.flow.value_of(arg.value)
-            if lengths.is_tensor and lengths.on_accelerator:
+            if (lengths.is_tensor or lengths.is_placed_data) and lengths.on_accelerator:
                 code = self.context.code_for_node(arg.value)
                 moved = f"{code}.cpu()" if isinstance(arg.value, _ATOMS) else f"({code}).cpu()"
                 self.report(arg.value, fix=self.make_fix(NodeEdit(arg.value, moved)))

@@ -232,6 +232,15 @@ DATALOADERS: frozenset[str] = frozenset(
     {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 )
 
+# torchtext's iterators (`torchtext.data` before 0.9, `torchtext.legacy.data` in 0.9-0.11): each
+# batch they yield holds every field's tensor on the iterator's `device` (with
+# `include_lengths=True`, a field is a (tensor, lengths) pair, both there). `.splits(...)` makes
+# one iterator per dataset.
+TORCHTEXT_ITERATORS: frozenset[str] = frozenset(
+    f"torchtext.{package}.{name}" for package in ("data", "data.iterator", "legacy.data", "legacy.data.iterator")
+    for name in ("Iterator", "BucketIterator", "BPTTIterator"))
+TORCHTEXT_ITERATOR_SPLITS: frozenset[str] = frozenset(f"{name}.splits" for name in TORCHTEXT_ITERATORS)
+
 # Iterator wrappers that yield what they are given.
 PASS_THROUGH_ITERATORS: frozenset[str] = frozenset(
     {"tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "iter"}
@@ -412,6 +421,8 @@ class CallRole(Enum):
     SET_CUDA_DEVICE = "sets the current CUDA device"
     WRAPPER = "wraps a module (DataParallel, DDP, compile)"
     DATALOADER = "a DataLoader"
+    DEVICE_BATCH_ITERATOR = "yields batches whose fields are on its device (torchtext)"
+    DEVICE_BATCH_ITERATOR_SPLITS = "one device batch iterator per dataset"
     TENSOR_DATASET = "a dataset of the tensors given"
     HOST_DATASET = "a library dataset of host data"
     NUMPY_FLOAT64 = "a float64 NumPy array"
@@ -434,6 +445,8 @@ _CALL_ROLES: dict[str, CallRole] = {
     **dict.fromkeys(SET_CUDA_DEVICE, CallRole.SET_CUDA_DEVICE),
     **dict.fromkeys(WRAPPERS, CallRole.WRAPPER),
     **dict.fromkeys(DATALOADERS, CallRole.DATALOADER),
+    **dict.fromkeys(TORCHTEXT_ITERATORS, CallRole.DEVICE_BATCH_ITERATOR),
+    **dict.fromkeys(TORCHTEXT_ITERATOR_SPLITS, CallRole.DEVICE_BATCH_ITERATOR_SPLITS),
     **dict.fromkeys(TENSOR_DATASETS, CallRole.TENSOR_DATASET),
     **dict.fromkeys(NUMPY_FLOAT64_CONSTRUCTORS, CallRole.NUMPY_FLOAT64),
     **dict.fromkeys(LEGACY_CUDA_TENSOR_TYPES, CallRole.LEGACY_CUDA_TENSOR),

@@ -276,6 +276,11 @@ class CheckpointFiles:
             left = self._key(node.left, scope, arguments, depth, at)
             right = self._key(node.right, scope, arguments, depth, at)
             return None if left is None or right is None else f"{left}+{right}"
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) \
+                and isinstance(node.left, cst.SimpleString):
+            # `"ae_%d_%s.pt" % (epoch, device)`: a template, as an f-string's.
+            template = string_value(node.left)
+            return None if template is None else _family(_PERCENT_CONVERSION.sub(_as_placeholder, template))
         if isinstance(node, cst.BinaryOperation):
             left = self._key(node.left, scope, arguments, depth, at)
             right = self._key(node.right, scope, arguments, depth, at)
@@ -559,10 +564,22 @@ def _parameter_names(function: cst.FunctionDef) -> set[str]:
     return names
 
 
+# A conversion of printf-style formatting (`%d`, `%03d`, `%(name)s`, `%.2f`), or `%%`.
+_PERCENT_CONVERSION = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\d+|\*)?(?:\.(?:\d+|\*))?[diouxXeEfFgGcrsa%]")
+
+
+def _as_placeholder(conversion: re.Match[str]) -> str:
+    return "%" if conversion.group() == "%%" else "{}"
+
+
 def _family(template: str) -> str | None:
     """A key for the files a template names (`"{}.pkl"` with its epoch), where its text says
-    enough to tell them from others: a name or extension besides the placeholders."""
-    return f"family({template!r})" if len(template.replace("{}", "").strip(" ./_-")) >= 3 else None
+    enough to tell them from others: a name or extension besides the placeholders. Numbers
+    count as placeholders: `"ae_20_{}.pt"` (the last epoch, written out) is one of the files
+    `"ae_{}_{}.pt"` names."""
+    if len(template.replace("{}", "").strip(" ./_-")) < 3:
+        return None
+    return f"family({re.sub(r'[0-9]+', '{}', template)!r})"
 
 
 def _takes_self(function: cst.FunctionDef) -> bool:

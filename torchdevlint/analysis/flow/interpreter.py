@@ -1035,6 +1035,11 @@ class Interpreter:
                 return device_value(next(iter(base.places)))
         if base.is_device and attr in ("type", "index"):
             return SCALAR
+        if base.kinds == {Kind.CONTAINER} and base.places is not None:
+            # A record wholly on one device (a torchtext batch): its fields are there too.
+            field = base.item("*")
+            if field is not None:
+                return field
         return UNKNOWN
 
     def _subscript(self, node: cst.Subscript, env: Env) -> Value:
@@ -1682,6 +1687,18 @@ class Interpreter:
             # Which loops iterate this loader is asked of the model (see `Value.holds`).
             self.flow.held[id(node)] = (Held.DATALOADER, node)
             return Value(frozenset({Kind.DATALOADER}), items=(("*", element),), holds=frozenset({id(node)}))
+        if role in (Role.DEVICE_BATCH_ITERATOR, Role.DEVICE_BATCH_ITERATOR_SPLITS):
+            device = keywords.get("device")
+            places = self._device_argument(device, node) if device is not None else None
+            if places is None:
+                return UNKNOWN
+            # A batch is a record whose every field (a tensor, or a (tensor, lengths) pair) is
+            # on the iterator's device (see `_attribute_value`).
+            batch = Value(frozenset({Kind.CONTAINER}), places, items=(("*", Value(_UNKNOWN_ONLY, places)),))
+            iterator = Value(frozenset({Kind.DATALOADER}), items=(("*", batch),))
+            if role is Role.DEVICE_BATCH_ITERATOR:
+                return iterator
+            return Value(frozenset({Kind.CONTAINER}), items=tuple((key, iterator) for key in ("0", "1", "2", "*")))
         if role is Role.TENSOR_DATASET:
             parts = tuple((str(i), tensor(v.places) if v.is_tensor_like else UNKNOWN) for i, v in enumerate(positional))
             return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), items=parts)),))

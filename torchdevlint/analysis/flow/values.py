@@ -109,6 +109,7 @@ class Reference:
 
 _JUST_TENSOR = frozenset({Kind.TENSOR})
 _TENSOR_LIKE = frozenset({Kind.TENSOR, Kind.MODEL_OUTPUT})
+_JUST_UNKNOWN = frozenset({Kind.UNKNOWN})
 _MODULE_LIKE = frozenset({Kind.MODULE, Kind.WRAPPED_MODULE})
 _JUST_DEVICE = frozenset({Kind.DEVICE})
 _JUST_HOST = frozenset({HOST_PLACE})
@@ -202,6 +203,12 @@ class Value:
     def is_tensor_like(self) -> bool:
         """A tensor, or what a module call returned (tensors, where the module is)."""
         return bool(self.kinds) and self.kinds <= _TENSOR_LIKE
+
+    @property
+    def is_placed_data(self) -> bool:
+        """Of unknown kind, but known to be on its places: data, then, not a Python number or
+        list (a field of a torchtext batch, part of what `torch.load` put on a device)."""
+        return self.kinds == _JUST_UNKNOWN and self.places is not None
 
     @property
     def is_module_like(self) -> bool:
