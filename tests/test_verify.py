@@ -426,6 +426,7 @@ def test_check_never_imports_torch(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
 
 
+@pytest.mark.slow
 def test_verify_leaves_no_file_or_pipe_open() -> None:
     result = subprocess.run(
         # `--allow-writes` changes nothing where Landlock isolates the runs, and lets them run where it cannot.
@@ -436,6 +437,7 @@ def test_verify_leaves_no_file_or_pipe_open() -> None:
     assert "ResourceWarning" not in result.stderr
 
 
+@pytest.mark.slow
 def test_each_program_is_linted_with_its_own_configuration(tmp_path: Path) -> None:
     bug = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
     (tmp_path / "quiet").mkdir()
@@ -448,6 +450,7 @@ def test_each_program_is_linted_with_its_own_configuration(tmp_path: Path) -> No
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_verify_with_no_path_verifies_the_current_folder_as_check_does(tmp_path: Path) -> None:
     (tmp_path / "scripts").mkdir()
     (tmp_path / "scripts" / "train.py").write_text(
@@ -458,6 +461,7 @@ def test_verify_with_no_path_verifies_the_current_folder_as_check_does(tmp_path:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_value_used_on_a_continuation_line_is_attributed_to_its_finding(tmp_path: Path) -> None:
     # Black's style: the moved name sits on its own line, the traceback names the call's first.
     (tmp_path / "train.py").write_text(
@@ -525,6 +529,7 @@ _WRITES_EVERYWHERE = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Landlock is Linux's")
 def test_no_process_of_a_verified_program_changes_a_byte_outside_the_scratch(tmp_path: Path) -> None:
     from torchdevlint.verify.isolation import landlock_abi

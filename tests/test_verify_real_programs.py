@@ -407,6 +407,7 @@ print("RESULT", sorted(model.state_dict()))
 '''
 
 
+@pytest.mark.slow
 def test_a_checkpoint_the_program_wrote_itself_proves_nothing(tmp_path: Path) -> None:
     program = tmp_path / "own_checkpoint.py"
     program.write_text(OWN_CHECKPOINT)
@@ -443,6 +444,7 @@ print("helpers loaded")
 '''
 
 
+@pytest.mark.slow
 def test_a_finding_in_code_the_program_never_runs_is_said_to_be_unreached(tmp_path: Path) -> None:
     program = tmp_path / "helpers.py"
     program.write_text(NEVER_CALLED)
