@@ -200,3 +200,18 @@ def test_a_handle_named_alike_for_two_files_is_the_file_its_with_opened() -> Non
                     torch.save(make_split(False), f)
         """
     ) == [True]
+
+
+def test_printf_style_names_are_templates_and_a_bare_one_is_keyed_by_its_argument() -> None:
+    assert _loads_written_earlier(
+        """
+        import torch
+        for epoch in range(1, 11):
+            torch.save(net.state_dict(), "encoder_%03d_%s.pt" % (epoch, device))
+        net.load_state_dict(torch.load("encoder_010_%s.pt" % device))
+        net.load_state_dict(torch.load("decoder_010_%s.pt" % device))
+        torch.save(net.state_dict(), "%s.pt" % name)
+        net.load_state_dict(torch.load("%s.pt" % name))
+        net.load_state_dict(torch.load("%s.pt" % other))
+        """
+    ) == [True, False, True, False]

@@ -278,9 +278,12 @@ class CheckpointFiles:
             return None if left is None or right is None else f"{left}+{right}"
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) \
                 and isinstance(node.left, cst.SimpleString):
-            # `"ae_%d_%s.pt" % (epoch, device)`: a template, as an f-string's.
+            # `"ae_%d_%s.pt" % (epoch, device)`: a template, as an f-string's; one too bare to
+            # tell its files from others (`"%s.pt" % name`) is keyed by what it is given.
             template = string_value(node.left)
-            return None if template is None else _family(_PERCENT_CONVERSION.sub(_as_placeholder, template))
+            family = None if template is None else _family(_PERCENT_CONVERSION.sub(_as_placeholder, template))
+            if family is not None:
+                return family
         if isinstance(node, cst.BinaryOperation):
             left = self._key(node.left, scope, arguments, depth, at)
             right = self._key(node.right, scope, arguments, depth, at)
