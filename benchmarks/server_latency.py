@@ -88,8 +88,12 @@ PARSER_ONLY = "lint, parser kept, flows not"
 NOTHING = "lint, nothing kept"
 
 
-async def time_round_trips(folder: Path, path: Path, versions: list[str]) -> list[float]:
-    client = LanguageClient("latency-benchmark", "0")
+async def open_in_server(name: str, folder: Path, path: Path, text: str
+                         ) -> tuple[LanguageClient, asyncio.Queue[tuple[float, int | None]]]:
+    """A `torchdevlint server` started in `folder` over pygls' client, initialised, with `path`
+    open as `text` (version 1) and its first diagnostics in; the queue gets (arrival time,
+    version) of every later publication."""
+    client = LanguageClient(name, "0")
     published: asyncio.Queue[tuple[float, int | None]] = asyncio.Queue()
 
     @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
@@ -100,25 +104,38 @@ async def time_round_trips(folder: Path, path: Path, versions: list[str]) -> lis
     await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
                                                          root_uri=folder.as_uri()))
     client.initialized(types.InitializedParams())
-    uri = path.as_uri()
     client.text_document_did_open(types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=versions[0])))
+        text_document=types.TextDocumentItem(uri=path.as_uri(), language_id="python", version=1, text=text)))
     await published.get()
+    return client, published
+
+
+def type_version(client: LanguageClient, path: Path, version: int, text: str) -> None:
+    """The buffer's whole text after a keystroke, as editors send it."""
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=path.as_uri(), version=version),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+
+
+async def close_server(client: LanguageClient) -> None:
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+
+
+async def time_round_trips(folder: Path, path: Path, versions: list[str]) -> list[float]:
+    client, published = await open_in_server("latency-benchmark", folder, path, versions[0])
     samples = []
     for version, text in enumerate(versions[1:], start=2):
         await asyncio.sleep(0.2)  # a pause between keystrokes: each is measured on its own
         start = time.perf_counter()
-        client.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+        type_version(client, path, version, text)
         while True:
             arrived, shown = await published.get()
             if shown == version:
                 break
         samples.append(arrived - start)
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
+    await close_server(client)
     return samples
 
 

@@ -19,11 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from lsprotocol import types
-from pygls.lsp.client import LanguageClient
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_latency import keystrokes, thousand_lines
+from server_latency import close_server, keystrokes, open_in_server, thousand_lines, type_version
 
 
 def resident_mib(pid: int) -> int:
@@ -37,34 +34,16 @@ async def measure(edits: int, pause: float) -> list[tuple[int, int]]:
     text = "\n".join(thousand_lines().splitlines()[:300]) + "\n"
     path.write_text(text, encoding="utf-8")
     versions = keystrokes(text, edits + 1)
-    client = LanguageClient("server-memory", "0")
-    published: asyncio.Queue[int | None] = asyncio.Queue()
-
-    @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    def _published(params: types.PublishDiagnosticsParams) -> None:
-        published.put_nowait(params.version)
-
-    await client.start_io(sys.executable, "-m", "torchdevlint", "server", cwd=str(folder))
+    client, _ = await open_in_server("server-memory", folder, path, versions[0])
     server = client._server  # the process pygls started
     assert server is not None
-    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
-                                                         root_uri=folder.as_uri()))
-    client.initialized(types.InitializedParams())
-    uri = path.as_uri()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=versions[0])))
-    await published.get()
     samples = [(0, resident_mib(server.pid))]
     for version, typed in enumerate(versions[1:], start=2):
-        client.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            content_changes=[types.TextDocumentContentChangeWholeDocument(text=typed)]))
+        type_version(client, path, version, typed)
         await asyncio.sleep(pause)
         if (version - 1) % max(1, edits // 10) == 0:
             samples.append((version - 1, resident_mib(server.pid)))
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
+    await close_server(client)
     return samples
 
 

@@ -13,12 +13,12 @@ that a rule gets the exact answer for what a dictionary lookup costs on nearly e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container
 from typing import Protocol
 
 import libcst as cst
 
-from torchdevlint.analysis.names import ImportTable, NameFilter, matches
+from torchdevlint.analysis.names import ImportTable, NameFilter, matches, module_import_table
 
 
 class ResolvesImports(Protocol):
@@ -102,13 +102,7 @@ class NameOracle:
 
     def _names_imported_by_module(self) -> frozenset[str]:
         if self._module_imports is None:
-            table = ImportTable()
-            for statement in _module_level_statements(self._module.body):
-                if type(statement) is cst.Import:
-                    table.record_import(statement)
-                elif type(statement) is cst.ImportFrom:
-                    table.record_import_from(statement)
-            self._module_imports = table.local_names()
+            self._module_imports = module_import_table(self._module).local_names()
         return self._module_imports
 
     def _last_names_of(self, among: Container[str]) -> frozenset[str]:
@@ -127,28 +121,3 @@ class NameOracle:
 
 def _released() -> ResolvesImports:
     raise RuntimeError("the file's analysis was released")
-
-
-def _module_level_statements(body: object) -> Iterator[cst.BaseSmallStatement]:
-    """The small statements the module's body runs itself: in its `if`, `try`, `with` and loop
-    blocks, not in functions or classes."""
-    if not isinstance(body, (list, tuple)):
-        return
-    for statement in body:
-        if type(statement) is cst.SimpleStatementLine:
-            yield from statement.body
-        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        elif isinstance(statement, cst.BaseCompoundStatement):
-            yield from _compound_statements(statement)
-
-
-def _compound_statements(statement: cst.CSTNode) -> Iterator[cst.BaseSmallStatement]:
-    for child in statement.children:
-        if isinstance(child, cst.BaseSuite):
-            if isinstance(child, cst.IndentedBlock):
-                yield from _module_level_statements(child.body)
-            elif isinstance(child, cst.SimpleStatementSuite):
-                yield from child.body
-        elif isinstance(child, (cst.Else, cst.ExceptHandler, cst.Finally, cst.If, cst.ExceptStarHandler)):
-            yield from _compound_statements(child)

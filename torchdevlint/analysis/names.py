@@ -6,7 +6,7 @@ several times the parse; imports are all torch names ever need.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from typing import Protocol
 
 import libcst as cst
@@ -127,3 +127,40 @@ class ImportTable:
             return None
         qualified = f"{target}{dot}{rest}"
         return qualified if among is None or matches(qualified, among) else None
+
+
+def module_import_table(module: cst.Module) -> ImportTable:
+    """The imports the module runs itself (in its `if`, `try` and `with` blocks too, not in
+    functions or classes), read at once rather than as a walk reaches them."""
+    table = ImportTable()
+    for statement in _module_level_statements(module.body):
+        if type(statement) is cst.Import:
+            table.record_import(statement)
+        elif type(statement) is cst.ImportFrom:
+            table.record_import_from(statement)
+    return table
+
+
+def _module_level_statements(body: object) -> Iterator[cst.BaseSmallStatement]:
+    """The small statements the module's body runs itself: in its `if`, `try`, `with` and loop
+    blocks, not in functions or classes."""
+    if not isinstance(body, (list, tuple)):
+        return
+    for statement in body:
+        if type(statement) is cst.SimpleStatementLine:
+            yield from statement.body
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        elif isinstance(statement, cst.BaseCompoundStatement):
+            yield from _compound_statements(statement)
+
+
+def _compound_statements(statement: cst.CSTNode) -> Iterator[cst.BaseSmallStatement]:
+    for child in statement.children:
+        if isinstance(child, cst.BaseSuite):
+            if isinstance(child, cst.IndentedBlock):
+                yield from _module_level_statements(child.body)
+            elif isinstance(child, cst.SimpleStatementSuite):
+                yield from child.body
+        elif isinstance(child, (cst.Else, cst.ExceptHandler, cst.Finally, cst.If, cst.ExceptStarHandler)):
+            yield from _compound_statements(child)

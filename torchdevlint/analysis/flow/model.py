@@ -56,7 +56,7 @@ from torchdevlint.analysis.flow.values import (
     device_value,
     tensor,
 )
-from torchdevlint.analysis.names import ImportTable, dotted_name
+from torchdevlint.analysis.names import ImportTable, dotted_name, module_import_table
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline, NoDeadline
 
@@ -487,16 +487,9 @@ class FlowModel:
         return answer
 
     def _imports(self) -> ImportTable:
-        """The imports at the top level of the module (read once), for naming calls syntactically."""
+        """The module's own imports (read once), for naming calls syntactically."""
         if self._module_imports is None:
-            table = self._module_imports = ImportTable()
-            for statement in self.module.body:
-                if type(statement) is cst.SimpleStatementLine:
-                    for small in statement.body:
-                        if type(small) is cst.Import:
-                            table.record_import(small)
-                        elif type(small) is cst.ImportFrom:
-                            table.record_import_from(small)
+            self._module_imports = module_import_table(self.module)
         return self._module_imports
 
     def arguments_forward_needs_on_host(self, call: cst.Call) -> list[cst.Arg]:
