@@ -679,10 +679,10 @@ def test_directive_and_command_line_override_the_findings() -> None:
 
 def outcome(status: RunStatus = RunStatus.OK, result: str | None = None, error: str | None = None,
             host: RunHost = RunHost.EMULATED, line: int = 12, kind: str = "RuntimeError",
-            stderr: str = "") -> RunOutcome:
+            stderr: str = "", unreached: tuple[int, ...] = ()) -> RunOutcome:
     """A run's outcome; an error is raised at `line`, from `main()` called on line 30."""
     info = ErrorInfo(kind, error, line, (30, line)) if error else None
-    return RunOutcome(host, status, info, result, 0.1, "", stderr)
+    return RunOutcome(host, status, info, result, 0.1, "", stderr, unreached=unreached)
 
 
 def sites(*codes: str) -> list[FindingSite]:
@@ -786,6 +786,17 @@ def test_a_predicted_error_counts_only_through_the_findings_lines() -> None:
          "following arguments are required: --data"),
         ("ImportError", "attempted relative import with no known parent package", "",
          "it is a module of a package"),
+        # Seen on a real GPU machine without network: torchvision wraps the failed download.
+        ("RuntimeError", "Error downloading train-images-idx3-ubyte.gz:\nTried https://example.org/mnist/, got:\n"
+         "<urlopen error [Errno -3] Temporary failure in name resolution>", "",
+         "needs the network: RuntimeError: Error downloading train-images-idx3-ubyte.gz:"),
+        ("RuntimeError", "Dataset not found. You can use download=True to download it", "",
+         "needs its dataset, which is not there: RuntimeError: Dataset not found."),
+        ("ValueError", "num_samples should be a positive integer value, but got num_samples=0", "",
+         "needs its dataset, which is not there: ValueError: num_samples should be"),
+        # verify's isolation refuses writes outside the program's own folder.
+        ("PermissionError", "[Errno 13] Permission denied: '../../data'", "",
+         "writes outside its folder, which verify does not allow: [Errno 13] Permission denied: '../../data'"),
     ],
 )
 def test_a_program_that_cannot_start_here_is_not_runnable_with_the_reason(kind: str, message: str, stderr: str,
@@ -794,6 +805,27 @@ def test_a_program_that_cannot_start_here_is_not_runnable_with_the_reason(kind: 
     verdict, why = judge(sites("TDL001"), original, original, compare_results(original, original, None))
     assert verdict is Verdict.NOT_RUNNABLE
     assert why.startswith(reason)
+
+
+def test_an_exit_before_any_flagged_line_runs_is_not_runnable_but_a_later_one_is_not_excused() -> None:
+    early = outcome(RunStatus.ERROR, error="1", kind="SystemExit", stderr="ERROR: specify either train or eval\n",
+                    unreached=(10, 12))
+    verdict, why = judge(sites("TDL003"), early, early, compare_results(early, early, None))
+    assert verdict is Verdict.NOT_RUNNABLE
+    assert why == "exits with status 1 before any flagged line runs: ERROR: specify either train or eval " \
+                  "(give its arguments after --)"
+    late = outcome(RunStatus.ERROR, error="1", kind="SystemExit", stderr="done\n")
+    assert judge(sites("TDL003"), late, late, compare_results(late, late, None))[0] is Verdict.BUG_NOT_REPRODUCED
+
+
+def test_a_bug_shown_whose_finding_has_no_fix_is_reproduced_not_a_failed_fix() -> None:
+    # Without a fix the "fixed" program is the original, and fails the same way.
+    original = outcome(RunStatus.ERROR, error="Torch not compiled with CUDA enabled", host=RunHost.CPU, line=10)
+    comparison = compare_results(original, original, None)
+    verdict, why = judge(sites("TDL007"), original, original, comparison, fixed_lines=())
+    assert verdict is Verdict.BUG_REPRODUCED
+    assert why == "the original fails at line 10 with the error TDL007 (line 10) predicts; no fix is offered for it"
+    assert judge(sites("TDL007"), original, original, comparison)[0] is Verdict.FIX_FAILED
 
 
 def test_finding_sites_follow_the_flagged_value_and_move_with_the_fix() -> None:

@@ -367,7 +367,10 @@ def patch_cuda_api(patches: Patches, machine: EmulatedMachine, placement: Placem
     for name in ("range_push", "range_pop", "mark", "range_start", "range_end"):
         if hasattr(cuda.nvtx, name):
             patches.set(cuda.nvtx, name, lambda *args, **kwargs: 0)
-    patches.set(torch.version, "cuda", "12.8")
+    if torch.version.cuda is None:
+        # A CPU-only build answers as a CUDA build would. A CUDA build keeps its own version:
+        # torchvision refuses to import where it differs from the one it was built for.
+        patches.set(torch.version, "cuda", "12.8")
     # On CUDA, `Module.to` moves parameters in place (an optimizer made before still holds them);
     # a CPU tensor cannot become an emulated one in place, so the two are swapped instead.
     patches.set(torch.__future__, "_swap_module_params_on_conversion", True)

@@ -81,12 +81,42 @@ def cpu_only_build() -> Iterator[None]:
     whether or not a device is present), so without this the CPU host would be a machine with
     a CUDA build and no GPU, not the CPU-only build that TDL015 is about.
     """
-    accelerator = getattr(torch, "accelerator", None)
-    original = getattr(accelerator, "current_accelerator", None)
-    if accelerator is None or original is None:
-        yield
+    with _cuda_not_compiled():
+        accelerator = getattr(torch, "accelerator", None)
+        original = getattr(accelerator, "current_accelerator", None)
+        if accelerator is None or original is None:
+            yield
+            return
+        with _no_current_accelerator(accelerator, original):
+            yield
+
+
+@contextmanager
+def _cuda_not_compiled() -> Iterator[None]:
+    """Using CUDA fails as on a CPU-only build: "AssertionError: Torch not compiled with CUDA enabled".
+
+    A CUDA build with its GPUs hidden raises RuntimeError ("No CUDA GPUs are available")
+    instead, which `except RuntimeError` fallbacks catch (TDL025). PyTorch's C++ side starts
+    CUDA through `torch.cuda._lazy_init`, so replacing it covers `.to("cuda")` and factories too.
+    """
+    cuda = torch.cuda
+    original = getattr(cuda, "_lazy_init", None)
+    if torch.version.cuda is None or original is None or cuda.is_initialized():  # type: ignore[no-untyped-call]
+        yield  # a CPU-only build already answers so
         return
 
+    def _lazy_init() -> None:
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+    cuda._lazy_init = _lazy_init
+    try:
+        yield
+    finally:
+        cuda._lazy_init = original
+
+
+@contextmanager
+def _no_current_accelerator(accelerator: Any, original: Callable[..., Any]) -> Iterator[None]:
     available = accelerator.is_available()  # asked once: it calls current_accelerator itself
 
     def current_accelerator(check_available: bool = False) -> torch.device | None:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
@@ -46,7 +46,14 @@ from torchdevlint.verify.protocol import (
     last_result,
     string_map,
 )
-from torchdevlint.verify.sites import FindingSite, finding_sites, line_map, predicted_elsewhere, shown_by
+from torchdevlint.verify.sites import (
+    FindingSite,
+    finding_sites,
+    line_map,
+    predicted_elsewhere,
+    program_line,
+    shown_by,
+)
 from torchdevlint.verify.workspace import mirror, mirrored
 
 DEFAULT_TIMEOUT = 300.0
@@ -78,6 +85,9 @@ class Verdict(Enum):
     # The program cannot run on this machine as given (a package, a file, its arguments).
     NOT_RUNNABLE = "not runnable here"
     FIX_FAILED = "fix failed"
+    # The original fails as its finding predicts, and no fix is offered for that finding: the
+    # bug is shown, and there is no fix to prove.
+    BUG_REPRODUCED = "bug reproduced"
     RESULTS_DIFFER = "results differ"
     NO_FINDING = "no finding"
 
@@ -598,9 +608,31 @@ def not_runnable(run: RunOutcome, sites: Sequence[FindingSite] = ()) -> str | No
     if error.type == "SystemExit" and message == "2" and "usage:" in run.stderr_tail:
         complaint = [line for line in run.stderr_tail.strip().splitlines() if line.strip()]
         return f"needs command-line arguments (give them after --): {complaint[-1] if complaint else 'usage'}"
-    if error.type in ("URLError", "ConnectionError", "gaierror", "HTTPError", "SSLError", "ReadTimeout"):
+    if error.type in ("URLError", "ConnectionError", "gaierror", "HTTPError", "SSLError", "ReadTimeout") \
+            or _NO_NETWORK.search(message):
+        # torchvision's downloads wrap the failure in a RuntimeError ("Error downloading …").
         return f"needs the network: {error.type}: {first_line}"
+    if _NO_DATASET.search(message):
+        return f"needs its dataset, which is not there: {error.type}: {first_line}"
+    if error.type == "PermissionError" and "Permission denied" in message:
+        # Under verify's isolation a program may write only to its own copy of its folder:
+        # `os.makedirs("../../data")`, a download into `~/.cache/torch`.
+        return f"writes outside its folder, which verify does not allow: {first_line}"
+    if error.type == "SystemExit" and message not in ("0", "None", "") and sites \
+            and all(min(site.statement, default=site.line) in run.unreached for site in sites):
+        # `sys.exit(1)` after printing what it wants, before any flagged line ran.
+        said = [line for line in run.stderr_tail.strip().splitlines() if line.strip()]
+        return (f"exits with status {message} before any flagged line runs: "
+                f"{said[-1].strip() if said else 'no message'} (give its arguments after --)")
     return None
+
+
+# Failures that mean the machine has no network, whatever exception carries them.
+_NO_NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|nodename nor servname"
+                         r"|Network is unreachable|Failed to establish a new connection|urlopen error")
+# A dataset that is not on this machine: torchvision's "Dataset not found", or a loader over
+# an empty folder ("num_samples should be a positive integer value, but got num_samples=0").
+_NO_DATASET = re.compile(r"Dataset not found|but got num_samples=0")
 
 
 def _lines_named(lines: Sequence[int], where: Callable[[int], str]) -> str:
@@ -609,8 +641,14 @@ def _lines_named(lines: Sequence[int], where: Callable[[int], str]) -> str:
 
 
 def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome, comparison: Comparison,
-          where: Callable[[int], str] = lambda line: f"line {line}") -> tuple[Verdict, str]:
-    """The verdict, and why: the original's error counts only where it is its findings' bug."""
+          where: Callable[[int], str] = lambda line: f"line {line}",
+          fixed_lines: Collection[int] | None = None) -> tuple[Verdict, str]:
+    """The verdict, and why: the original's error counts only where it is its findings' bug.
+
+    `fixed_lines`: the lines of the findings that have a fix (default: every finding's).
+    """
+    if fixed_lines is None:
+        fixed_lines = {site.line for site in sites}
     error = original.error
     shown = shown_by(sites, error) if original.status is RunStatus.ERROR else None
     if shown is not None:
@@ -618,6 +656,8 @@ def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome,
         raised = f" at {where(error.line)}" if error.line else ""
         predicted = f"the error {shown.code} ({where(shown.line)}) predicts"
         if fixed.status is not RunStatus.OK:
+            if shown.line not in fixed_lines:
+                return Verdict.BUG_REPRODUCED, f"the original fails{raised} with {predicted}; no fix is offered for it"
             return Verdict.FIX_FAILED, f"the original fails{raised} with {predicted}, and so does the fixed program"
         if comparison.status is ComparisonStatus.DIFFER:
             return Verdict.RESULTS_DIFFER, "the fixed program runs but computes something else"
@@ -936,10 +976,12 @@ def _judged(scenario: _Scenario, reference: RunOutcome | None, cells: Sequence[C
             proven: Sequence[Diagnostic]) -> ScenarioReport:
     original, fixed = scenario.original.result(), scenario.fixed.result()
     comparison = compare_results(original, fixed, reference)
-    verdict, why = judge(scenario.sites, original, fixed, comparison, lambda line: line_name(cells, line))
-    unfixed = sum(1 for d in proven if d.fix is None and d.code in scenario.codes)
-    if unfixed and verdict is not Verdict.FIX_VERIFIED:
-        why += f" ({unfixed} finding{'s have' if unfixed != 1 else ' has'} no fix)"
+    unfixed = [d for d in proven if d.fix is None and d.code in scenario.codes]
+    unfixed_lines = {program_line(d, cells) for d in unfixed}
+    fixed_lines = {site.line for site in scenario.sites if site.line not in unfixed_lines}
+    verdict, why = judge(scenario.sites, original, fixed, comparison, lambda line: line_name(cells, line), fixed_lines)
+    if unfixed and verdict not in (Verdict.FIX_VERIFIED, Verdict.BUG_REPRODUCED):
+        why += f" ({len(unfixed)} finding{'s have' if len(unfixed) != 1 else ' has'} no fix)"
     return ScenarioReport(scenario.spec, scenario.codes, verdict, why, original, fixed, comparison,
                           scenario.agreement)
 
