@@ -621,7 +621,7 @@ def not_runnable(run: RunOutcome, sites: Sequence[FindingSite] = ()) -> str | No
     if error.type == "SystemExit" and message not in ("0", "None", "") and sites \
             and all(min(site.statement, default=site.line) in run.unreached for site in sites):
         # `sys.exit(1)` after printing what it wants, before any flagged line ran.
-        said = [line for line in run.stderr_tail.strip().splitlines() if line.strip()]
+        said = [line for line in (run.stderr_tail.strip() or run.stdout_tail.strip()).splitlines() if line.strip()]
         return (f"exits with status {message} before any flagged line runs: "
                 f"{said[-1].strip() if said else 'no message'} (give its arguments after --)")
     return None
