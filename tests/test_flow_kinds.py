@@ -268,3 +268,28 @@ def test_a_torchtext_batch_holds_its_fields_on_the_iterator_s_device() -> None:
     assert label_on_device.is_placed_data and label_on_device.on_accelerator
     # Without `device=` the batch's place depends on torchtext's version: nothing is known.
     assert without_a_device.places is None
+
+
+def test_a_count_started_at_zero_is_the_tensor_added_to_it_wherever_a_tensor_method_is_called() -> None:
+    correct_after_loop, accuracy, mixed_half, number = kinds_of("""
+        import torch
+        device = torch.device("cuda")
+        correct = 0
+        for images, labels in loader:
+            predictions = model(images.to(device)).argmax(1)
+            correct += (predictions == labels.to(device)).sum()
+        probe(correct)
+        probe(correct.float() / 100 * 100)
+        probe(correct / 2)
+        total = 0
+        for step in range(3):
+            total += step
+        probe(total)
+    """)
+    # A number before the first round, a tensor on the device after it: not a tensor everywhere.
+    assert correct_after_loop.kinds == {Kind.SCALAR, Kind.TENSOR}
+    assert not correct_after_loop.is_tensor_like
+    # `.float()` is a method no Python number has: where it runs, `correct` is the tensor.
+    assert accuracy.is_tensor and accuracy.on_accelerator
+    assert mixed_half.kinds == {Kind.SCALAR, Kind.TENSOR}
+    assert number.kinds == {Kind.SCALAR}

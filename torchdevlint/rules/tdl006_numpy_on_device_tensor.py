@@ -6,7 +6,7 @@ import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.devices import under_placement_test
-from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE, Value
+from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE, Kind, Value
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -16,6 +16,18 @@ from torchdevlint.runtime_proof import NUMPY_ON_DEVICE, RuntimeProof
 def _converts_to_numpy(qualified: str) -> bool:
     """`np.array(x)`, `plt.plot(x)`: a call that makes NumPy arrays of its arguments."""
     return qualified in torch_api.NUMPY_ARRAY_CONVERSIONS or qualified.startswith(torch_api.CONVERTS_ARGUMENTS_TO_NUMPY)
+
+
+def _names_in(node: cst.CSTNode) -> list[cst.Name]:
+    """Every name an expression uses (so a comprehension's variable shadows none of them)."""
+    found: list[cst.Name] = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name)
+
+    node.visit(_Collect())
+    return found
 
 
 class NumpyOnDeviceTensor(Rule):
@@ -30,7 +42,9 @@ class NumpyOnDeviceTensor(Rule):
     `np.array`, `np.asarray` (and `asanyarray`, `ascontiguousarray`) or to a matplotlib
     function (`plt.scatter(x[:, 0], x[:, 1])`, `plt.imshow(image)`), and `.numpy()` in a
     module's `forward` of data where the module is (`h.data.numpy()`), which fails once the
-    model is on a GPU.
+    model is on a GPU. Also finds a list of such tensors handed to those conversions: the
+    accuracy curve of an evaluation helper that adds up `(predictions == labels).sum()` from
+    0, or losses appended without `.item()`, passed to `plt.plot`.
 
     ## Why is this bad?
     NumPy arrays live in host memory. On a GPU, `tensor.numpy()` fails with "TypeError: can't
@@ -51,6 +65,11 @@ class NumpyOnDeviceTensor(Rule):
     require grad (a model's output computed outside `torch.no_grad()` and not yet reduced to
     indices or booleans). On the CPU both return the tensor itself, so the array still shares
     its memory as before; on a GPU the line now works.
+
+    Unsafe for a collection: the fix copies each element to the host in a list
+    comprehension (`[t.cpu() for t in accuracies]`), which is right for a list or tuple of
+    tensors, but the analysis does not tell those from a dict, whose iteration gives its keys.
+    Appending numbers (`accuracy.item()`) is usually the better change.
 
     ## Options
     None.
@@ -120,6 +139,26 @@ class NumpyOnDeviceTensor(Rule):
             maybe = scores.numpy()  # on the device on one path only: not evidence
             """,
             name="brought-back-earlier-or-on-one-path-only",
+        ),
+        Valid(
+            """
+            import matplotlib.pyplot as plt
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 2).to(device)
+            losses, rates, counts = [], [], [0]
+            for step in range(5):
+                batch = torch.randn(8, 4, device=device)
+                loss = model(batch).pow(2).mean()
+                losses.append(loss.item())
+                rates.append((model(batch).argmax(1) == 0).float().mean().cpu())
+                counts.append(step)
+            plt.plot(losses)
+            plt.plot(rates)
+            plt.plot(counts)
+            """,
+            name="curves-of-numbers-or-host-tensors",
         ),
     ]
     INVALID = [
@@ -389,6 +428,52 @@ class NumpyOnDeviceTensor(Rule):
             applicability=Applicability.SAFE,
             name="a-helper-makes-tensors-on-the-device-each-call-asks-for",
         ),
+        Invalid(
+            """
+            import matplotlib.pyplot as plt
+            import torch
+
+            def accuracy(model, loader, device):
+                correct, seen = 0, 0
+                with torch.no_grad():
+                    for images, labels in loader:
+                        images, labels = images.to(device), labels.to(device)
+                        correct += (model(images).argmax(1) == labels).sum()
+                        seen += labels.size(0)
+                return correct.float() / seen * 100
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 2).to(device)
+            loader = [(torch.randn(8, 4), torch.zeros(8, dtype=torch.long))]
+            history = []
+            for epoch in range(3):
+                history.append(accuracy(model, loader, device))
+            plt.plot(range(3), history)
+            """,
+            fixed="""
+            import matplotlib.pyplot as plt
+            import torch
+
+            def accuracy(model, loader, device):
+                correct, seen = 0, 0
+                with torch.no_grad():
+                    for images, labels in loader:
+                        images, labels = images.to(device), labels.to(device)
+                        correct += (model(images).argmax(1) == labels).sum()
+                        seen += labels.size(0)
+                return correct.float() / seen * 100
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 2).to(device)
+            loader = [(torch.randn(8, 4), torch.zeros(8, dtype=torch.long))]
+            history = []
+            for epoch in range(3):
+                history.append(accuracy(model, loader, device))
+            plt.plot(range(3), [t.cpu() for t in history])
+            """,
+            applicability=Applicability.UNSAFE,
+            name="accuracy-curve-of-device-tensors",
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -408,8 +493,30 @@ class NumpyOnDeviceTensor(Rule):
             return
         name = qualified.replace("numpy.", "np.").replace("matplotlib.pyplot.", "plt.")
         for arg in converted:
+            if self._check_collection(arg.value, name):
+                continue
             self._check(arg.value, arg.value, f"{name}() converts a tensor that is on a GPU to NumPy; "
                                               "copy it to the host with .cpu() first")
+
+    def _check_collection(self, collection: cst.BaseExpression, name: str) -> bool:
+        """`plt.plot(losses)` where the loop appended device tensors to `losses`: NumPy converts
+        each element, and the first one on a GPU fails."""
+        value = self.context.flow.value_of(collection)
+        if value.kinds != {Kind.CONTAINER} or not value.on_accelerator:
+            return False
+        if under_placement_test(collection, self.context.ancestors(collection)):
+            return True
+        taken = {node.value for node in _names_in(collection)}
+        element = next(candidate for candidate in ("t", "item", "tensor_item") if candidate not in taken)
+        moved = f"{element}.detach().cpu()" if value.grad else f"{element}.cpu()"
+        # Unsafe: the analysis does not tell a list from a dict, whose iteration gives its keys.
+        fix = self.make_fix(NodeEdit.insert_before(collection, f"[{moved} for {element} in "),
+                            NodeEdit.insert_after(collection, "]"),
+                            applicability=Applicability.UNSAFE, title="Copy each tensor to the host")
+        self.report(collection, message=f"{name}() converts a collection of tensors that are on a GPU to NumPy; "
+                                        "keep numbers (`.item()`) or copy each tensor to the host with .cpu()",
+                    fix=fix)
+        return True
 
     def _check(self, node: cst.CSTNode, tensor: cst.BaseExpression, message: str | None) -> None:
         value = self.context.flow.value_of(tensor)

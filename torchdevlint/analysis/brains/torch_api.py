@@ -86,6 +86,17 @@ def method_op(name: str) -> TorchOp | None:
     return None if entry is None or name.startswith("_") else _decode(entry)
 
 
+# What a Python number answers to, from Python itself: `n.real`, `x.is_integer()`, `n.conjugate()`.
+_NUMBER_ATTRIBUTES: frozenset[str] = frozenset(dir(int)) | frozenset(dir(float)) | frozenset(dir(bool))
+
+
+def only_tensors_have(method: str) -> bool:
+    """`x.float()`, `x.sum()`: a Tensor method no Python number has, so a value that is a number
+    on some paths and a tensor on others (`correct = 0; correct += (p == y).sum()`) is the
+    tensor wherever the call succeeds."""
+    return method_op(method) is not None and method not in _NUMBER_ATTRIBUTES
+
+
 def is_tensor_factory(qualified: str) -> bool:
     """`torch.zeros`, `torch.arange`, `torch.tensor`: a new tensor, on the host unless told."""
     op = function_op(qualified)

@@ -77,6 +77,7 @@ _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 _CHECKED = frozenset({DeviceCheck.SAME, DeviceCheck.ITERATOR})
 _HOST_ONLY = frozenset({HOST_PLACE})
 _UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
+_SCALAR_ONLY = frozenset({Kind.SCALAR})
 # The key of a container's items that stands for each of its elements.
 _ANY_ITEM = "*"
 _TENSOR_ONLY = frozenset({Kind.TENSOR})
@@ -1099,6 +1100,15 @@ class Interpreter:
 
     def _arithmetic(self, node: cst.CSTNode, left: Value, left_node: cst.CSTNode, right: Value,
                     right_node: cst.CSTNode) -> Value:
+        for accumulated, other in ((left, right), (right, left)):
+            either = accumulated.number_or_tensor
+            if either is not None and (other.is_tensor_like or other.kinds == _SCALAR_ONLY):
+                # `correct += (p == y).sum()` in a loop from `correct = 0`: a number on the
+                # first round, a tensor after. No meeting is recorded: on some path it is no tensor.
+                if other.kinds == _SCALAR_ONLY:
+                    return accumulated
+                places = None if other.places is None else (either.places or frozenset()) | other.places
+                return tensor(places, grad=either.grad or other.grad)
         if left.is_tensor_like and right.is_tensor_like:
             self._record_meeting(node, MeetingKind.ARITHMETIC, [Operand(left_node, left), Operand(right_node, right)])
             return _combined_tensor([left, right])
@@ -1324,6 +1334,10 @@ class Interpreter:
                 return self.oracle.call_result(definition, node, arguments, instance)
         if receiver.is_tensor_like:
             return self._tensor_method(node, method, receiver, arguments)
+        either = receiver.number_or_tensor
+        if either is not None and torch_api.only_tensors_have(method):
+            # `correct.float()` where `correct` started as 0: it is the tensor, or the call fails.
+            return self._tensor_method(node, method, either, arguments)
         if receiver.is_module_like:
             if method in torch_api.MODULE_SELF_RETURNING_METHODS:
                 if method in ("to", "cuda", "cpu", "xpu", "mps"):

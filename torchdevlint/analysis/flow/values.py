@@ -110,6 +110,8 @@ class Reference:
 _JUST_TENSOR = frozenset({Kind.TENSOR})
 _TENSOR_LIKE = frozenset({Kind.TENSOR, Kind.MODEL_OUTPUT})
 _JUST_UNKNOWN = frozenset({Kind.UNKNOWN})
+_JUST_SCALAR = frozenset({Kind.SCALAR})
+_SCALAR_OR_TENSOR = frozenset({Kind.SCALAR, Kind.TENSOR})
 _MODULE_LIKE = frozenset({Kind.MODULE, Kind.WRAPPED_MODULE})
 _JUST_DEVICE = frozenset({Kind.DEVICE})
 _JUST_HOST = frozenset({HOST_PLACE})
@@ -168,6 +170,10 @@ class Value:
             return self
         kinds = self.kinds | other.kinds
         places = None if self.places is None or other.places is None else self.places | other.places
+        if places is None and kinds == _SCALAR_OR_TENSOR:
+            # A number has no place: `correct = 0` joined with the tensor a loop added to it
+            # is that tensor's place wherever it is a tensor (see `is_number_or_tensor`).
+            places = self.places if other.kinds == _JUST_SCALAR else other.places
         return Value(
             kinds,
             places,
@@ -203,6 +209,14 @@ class Value:
     def is_tensor_like(self) -> bool:
         """A tensor, or what a module call returned (tensors, where the module is)."""
         return bool(self.kinds) and self.kinds <= _TENSOR_LIKE
+
+    @property
+    def number_or_tensor(self) -> Value | None:
+        """The tensor of a value that is a Python number on some paths and a tensor on the
+        others (an accumulator started at 0), where that tensor is placed; else None."""
+        if self.kinds != _SCALAR_OR_TENSOR or self.places is None:
+            return None
+        return Value(_JUST_TENSOR, self.places, grad=self.grad, float64=self.float64)
 
     @property
     def is_placed_data(self) -> bool:
