@@ -84,6 +84,31 @@ class TargetNotMoved(Rule):
             import torch
             import torch.nn as nn
 
+            class GanTrainer:
+                def __init__(self, args):
+                    self.gpu_mode = args.gpu_mode
+                    self.G = nn.Linear(4, 4)
+                    if self.gpu_mode:
+                        self.G.cuda()
+
+                def train(self, loader):
+                    for real, _ in loader:
+                        noise = torch.rand(8, 4)
+                        if self.gpu_mode:
+                            real, noise = real.cuda(), noise.cuda()
+                        fake = self.G(noise)
+                        alpha = torch.rand(8, 1)
+                        if self.gpu_mode:
+                            alpha = alpha.cuda()
+                        mixed = alpha * real.data + (1 - alpha) * fake.data
+            """,
+            name="generator-moved-in-place-under-the-same-setting-in-init",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
             class Tagger(nn.Module):
                 def __init__(self):
                     super().__init__()

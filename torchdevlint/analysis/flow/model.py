@@ -1124,7 +1124,15 @@ class FlowModel:
                 # Reads of this class's attributes by an earlier method must not hide this one's.
                 self._provisional_reads.discard(id(summary.node))
                 flow = self._interpret(method, self._entry_env(method_definition), summary.node, attributes_only=True)
+            self_name = self._self_name(method)
             for name, value in flow.attribute_writes.items():
+                if method.name.value == "__init__" and self_name is not None:
+                    # What the instance holds once built: `self.G = Net()` then `self.G.cuda()`
+                    # (a Module moves in place) leaves G on the GPU, under `if gpu_mode:` on
+                    # the GPU or the host.
+                    final = _final_value(flow, f"{self_name}.{name}")
+                    if final is not None and final.kinds == value.kinds:
+                        value = final
                 previous = collected.get(name)
                 collected[name] = value if previous is None else previous.join(value)
 
