@@ -56,5 +56,6 @@ RULE_INDEX: tuple[RuleEntry, ...] = (
     RuleEntry("TDL204", "deprecated-pin-memory-device", False, None),
     RuleEntry("TDL205", "deprecated-cuda-amp", False, "torchdevlint.project:TorchVersionOptions"),
     RuleEntry("TDL206", "autocast-device-mismatch", True, None),
+    RuleEntry("TDL207", "fixed-gpu-index", True, None),
     RuleEntry("TDL900", "unused-noqa", False, None),
 )
