@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.brains import naming
+from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.cuda_uses import CudaProgram, is_device_test
 from torchdevlint.analysis.devices import device_literal, mentions_any
+from torchdevlint.analysis.flow.values import CUDA_ONLY
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -29,6 +30,11 @@ class CudaDefaultDevice(Rule):
     inputs it makes meet the model on the wrong device. Helpers like this are written once
     and called from other files, so the default is where the bug lives.
 
+    Also finds calls that leave such a default in place in a library helper:
+    `torchsummary.summary(model, (3, 32, 32))` makes its dummy inputs on CUDA, so it fails
+    wherever the model is not on the GPU (a model never moved, a CPU mode, a machine
+    without a GPU).
+
     ## Not reported
     Not reported: functions named for the GPU (`to_cuda`, `gpu_benchmark`) or decorated with
     a GPU condition, programs that need GPUs by design (a process group on NCCL, see TDL007),
@@ -39,7 +45,9 @@ class CudaDefaultDevice(Rule):
     Unsafe. The default becomes `None`, and the function starts by taking the model's
     device: `device = next(model.parameters()).device if device is None else device`. Callers that
     relied on the default now work where the model is; a model without parameters would
-    need the device passed.
+    need the device passed. A library call gets the model's device type:
+    `summary(model, (3, 32, 32), device=next(model.parameters()).device.type)` (only where the
+    model is a name, which is then read twice).
 
     ## Options
     None.
@@ -51,7 +59,7 @@ class CudaDefaultDevice(Rule):
     fix_title = "Default to the model's device"
     # The default device fails wherever CUDA is then used.
     proof = RuntimeProof(NO_GPU, host="cpu", surfaces_away=True)
-    requires_any_text = ("cuda",)
+    requires_any_text = ("cuda", "torchsummary")
 
     VALID = [
         Valid(
@@ -80,6 +88,32 @@ class CudaDefaultDevice(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            from torchsummary import summary
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).to(device)
+            summary(model, (3, 32, 32))
+            summary(model.cuda(), (3, 32, 32))
+            summary(model, (3, 32, 32), device=device.type)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            from torchsummary import summary
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).to(device)
+            summary(model, (3, 32, 32), device=next(model.parameters()).device.type)
+            summary(model.cuda(), (3, 32, 32))
+            summary(model, (3, 32, 32), device=device.type)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="torchsummary-with-its-cuda-default",
+        ),
         Invalid(
             """
             import torch
@@ -123,6 +157,35 @@ class CudaDefaultDevice(Rule):
     def setup(self) -> None:
         self._program = self.context.shared(CudaProgram)
         self._found: list[tuple[cst.Param, PendingFix | None]] = []
+        self._calls: list[tuple[cst.Call, PendingFix | None]] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        qualified = self.context.names.qualified_name(node.func, among=torch_api.CUDA_DEFAULT_DEVICE_CALLS.__contains__)
+        if qualified is None or not node.args or any(arg.star for arg in node.args):
+            return
+        position, keyword = torch_api.CUDA_DEFAULT_DEVICE_CALLS[qualified]
+        positional = [arg for arg in node.args if arg.keyword is None]
+        if len(positional) > position or any(arg.keyword is not None and arg.keyword.value == keyword for arg in node.args):
+            return  # the device is given
+        model = positional[0].value if positional else None
+        if model is None:
+            return
+        placed = self.context.flow.value_of(model)
+        if placed.places and all(place.types == CUDA_ONLY for place in placed.places):
+            return  # the model is on a GPU on every path: the default is where it is
+        fix = None
+        if isinstance(model, (cst.Name, cst.Attribute)):
+            text = self.context.code_for_node(model)
+            given = cst.Arg(cst.parse_expression(f"next({text}.parameters()).device.type"), keyword=cst.Name(keyword),
+                            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+            last = node.args[-1]
+            if isinstance(last.comma, cst.Comma):  # a trailing comma stays last
+                given = given.with_changes(comma=last.comma)
+            last = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            called = node.with_changes(args=[*node.args[:-1], last, given])
+            fix = self.make_fix(NodeEdit(node, called), applicability=Applicability.UNSAFE,
+                                title="Pass the model's device type")
+        self._calls.append((node, fix))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if mentions_any(node.name, _GPU_WORDS) or any(
@@ -163,3 +226,6 @@ class CudaDefaultDevice(Rule):
         for param, fix in self._found:
             assert param.default is not None
             self.report(param.default, fix=fix)
+        for call, fix in self._calls:
+            self.report(call, fix=fix, message="This helper's CUDA default device ignores where the model is: "
+                                               "it fails with the model on the CPU or without a GPU")
