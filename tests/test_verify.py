@@ -33,7 +33,7 @@ from torchdevlint.verify.directive import (
     with_host,
 )
 from torchdevlint.verify.expected_errors import not_emulated
-from torchdevlint.verify.protocol import ErrorInfo, RunHost, RunStatus, last_result
+from torchdevlint.verify.protocol import ChildReport, ErrorInfo, RunHost, RunStatus, last_result
 from torchdevlint.verify.runner import (
     Comparison,
     ComparisonStatus,
@@ -691,6 +691,24 @@ def sites(*codes: str) -> list[FindingSite]:
 
 
 DEVICE_ERROR = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+
+
+def test_a_runs_seconds_are_its_own_not_its_wait_for_the_fork_server() -> None:
+    report = ChildReport(RunStatus.OK, None, None, (), 0.25)
+    assert ChildReport.from_json(report.to_json()).seconds == 0.25
+    # A report from an older child, without the field, falls back to the wall clock.
+    assert ChildReport.from_json({"status": "ok"}).seconds is None
+    # In a process of its own: a run takes over `__main__`, `sys.argv` and `sys.stdin`.
+    measure = ("import sys, time\n"
+               "from torchdevlint.verify.child import run_program\n"
+               "from torchdevlint.verify.protocol import RunHost\n"
+               "started = time.monotonic()\n"
+               "report = run_program('import time\\ntime.sleep(0.2)\\n', sys.argv[1], RunHost.CPU, 1)\n"
+               "print(report.seconds, time.monotonic() - started, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", measure, str(ROOT / "slept.py")], capture_output=True, text=True,
+                          check=True, cwd=ROOT)
+    own, wall = (float(part) for part in done.stderr.split())
+    assert 0.2 <= own <= wall
 
 
 def test_result_line_is_the_last_one() -> None:

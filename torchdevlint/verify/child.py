@@ -9,6 +9,7 @@ The program's own stdout and stderr pass through untouched; the outcome goes to 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -95,7 +96,15 @@ def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str
 
     `guard` names the run's mirror and the user's folders it stands for: writes copy first.
     `budget` ends the run once its findings are exercised (or after `--seconds`/`--steps`).
+    The report says how long this took.
     """
+    started = time.monotonic()
+    report = _run_program(source, path, kind, gpus, argv, guard, budget)
+    return dataclasses.replace(report, seconds=time.monotonic() - started)
+
+
+def _run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str] | None,
+                 guard: dict[str, object] | None, budget: Budget | None) -> ChildReport:
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__dict__["__builtins__"] = __builtins__

@@ -102,19 +102,24 @@ class ChildReport:
     stopped: str | None = None
     # The first line of each finding whose statement never ran to completion (under a proof budget).
     unreached: tuple[int, ...] = ()
+    # How long the run took in its own process (the host set up, the program run): without
+    # the wait for a fork server still importing torch, which the first runs share.
+    seconds: float | None = None
 
     def to_json(self) -> dict[str, object]:
         return {"status": self.status.value, "error": self.error.to_json() if self.error else None,
-                "stopped": self.stopped, "unreached": list(self.unreached)}
+                "stopped": self.stopped, "unreached": list(self.unreached), "seconds": self.seconds}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> ChildReport:
         error = data.get("error")
         stopped = data.get("stopped")
         unreached = data.get("unreached")
+        seconds = data.get("seconds")
         return cls(RunStatus(str(data.get("status"))), ErrorInfo.from_json(error) if isinstance(error, dict) else None,
                    stopped if isinstance(stopped, str) else None,
-                   tuple(line for line in unreached if isinstance(line, int)) if isinstance(unreached, list) else ())
+                   tuple(line for line in unreached if isinstance(line, int)) if isinstance(unreached, list) else (),
+                   float(seconds) if isinstance(seconds, (int, float)) else None)
 
 
 def last_result(stdout: str) -> str | None:

@@ -514,6 +514,8 @@ class Launcher:
             stderr = Path(files["stderr"]).read_bytes()
             report = self._report(Path(files["outcome.json"]), finished, stderr, timeout)
         text = stdout.decode("utf-8", errors="replace")
+        if report.seconds is not None:
+            seconds = report.seconds  # the run's own time, not its wait for the fork server
         return RunOutcome(host, report.status, report.error, last_result(text), seconds, text[-_OUTPUT_TAIL:],
                           _tail(stderr), report.stopped, report.unreached)
 
