@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -20,6 +20,7 @@ from torchdevlint.analysis.flow.results import names_bound_by
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.context import FileContext
+from torchdevlint.data_literals import blank_number_literals
 from torchdevlint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from torchdevlint.edits import to_text_fix
 from torchdevlint.positions import StatementPositions
@@ -450,14 +451,22 @@ def lint_source(
     # where there are findings (their positions come from its tree), where the walk noted newer
     # syntax (a real syntax error beside it is still one) or where LibCST fails (for Python's
     # own message).
+    # Megabytes of numbers in a literal are data: parsed blank (see `data_literals`), at the
+    # same offsets, so a file holding a dataset costs what its code costs.
+    blanked = blank_number_literals(source)
     try:
-        module = parse(source)
+        module = parse(blanked.text)
     except cst.ParserSyntaxError:
         check_syntax(source, path, newer_syntax=False)  # LibCST cannot read it: not newer, wrong
         raise
-    return lint_module(module, source, path, rule_classes, options, honor_noqa=honor_noqa,
-                       judge_syntax=True, deadline=deadline, reviewers=reviewers, selected_codes=selected_codes,
-                       flow_memory=flow_memory)
+    diagnostics = lint_module(module, blanked.text, path, rule_classes, options, honor_noqa=honor_noqa,
+                              judge_syntax=True, deadline=deadline, reviewers=reviewers,
+                              selected_codes=selected_codes, flow_memory=flow_memory)
+    if not blanked.spans:
+        return diagnostics
+    return [replace(d, fix=None, fix_withheld="it would edit a long literal of numbers, which is not analysed")
+            if d.fix is not None and any(blanked.touches(edit.start, edit.end) for edit in d.fix.edits) else d
+            for d in diagnostics]
 
 
 class InvalidSource(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.cuda_uses import DEVICE_VARIABLE, CudaProgram, CudaUse, UnavoidableCudaUse, UseKind
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.project import TorchVersionOptions
@@ -244,23 +245,42 @@ class HardCodedCuda(Rule):
 
     @staticmethod
     def _module_names(module: cst.Module) -> set[str]:
-        """Names the module body binds by assignment, definition or import."""
+        """Names the module body binds by assignment, definition or import.
+
+        Statements only: the walk never enters an expression, so a module holding a
+        megabyte-long data literal costs what its statements cost.
+        """
         names: set[str] = set()
-        for statement in module.body:
-            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                names.add(statement.name.value)
-            stack: list[cst.CSTNode] = [statement]
-            while stack:
-                node = stack.pop()
-                if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and node is not statement:
-                    continue
-                if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
+        stack: list[cst.CSTNode] = list(module.body)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                names.add(node.name.value)
+            elif isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+                stack.extend(node.body)
+            elif isinstance(node, cst.Assign):
+                names.update(target.target.value for target in node.targets if isinstance(target.target, cst.Name))
+            elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For)):
+                if isinstance(node.target, cst.Name):
                     names.add(node.target.value)
-                elif isinstance(node, cst.ImportAlias):
-                    names.add(cst.ensure_type(node.asname.name, cst.Name).value if node.asname else
-                              str(node.name.value) if isinstance(node.name, cst.Name) else "")
-                elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For)) and isinstance(node.target, cst.Name):
-                    names.add(node.target.value)
-                if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-                    stack.extend(node.children)
+                if isinstance(node, cst.For):
+                    stack.extend(_nested_statements(node))
+            elif isinstance(node, (cst.Import, cst.ImportFrom)):
+                for alias in node.names if isinstance(node.names, (list, tuple)) else ():
+                    names.add(cst.ensure_type(alias.asname.name, cst.Name).value if alias.asname else
+                              str(alias.name.value) if isinstance(alias.name, cst.Name) else "")
+            elif isinstance(node, (cst.BaseCompoundStatement, cst.Else, cst.Finally, cst.ExceptHandler,
+                                   cst.ExceptStarHandler, cst.MatchCase)):
+                stack.extend(_nested_statements(node))
         return names
+
+
+def _nested_statements(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements and clauses directly inside a compound statement (`if`, `for`, `try` …)."""
+    nested: list[cst.CSTNode] = []
+    for child in child_nodes(node):
+        if isinstance(child, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            nested.extend(child.body)
+        elif isinstance(child, (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.If, cst.MatchCase)):
+            nested.append(child)
+    return nested
