@@ -920,6 +920,17 @@ CUDA_REJECTS: dict[str, Callable[[Any], Any]] = {
     "CPU tensor updated in place by a GPU one": lambda gpu: torch.ones(3).add_(torch.ones(3, device=gpu)),
     "a parameter set from a CPU tensor through .data": lambda gpu: _set_weight_data(
         torch.nn.Linear(2, 2).to(gpu), torch.zeros(2, 2))(torch.randn(1, 2, device=gpu)),
+    # Measured on an H200 (torch 2.11): what CUDA rejects beyond the operators' own tables.
+    "two 0-dim CPU operands of addcmul": lambda gpu: torch.addcmul(
+        torch.tensor(0.5), torch.tensor(0.5), torch.rand(3, device=gpu)),
+    "two 0-dim CPU operands of lerp": lambda gpu: torch.lerp(
+        torch.tensor(0.5), torch.tensor(0.5), torch.rand(3, device=gpu)),
+    "clamp with a 0-dim CPU bound": lambda gpu: torch.clamp(torch.rand(3, device=gpu), min=torch.tensor(0.5)),
+    "masked_fill with a 0-dim CPU mask": lambda gpu: torch.rand(3, device=gpu).masked_fill(torch.tensor(True), 1.0),
+    "masked_fill of a 0-dim CPU tensor with a GPU mask": lambda gpu: torch.tensor(0.5).masked_fill(
+        torch.rand(3, device=gpu) > 0.3, 1.0),
+    "logical_and of a 0-dim CPU tensor and a GPU one": lambda gpu: torch.logical_and(
+        torch.tensor(0.5), torch.rand(3, device=gpu)),
 }
 # Random draws whose generator is of another device type than the tensor drawn.
 GENERATOR_REJECTS: dict[str, Callable[[Any], Any]] = {
@@ -985,6 +996,12 @@ CUDA_ACCEPTS: dict[str, Callable[[Any], Any]] = {
     "load_state_dict from the CPU": lambda gpu: torch.nn.Linear(2, 2).to(gpu).load_state_dict(
         torch.nn.Linear(2, 2).state_dict()),
     "boolean mask from the GPU": lambda gpu: torch.randn(4, device=gpu)[torch.randn(4, device=gpu) > 0],
+    # Measured on an H200: one 0-dim CPU operand per element-wise op is a scalar, wherever it is.
+    "one 0-dim CPU operand of addcmul": lambda gpu: torch.addcmul(
+        torch.rand(3, device=gpu), torch.rand(3, device=gpu), torch.tensor(0.5)),
+    "a 0-dim CPU tensor first in a comparison": lambda gpu: torch.tensor(0.5) < torch.rand(3, device=gpu),
+    "logical_and of a GPU tensor and a 0-dim CPU one": lambda gpu: torch.logical_and(
+        torch.rand(3, device=gpu), torch.tensor(0.5)),
 }
 
 
@@ -992,7 +1009,8 @@ CUDA_ACCEPTS: dict[str, Callable[[Any], Any]] = {
 def test_mixed_devices_cuda_rejects_fail_on_the_emulated_gpu(name: str) -> None:
     from torchdevlint.verify.emulation import emulated_gpu
 
-    with emulated_gpu(), pytest.raises(RuntimeError, match="cuda:0|same device as the indexed tensor") as raised:
+    with emulated_gpu(), pytest.raises(RuntimeError, match="cuda:0|same device as the indexed tensor|too many CPU scalars") \
+            as raised:
         CUDA_REJECTS[name]("cuda")
     assert "meta" not in str(raised.value)
 

@@ -31,6 +31,7 @@ DEVICE_MISMATCH = re.compile(
             r"Input type \(.*\) and weight type \(.*\) should be the same",
             r"Expected object of device type",
             r"module must have its parameters and buffers on device",
+            r"Trying to pass too many CPU scalars to non-CPU kernel",
         )
     )
 )

@@ -194,6 +194,13 @@ _ANY_DEVICE_OPS = {
     "_local_scalar_dense", "equal", "_amp_update_scale_", "record_stream",
 }
 _CPU_SCALAR_OPS = {"masked_fill", "masked_fill_", "fill_", "fill", "index_fill", "index_fill_", "where"}
+# Operations whose mask must be where self is, 0-dim or not.
+_MASK_FOLLOWS_SELF = {"masked_fill", "masked_fill_"}
+# Operations that make their result on self's device before iterating.
+_RESULT_ON_SELFS_DEVICE = {"logical_and", "logical_or", "logical_xor"}
+# Overloads that take tensor bounds and check them exactly (`clamp(x, min=t)`: "min is on cpu").
+_EXACT_OVERLOADS = {("clamp", "Tensor"), ("clamp_", "Tensor"), ("clip", "Tensor"), ("clip_", "Tensor"),
+                    ("clamp_min", "Tensor"), ("clamp_min_", "Tensor"), ("clamp_max", "Tensor"), ("clamp_max_", "Tensor")}
 _INDEX_PUT_OPS = {"index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put"}
 _INDEX_OPS = {"index", "_unsafe_index"}
 # Arguments CUDA wants on the host, by position: a packed sequence's lengths ("'lengths'
@@ -218,6 +225,8 @@ def _rule_of(func: Any) -> _DeviceRule:
             rule = _DeviceRule.INDEX
         elif name in _INDEX_PUT_OPS:
             rule = _DeviceRule.INDEX_PUT
+        elif (name, func._overloadname) in _EXACT_OVERLOADS:
+            rule = _DeviceRule.SAME_DEVICE
         elif name in _CPU_SCALAR_OPS or name.startswith("_foreach_"):
             rule = _DeviceRule.CPU_SCALARS
         else:
@@ -255,6 +264,22 @@ def _check_devices(func: Any, gpu: int, cpu_operands: list[Tensor], args: tuple[
     if rule is _DeviceRule.ANY_DEVICE:
         return
     here = f"cuda:{gpu}"
+    name = func.__name__.split(".")[0]
+    if name in _MASK_FOLLOWS_SELF and len(args) > 1 and isinstance(args[0], Tensor) and isinstance(args[1], Tensor) \
+            and (type(args[0]) is EmulatedTensor) is not (type(args[1]) is EmulatedTensor):
+        # Even a 0-dim mask (measured on an H200).
+        mask, self_ = ("cpu", here) if type(args[0]) is EmulatedTensor else (here, "cpu")
+        raise RuntimeError(f"expected self and mask to be on the same device, but got mask on {mask} and self on "
+                           f"{self_} ({_EMULATION_NOTE})")
+    if name in _RESULT_ON_SELFS_DEVICE and args and isinstance(args[0], Tensor) and type(args[0]) is not EmulatedTensor:
+        # `cpu_scalar.logical_and(gpu_tensor)`: the result is made where self is, and the GPU
+        # operand does not go there.
+        raise _mixed(here, "cpu", func)
+    if rule is _DeviceRule.CPU_SCALARS and name not in _CPU_SCALAR_OPS \
+            and sum(1 for operand in cpu_operands if operand.dim() == 0) > 1:
+        # TensorIterator hands one 0-dim CPU tensor to a GPU kernel as a scalar, not two
+        # (`torch.addcmul(cpu0, cpu0, gpu)`, `torch.lerp(cpu0, cpu0, gpu)` on an H200).
+        raise RuntimeError(f"Trying to pass too many CPU scalars to non-CPU kernel! ({_EMULATION_NOTE})")
     if rule is _DeviceRule.INDEX or rule is _DeviceRule.INDEX_PUT:
         indexed = args[0] if args else None
         if isinstance(indexed, Tensor) and type(indexed) is not EmulatedTensor:
