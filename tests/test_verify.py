@@ -1005,6 +1005,23 @@ CUDA_ACCEPTS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def test_the_emulated_gpu_accepts_and_rejects_the_mixes_an_h200_did() -> None:
+    """`benchmarks/device_rules_probe.py real` on an H200: 290 mixes of GPU and CPU operands."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_rules_probe", ROOT / "benchmarks" / "device_rules_probe.py")
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    recorded = json.loads(probe.RECORDED.read_text())
+    with emulated_gpu(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # broadcasting warnings of the losses
+        answers = probe.probe()
+    assert probe.disagreements(answers, recorded) == []
+
+
 @pytest.mark.parametrize("name", sorted(CUDA_REJECTS))
 def test_mixed_devices_cuda_rejects_fail_on_the_emulated_gpu(name: str) -> None:
     from torchdevlint.verify.emulation import emulated_gpu

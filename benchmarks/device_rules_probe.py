@@ -1,0 +1,133 @@
+"""Which mixes of GPU and CPU tensors each common operation accepts: on a real GPU or on the
+emulated one, with the same calls, to compare the emulation's device rules with CUDA's.
+
+    python benchmarks/device_rules_probe.py real > real.json            # on a machine with CUDA
+    python benchmarks/device_rules_probe.py emulated --against real.json   # here: the disagreements
+
+Prints, as JSON, {operation: {mix: "ok" | "<error type>: <first line>"}} for about fifty
+operations (element-wise, comparisons, where/masked_fill/clamp, losses, matrix products, cat,
+indexing and gathering) and six mixes of a GPU tensor with a CPU one (0-dim or not), or four
+for indices. `benchmarks/data/device_rules_h200.json` holds the answers of an H200 (torch
+2.11.0+cu130, 2026-11-26); `tests/test_verify.py` checks the emulation against them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+Tensor = torch.Tensor
+Operation = Callable[[Tensor, Tensor], object]
+RECORDED = Path(__file__).resolve().parent / "data" / "device_rules_h200.json"
+
+
+def _gpu(*shape: int) -> Tensor:
+    return (torch.rand(*shape) if shape else torch.tensor(0.5)).to("cuda")
+
+
+def _cpu(*shape: int) -> Tensor:
+    return torch.rand(*shape) if shape else torch.tensor(0.5)
+
+
+ELEMENTWISE: dict[str, Operation] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
+    "pow": lambda a, b: a**b, "maximum": torch.maximum, "minimum": torch.minimum, "atan2": torch.atan2,
+    "fmod": torch.fmod, "remainder": torch.remainder, "eq": lambda a, b: a == b, "lt": lambda a, b: a < b,
+    "lt_scalar_first": lambda a, b: b < a, "logical_and": torch.logical_and, "copysign": torch.copysign,
+    "hypot": torch.hypot, "logaddexp": torch.logaddexp, "nextafter": torch.nextafter, "xlogy": torch.xlogy,
+    "floor_divide": torch.floor_divide, "lerp_w": lambda a, b: torch.lerp(a, a, b),
+    "addcmul": lambda a, b: torch.addcmul(a, a, b), "clamp_min": lambda a, b: torch.clamp(a, min=b),
+    "where_other": lambda a, b: torch.where(a > 0.3, a, b), "where_cond": lambda a, b: torch.where(b > 0.3, a, a),
+    "masked_fill_value": lambda a, b: a.masked_fill(a > 0.3, b), "masked_fill_mask": lambda a, b: a.masked_fill(b > 0.3, 1.0),
+    "mse_loss": F.mse_loss, "l1_loss": F.l1_loss,
+    "bce": lambda a, b: F.binary_cross_entropy(a.clamp(0.1, 0.9), b.clamp(0.1, 0.9)), "dist": torch.dist,
+    "dot": lambda a, b: torch.dot(a.flatten(), b.flatten().expand(a.numel()) if b.dim() == 0 else b.flatten()),
+    "matmul": lambda a, b: a @ b, "mm_dim": lambda a, b: torch.mm(a.reshape(-1, 1), b.reshape(1, -1)),
+    "cat": lambda a, b: torch.cat([a, b.reshape(-1)]), "stack": lambda a, b: torch.stack([a, b.expand_as(a)]),
+    "mul_inplace": lambda a, b: a.mul_(b), "add_inplace_host": lambda a, b: b.add_(a),
+    "copy_": lambda a, b: a.copy_(b.expand_as(a)), "index_put": lambda a, b: a.__setitem__(0, b),
+    "sum_dot": lambda a, b: (a * b).sum(),
+}
+MIXES: dict[str, Callable[[], tuple[Tensor, Tensor]]] = {
+    "gpu,cpu0": lambda: (_gpu(3), _cpu()), "cpu0,gpu": lambda: (_cpu(), _gpu(3)), "gpu,cpu3": lambda: (_gpu(3), _cpu(3)),
+    "gpu0,cpu3": lambda: (_gpu(), _cpu(3)), "gpu,gpu0": lambda: (_gpu(3), _gpu()), "cpu3,cpu0": lambda: (_cpu(3), _cpu()),
+}
+INDEXING: dict[str, Operation] = {
+    "index_select": lambda a, i: torch.index_select(a, 0, i), "gather": lambda a, i: torch.gather(a, 0, i),
+    "take": torch.take, "getitem": lambda a, i: a[i],
+    "embedding": lambda a, i: F.embedding(i, a.reshape(3, 1)),
+    "index_add": lambda a, i: a.index_add(0, i, a[: i.numel()]), "scatter": lambda a, i: a.scatter(0, i, a[: i.numel()]),
+    "nll_loss": lambda a, i: F.nll_loss(a.reshape(1, 3), i[:1]),
+    "cross_entropy": lambda a, i: F.cross_entropy(a.reshape(1, 3), i[:1]),
+    "bucketize": lambda a, i: torch.bucketize(a, i.float().sort().values), "one_hot": lambda a, i: F.one_hot(i, 3) * a[0],
+}
+INDEX_MIXES: dict[str, Callable[[], tuple[Tensor, Tensor]]] = {
+    "gpu,idx_cpu": lambda: (_gpu(3), torch.tensor([0, 2])), "gpu,idx_cpu0": lambda: (_gpu(3), torch.tensor(1)),
+    "cpu,idx_gpu": lambda: (_cpu(3), torch.tensor([0, 2]).to("cuda")),
+    "gpu,idx_gpu": lambda: (_gpu(3), torch.tensor([0, 2]).to("cuda")),
+}
+
+
+def _outcome(operation: Operation, make: Callable[[], tuple[Tensor, Tensor]]) -> str:
+    try:
+        first, second = make()
+        result = operation(first, second)
+        if isinstance(result, Tensor):
+            (result.any() if result.dtype == torch.bool else result.sum()).item()  # errors surface here on CUDA
+    except Exception as error:  # noqa: BLE001 - the error is the answer
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}"
+    return "ok"
+
+
+def probe() -> dict[str, dict[str, str]]:
+    answers: dict[str, dict[str, str]] = {}
+    for operations, mixes in ((ELEMENTWISE, MIXES), (INDEXING, INDEX_MIXES)):
+        for name, operation in operations.items():
+            answers[name] = {mix: _outcome(operation, make) for mix, make in mixes.items()}
+    return answers
+
+
+@contextmanager
+def _emulated() -> Iterator[None]:
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu():
+        yield
+
+
+def disagreements(answers: dict[str, dict[str, str]], against: dict[str, dict[str, str]]) -> list[str]:
+    """Where one side runs and the other fails (the error's words may differ)."""
+    return [f"{name} {mix}: {against[name][mix]!r} there, {answers[name][mix]!r} here"
+            for name in sorted(against) for mix in sorted(against[name])
+            if (against[name][mix] == "ok") != (answers.get(name, {}).get(mix) == "ok")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("device", choices=["real", "emulated"])
+    parser.add_argument("--against", type=Path, help="answers of another run (JSON) to compare with")
+    args = parser.parse_args()
+    where: AbstractContextManager[None] = _emulated() if args.device == "emulated" else nullcontext()
+    with where:
+        answers = probe()
+    if args.against is None:
+        print(json.dumps(answers, indent=1, sort_keys=True))
+        return
+    against = json.loads(args.against.read_text())
+    differ = disagreements(answers, against)
+    total = sum(len(row) for row in against.values())
+    print(f"{total - len(differ)} of {total} mixes agree")
+    for line in differ:
+        print(line)
+    sys.exit(1 if differ else 0)
+
+
+if __name__ == "__main__":
+    main()
