@@ -7,7 +7,8 @@ emulated one, with the same calls, to compare the emulation's device rules with 
 Prints, as JSON, {operation: {mix: "ok" | "<error type>: <first line>"}} for about fifty
 operations (element-wise, comparisons, where/masked_fill/clamp, losses, matrix products, cat,
 indexing and gathering) and six mixes of a GPU tensor with a CPU one (0-dim or not), or four
-for indices. `benchmarks/data/device_rules_h200.json` holds the answers of an H200 (torch
+for indices; and for about thirty whole steps with one part on the CPU (a layer's input or
+parameter, a norm's running statistics, an RNN's state, a loss weight, a gradient). `benchmarks/data/device_rules_h200.json` holds the answers of an H200 (torch
 2.11.0+cu130, 2026-11-26); `tests/test_verify.py` checks the emulation against them.
 """
 
@@ -75,10 +76,132 @@ INDEX_MIXES: dict[str, Callable[[], tuple[Tensor, Tensor]]] = {
 }
 
 
-def _outcome(operation: Operation, make: Callable[[], tuple[Tensor, Tensor]]) -> str:
+# Whole steps with one part on the CPU: a module's input, a parameter, a buffer, an RNN state,
+# a loss weight, a gradient, an optimizer's state; and results of GPU work indexing CPU data.
+def _module_cases() -> dict[str, Callable[[], object]]:
+    nn = torch.nn
+
+    def linear_cpu_input() -> object:
+        return nn.Linear(3, 2).to("cuda")(torch.rand(4, 3))
+
+    def linear_cpu_bias() -> object:
+        return F.linear(_gpu(4, 3), _gpu(2, 3), torch.rand(2))
+
+    def layer_norm_cpu_weight() -> object:
+        return F.layer_norm(_gpu(4, 3), (3,), torch.rand(3), None)
+
+    def batch_norm_cpu_running_stats() -> object:
+        return F.batch_norm(_gpu(4, 3), torch.zeros(3), torch.ones(3), training=False)
+
+    def batch_norm_cpu_running_stats_training() -> object:
+        return F.batch_norm(_gpu(4, 3), torch.zeros(3), torch.ones(3), training=True)
+
+    def conv_cpu_input() -> object:
+        return nn.Conv2d(1, 2, 3).to("cuda")(torch.rand(1, 1, 5, 5))
+
+    def conv_cpu_bias() -> object:
+        return F.conv2d(_gpu(1, 1, 5, 5), _gpu(2, 1, 3, 3), torch.rand(2))
+
+    def lstm_cpu_hidden() -> object:
+        return nn.LSTM(3, 4).to("cuda")(_gpu(2, 1, 3), (torch.zeros(1, 1, 4), torch.zeros(1, 1, 4)))
+
+    def gru_cpu_hidden() -> object:
+        return nn.GRU(3, 4).to("cuda")(_gpu(2, 1, 3), torch.zeros(1, 1, 4))
+
+    def rnn_cpu_hidden_0dim_batch() -> object:
+        return nn.RNN(3, 4).to("cuda")(_gpu(2, 3), torch.zeros(1, 4))
+
+    def embedding_bag_cpu_offsets() -> object:
+        return F.embedding_bag(torch.tensor([1, 2]).to("cuda"), _gpu(10, 4), torch.tensor([0]))
+
+    def softmax_then_cpu_mul() -> object:
+        return F.softmax(_gpu(3), 0) * torch.rand(3)
+
+    def prelu_cpu_weight() -> object:
+        return F.prelu(_gpu(4, 3), torch.rand(1))
+
+    def cross_entropy_cpu_weight() -> object:
+        return F.cross_entropy(_gpu(4, 3), torch.tensor([0, 1, 2, 0]).to("cuda"), weight=torch.rand(3))
+
+    def bce_logits_cpu_pos_weight() -> object:
+        return F.binary_cross_entropy_with_logits(_gpu(4), _gpu(4), pos_weight=torch.rand(4))
+
+    def bce_logits_cpu_pos_weight_0dim() -> object:
+        return F.binary_cross_entropy_with_logits(_gpu(4), _gpu(4), pos_weight=torch.tensor(2.0))
+
+    def cosine_similarity_cpu() -> object:
+        return F.cosine_similarity(_gpu(4, 3), torch.rand(4, 3))
+
+    def pairwise_distance_cpu() -> object:
+        return F.pairwise_distance(_gpu(4, 3), torch.rand(4, 3))
+
+    def interpolate_then_add_cpu0() -> object:
+        return F.interpolate(_gpu(1, 1, 4), scale_factor=2) + torch.tensor(1.0)
+
+    def topk_then_index_cpu() -> object:
+        values, indices = _gpu(5).topk(2)
+        return torch.rand(5)[indices]
+
+    def argmax_eq_cpu_labels() -> object:
+        return (_gpu(4, 3).argmax(1) == torch.tensor([0, 1, 2, 0])).float().mean()
+
+    def sum_of_eq_cpu0() -> object:
+        return (_gpu(4, 3).argmax(1) == torch.tensor(1)).sum()
+
+    def cumsum_cpu_add() -> object:
+        return _gpu(3).cumsum(0) + torch.rand(3)
+
+    def tensor_of_gpu_scalars() -> object:
+        return torch.tensor([_gpu().item(), 1.0]) + _gpu(2)
+
+    def stack_of_gpu_0dims_cpu() -> object:
+        return torch.stack([_gpu(), torch.tensor(0.5)])
+
+    def cat_gpu_and_empty_cpu() -> object:
+        return torch.cat([_gpu(3), torch.empty(0)])
+
+    def matmul_cpu0() -> object:
+        return _gpu(3) @ torch.rand(3)
+
+    def outer_cpu() -> object:
+        return torch.outer(_gpu(3), torch.rand(2))
+
+    def einsum_cpu0() -> object:
+        return torch.einsum("i,->i", _gpu(3), torch.tensor(2.0))
+
+    def multinomial_then_cpu_index() -> object:
+        return torch.rand(4)[torch.multinomial(_gpu(4), 1)]
+
+    def clip_grad_norm_mixed() -> object:
+        model = torch.nn.Linear(2, 2)
+        model.weight.grad = torch.rand(2, 2).to("cuda")
+        model.bias.grad = torch.rand(2)
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+    def sgd_step_cpu_grad_on_gpu_param() -> object:
+        weight = torch.nn.Parameter(_gpu(2))
+        weight.grad = torch.rand(2)
+        torch.optim.SGD([weight], lr=0.1).step()
+        return weight
+
+    def adam_step_state_on_cpu() -> object:
+        weight = torch.nn.Parameter(torch.rand(2))
+        optimizer = torch.optim.Adam([weight], lr=0.1)
+        weight.sum().backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        weight.data = weight.data.to("cuda")
+        weight.grad = torch.rand(2).to("cuda")
+        optimizer.step()
+        return weight
+
+    return {name: case for name, case in locals().items() if callable(case) and not name.startswith("_")}
+
+
+def _outcome(operation: Callable[..., object], make: Callable[[], tuple[Tensor, ...]]) -> str:
     try:
-        first, second = make()
-        result = operation(first, second)
+        result = operation(*make())
+        if isinstance(result, tuple):
+            result = result[0]
         if isinstance(result, Tensor):
             (result.any() if result.dtype == torch.bool else result.sum()).item()  # errors surface here on CUDA
     except Exception as error:  # noqa: BLE001 - the error is the answer
@@ -91,6 +214,8 @@ def probe() -> dict[str, dict[str, str]]:
     for operations, mixes in ((ELEMENTWISE, MIXES), (INDEXING, INDEX_MIXES)):
         for name, operation in operations.items():
             answers[name] = {mix: _outcome(operation, make) for mix, make in mixes.items()}
+    for name, case in _module_cases().items():
+        answers[name] = {"as written": _outcome(case, tuple)}
     return answers
 
 
