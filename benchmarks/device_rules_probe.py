@@ -7,8 +7,9 @@ emulated one, with the same calls, to compare the emulation's device rules with 
 Prints, as JSON, {operation: {mix: "ok" | "<error type>: <first line>"}} for about fifty
 operations (element-wise, comparisons, where/masked_fill/clamp, losses, matrix products, cat,
 indexing and gathering) and six mixes of a GPU tensor with a CPU one (0-dim or not), or four
-for indices; and for about thirty whole steps with one part on the CPU (a layer's input or
-parameter, a norm's running statistics, an RNN's state, a loss weight, a gradient). `benchmarks/data/device_rules_h200.json` holds the answers of an H200 (torch
+for indices; for about thirty whole steps with one part on the CPU (a layer's input or
+parameter, a norm's running statistics, an RNN's state, a loss weight, a gradient); and the
+dtype `torch.autocast("cuda")` gives some twenty operations. `benchmarks/data/device_rules_h200.json` holds the answers of an H200 (torch
 2.11.0+cu130, 2026-11-26); `tests/test_verify.py` checks the emulation against them.
 """
 
@@ -197,6 +198,45 @@ def _module_cases() -> dict[str, Callable[[], object]]:
     return {name: case for name, case in locals().items() if callable(case) and not name.startswith("_")}
 
 
+# What autocast makes of each operation on the GPU: the result's dtype (or the error).
+AUTOCAST: dict[str, Callable[[], object]] = {
+    "matmul": lambda: _gpu(4, 4) @ _gpu(4, 4),
+    "linear": lambda: F.linear(_gpu(2, 4), _gpu(3, 4), _gpu(3)),
+    "conv2d": lambda: F.conv2d(_gpu(1, 1, 5, 5), _gpu(2, 1, 3, 3)),
+    "bmm": lambda: torch.bmm(_gpu(1, 2, 3), _gpu(1, 3, 2)),
+    "addmm": lambda: torch.addmm(_gpu(2, 2), _gpu(2, 3), _gpu(3, 2)),
+    "softmax": lambda: F.softmax(_gpu(2, 3) @ _gpu(3, 3), dim=-1),
+    "log_softmax": lambda: F.log_softmax(_gpu(2, 3) @ _gpu(3, 3), dim=-1),
+    "layer_norm": lambda: F.layer_norm(_gpu(2, 3) @ _gpu(3, 3), (3,)),
+    "cross_entropy": lambda: F.cross_entropy(_gpu(2, 3) @ _gpu(3, 3), torch.tensor([0, 1]).to("cuda")),
+    "mse_loss": lambda: F.mse_loss(_gpu(2, 3) @ _gpu(3, 3), _gpu(2, 3)),
+    "add_half_float": lambda: (_gpu(2, 3) @ _gpu(3, 3)) + _gpu(2, 3),
+    "sum": lambda: torch.sum(_gpu(2, 3) @ _gpu(3, 3)),
+    "relu": lambda: F.relu(_gpu(2, 3) @ _gpu(3, 3)),
+    "sigmoid": lambda: torch.sigmoid(_gpu(2, 3) @ _gpu(3, 3)),
+    "exp": lambda: torch.exp(_gpu(2, 3) @ _gpu(3, 3)),
+    "masked_fill_minus_1e9": lambda: (_gpu(2, 2) @ _gpu(2, 2)).masked_fill(_gpu(2, 2) > 0.5, -1e9),
+    "masked_fill_minus_inf": lambda: (_gpu(2, 2) @ _gpu(2, 2)).masked_fill(_gpu(2, 2) > 0.5, float("-inf")),
+    "sdpa": lambda: F.scaled_dot_product_attention(_gpu(1, 2, 4, 8), _gpu(1, 2, 4, 8), _gpu(1, 2, 4, 8)),
+    "embedding": lambda: F.embedding(torch.tensor([1, 2]).to("cuda"), _gpu(5, 3)),
+    "batch_norm": lambda: F.batch_norm(_gpu(4, 3) @ _gpu(3, 3), None, None, training=True),
+    "cat_half_float": lambda: torch.cat([_gpu(2, 3) @ _gpu(3, 3), _gpu(2, 3)]),
+    "lstm": lambda: torch.nn.LSTM(3, 4).to("cuda")(_gpu(2, 1, 3))[0],
+}
+
+
+def _autocast_outcome(case: Callable[[], object]) -> str:
+    try:
+        with torch.autocast("cuda"):
+            result = case()
+        if isinstance(result, Tensor):
+            result.float().sum().item()
+            return str(result.dtype)
+    except Exception as error:  # noqa: BLE001 - the error is the answer
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}"
+    return "ok"
+
+
 def _outcome(operation: Callable[..., object], make: Callable[[], tuple[Tensor, ...]]) -> str:
     try:
         result = operation(*make())
@@ -216,6 +256,8 @@ def probe() -> dict[str, dict[str, str]]:
             answers[name] = {mix: _outcome(operation, make) for mix, make in mixes.items()}
     for name, case in _module_cases().items():
         answers[name] = {"as written": _outcome(case, tuple)}
+    for name, case in AUTOCAST.items():
+        answers[f"autocast {name}"] = {"dtype": _autocast_outcome(case)}
     return answers
 
 
@@ -228,10 +270,18 @@ def _emulated() -> Iterator[None]:
 
 
 def disagreements(answers: dict[str, dict[str, str]], against: dict[str, dict[str, str]]) -> list[str]:
-    """Where one side runs and the other fails (the error's words may differ)."""
-    return [f"{name} {mix}: {against[name][mix]!r} there, {answers[name][mix]!r} here"
+    """Where one side runs and the other fails (the error's words may differ), or autocast
+    gives another dtype."""
+    def same(there: str, here: str | None) -> bool:
+        if here is None:
+            return False
+        if there.startswith("torch.") or here.startswith("torch."):
+            return there == here  # a dtype
+        return (there == "ok") == (here == "ok")
+
+    return [f"{name} {mix}: {against[name][mix]!r} there, {answers.get(name, {}).get(mix)!r} here"
             for name in sorted(against) for mix in sorted(against[name])
-            if (against[name][mix] == "ok") != (answers.get(name, {}).get(mix) == "ok")]
+            if not same(against[name][mix], answers.get(name, {}).get(mix))]
 
 
 def main() -> None:

@@ -753,12 +753,12 @@ class _DeviceArguments(TorchFunctionMode):
         if handler is None and getattr(func, "__self__", None) is _DATA and func.__name__ == "__set__":
             handler = self._set_data
         try:
-            if handler is not None:
-                return handler(func, arguments, kwargs)
             if torch.is_autocast_enabled("cuda"):
                 cast_to = _autocast_dtype(func)
                 if cast_to is not None:
                     arguments, kwargs = _autocast_arguments(arguments, kwargs, cast_to)
+            if handler is not None:
+                return handler(func, arguments, kwargs)
             index = self.machine.cuda_index(kwargs["device"], int_is_device=True) if "device" in kwargs else None
             if kwargs.get("generator") is not None:
                 check_generator(kwargs["generator"], self._drawn_on(arguments, kwargs, index))
@@ -780,6 +780,9 @@ _AUTOCAST_LOWER = frozenset({
     torch.addmm, Tensor.addmm, torch.baddbmm, Tensor.baddbmm, torch.addbmm, torch.mv, Tensor.mv, torch.addmv,
     torch.addr, torch.chain_matmul, torch.prelu, _F.linear, _F.bilinear, _F.conv1d, _F.conv2d, _F.conv3d,
     _F.conv_transpose1d, _F.conv_transpose2d, _F.conv_transpose3d, _F.prelu, _F.scaled_dot_product_attention,
+    # The recurrent layers and cells (an LSTM's output is float16 on an H200).
+    *(getattr(torch._VF, name) for name in ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell",
+                                            "rnn_tanh_cell", "rnn_relu_cell") if hasattr(torch._VF, name)),
 })
 _AUTOCAST_FLOAT32 = frozenset({
     torch.softmax, Tensor.softmax, _F.softmax, torch.log_softmax, Tensor.log_softmax, _F.log_softmax,
@@ -787,6 +790,14 @@ _AUTOCAST_FLOAT32 = frozenset({
     _F.binary_cross_entropy_with_logits, _F.layer_norm, _F.group_norm, _F.cosine_similarity, _F.softplus,
     torch.exp, Tensor.exp, torch.log, Tensor.log, torch.pow, Tensor.pow, torch.cumsum, Tensor.cumsum,
     torch.logsumexp, Tensor.logsumexp, torch.norm, Tensor.norm, torch.cdist, torch.rsqrt, Tensor.rsqrt,
+    # The rest of CUDA's float32 list (a float16 tensor's sum is float32 on an H200).
+    torch.sum, Tensor.sum, torch.prod, Tensor.prod, torch.cumprod, Tensor.cumprod, torch.dist, Tensor.dist,
+    torch.renorm, Tensor.renorm, torch.acos, Tensor.acos, torch.asin, Tensor.asin, torch.cosh, Tensor.cosh,
+    torch.sinh, Tensor.sinh, torch.tan, Tensor.tan, torch.erfinv, Tensor.erfinv, torch.expm1, Tensor.expm1,
+    torch.log10, Tensor.log10, torch.log2, Tensor.log2, torch.log1p, Tensor.log1p, torch.reciprocal,
+    Tensor.reciprocal, Tensor.__pow__, Tensor.__rpow__, Tensor.__rtruediv__, _F.normalize, _F.softmin, torch.pdist,
+    _F.pdist, _F.poisson_nll_loss, _F.cosine_embedding_loss, _F.hinge_embedding_loss, _F.margin_ranking_loss,
+    _F.multilabel_margin_loss, _F.multi_margin_loss, _F.soft_margin_loss, _F.triplet_margin_loss,
 })
 
 
