@@ -293,3 +293,13 @@ def test_a_count_started_at_zero_is_the_tensor_added_to_it_wherever_a_tensor_met
     assert accuracy.is_tensor and accuracy.on_accelerator
     assert mixed_half.kinds == {Kind.SCALAR, Kind.TENSOR}
     assert number.kinds == {Kind.SCALAR}
+
+
+def test_expressions_in_each_part_of_a_concatenated_f_string_are_evaluated() -> None:
+    (inside,) = kinds_of("""
+        import torch
+        loss = torch.ones(2).cuda().sum()
+        message = (f"epoch {1:03d} | "
+                   f"loss {probe(loss):.3f}")
+    """)
+    assert inside.is_tensor and inside.on_accelerator

@@ -373,9 +373,36 @@ def _waits(call: cst.Call, flow: FlowQueries, names: NameResolver) -> bool:
         return True
     if isinstance(func, cst.Attribute) and func.attr.value in _WAITING_METHODS:
         return True
+    # `print(f"accuracy {acc:.2f}")`, `"%.3f" % loss`, `"{}".format(loss)`: formatting a tensor
+    # reads it on the host.
+    if any(_formats_device_data(arg.value, flow) for arg in call.args):
+        return True
+    if isinstance(func, cst.Attribute) and func.attr.value == "format" and any(
+            _device_data(flow.value_of(arg.value)) for arg in call.args):
+        return True
     # `print(loss)`, `float(loss)`: the value is read on the host.
     return isinstance(func, cst.Name) and func.value in ("print", "float", "int") and any(
         flow.value_of(arg.value).is_tensor_like and flow.value_of(arg.value).may_be_on_accelerator for arg in call.args)
+
+
+def _device_data(value: Value) -> bool:
+    return value.is_tensor_like and value.may_be_on_accelerator
+
+
+def _formats_device_data(node: cst.BaseExpression, flow: FlowQueries) -> bool:
+    """An f-string, a `%` format or a concatenation of them that puts a tensor on the device
+    into text."""
+    if isinstance(node, cst.FormattedString):
+        return any(isinstance(part, cst.FormattedStringExpression) and _device_data(flow.value_of(part.expression))
+                   for part in node.parts)
+    if isinstance(node, cst.ConcatenatedString):
+        return _formats_device_data(node.left, flow) or _formats_device_data(node.right, flow)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) \
+            and isinstance(node.left, (cst.SimpleString, cst.ConcatenatedString)):
+        formatted = node.right.elements if isinstance(node.right, cst.Tuple) else None
+        values = [element.value for element in formatted] if formatted is not None else [node.right]
+        return any(_device_data(flow.value_of(value)) for value in values)
+    return False
 
 
 def _host_numbers(value: Value) -> bool:

@@ -66,6 +66,47 @@ class TimingWithoutSynchronize(Rule):
             """
             import time
             import torch
+            import torch.nn.functional as F
+            from torch.utils.data import DataLoader, TensorDataset
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 2).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.zeros(32, dtype=torch.long)), batch_size=8)
+
+
+            def accuracy(model, loader):
+                correct, seen = 0, 0
+                for features, labels in loader:
+                    features, labels = features.to(device), labels.to(device)
+                    correct += (model(features).argmax(1) == labels).sum()
+                    seen += labels.size(0)
+                return correct.float() / seen * 100
+
+
+            costs = []
+            start = time.time()
+            for epoch in range(3):
+                for features, labels in loader:
+                    features, labels = features.to(device), labels.to(device)
+                    cost = F.cross_entropy(model(features), labels)
+                    optimizer.zero_grad()
+                    cost.backward()
+                    optimizer.step()
+                    costs.append(cost.item())
+                with torch.no_grad():
+                    train_acc = accuracy(model, loader)
+                    print(f"epoch {epoch:03d} | "
+                          f"accuracy {train_acc:.2f}")
+                elapsed = (time.time() - start) / 60
+                print(f"{elapsed:.2f} min")
+            """,
+            name="formatting-a-device-tensor-reads-it-on-the-host",
+        ),
+        Valid(
+            """
+            import time
+            import torch
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             model = torch.nn.Linear(64, 64).to(device)
             x = torch.randn(32, 64, device=device)

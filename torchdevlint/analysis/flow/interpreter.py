@@ -823,6 +823,10 @@ class Interpreter:
         return SCALAR
 
     def _string(self, node: cst.SimpleString | cst.ConcatenatedString, env: Env) -> Value:
+        if type(node) is cst.ConcatenatedString:
+            # `f"epoch {e}: " f"{acc:.2f}"`: its f-strings' expressions run too.
+            self._evaluate(node.left, env)
+            self._evaluate(node.right, env)
         text = string_value(node)
         place = _literal_place(text) if text is not None else None
         if place is None:
