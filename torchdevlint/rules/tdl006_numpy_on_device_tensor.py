@@ -44,7 +44,8 @@ class NumpyOnDeviceTensor(Rule):
     module's `forward` of data where the module is (`h.data.numpy()`), which fails once the
     model is on a GPU. Also finds a list of such tensors handed to those conversions: the
     accuracy curve of an evaluation helper that adds up `(predictions == labels).sum()` from
-    0, or losses appended without `.item()`, passed to `plt.plot`.
+    0, or losses appended without `.item()`, passed to `plt.plot`; also where the batches move
+    under `if train_on_gpu:` tests, which a machine with a GPU takes together.
 
     ## Why is this bad?
     NumPy arrays live in host memory. On a GPU, `tensor.numpy()` fails with "TypeError: can't
@@ -474,6 +475,56 @@ class NumpyOnDeviceTensor(Rule):
             applicability=Applicability.UNSAFE,
             name="accuracy-curve-of-device-tensors",
         ),
+        Invalid(
+            """
+            import matplotlib.pyplot as plt
+            import torch
+            import torch.nn as nn
+
+            model = nn.Linear(4, 2)
+            on_gpu = torch.cuda.is_available()
+            if on_gpu:
+                model = model.cuda()
+            batches = [(torch.randn(8, 4), torch.zeros(8, dtype=torch.long))]
+            rates, losses = [], []
+            for epoch in range(3):
+                correct = 0
+                for inputs, labels in batches:
+                    if on_gpu:
+                        inputs, labels = inputs.cuda(), labels.cuda()
+                    outputs = model(inputs)
+                    losses.append(nn.functional.cross_entropy(outputs, labels).item())
+                    correct += (outputs.argmax(1) == labels).sum()
+                rates.append(100 * correct / 8)
+            plt.plot(losses)
+            plt.plot(rates)
+            """,
+            fixed="""
+            import matplotlib.pyplot as plt
+            import torch
+            import torch.nn as nn
+
+            model = nn.Linear(4, 2)
+            on_gpu = torch.cuda.is_available()
+            if on_gpu:
+                model = model.cuda()
+            batches = [(torch.randn(8, 4), torch.zeros(8, dtype=torch.long))]
+            rates, losses = [], []
+            for epoch in range(3):
+                correct = 0
+                for inputs, labels in batches:
+                    if on_gpu:
+                        inputs, labels = inputs.cuda(), labels.cuda()
+                    outputs = model(inputs)
+                    losses.append(nn.functional.cross_entropy(outputs, labels).item())
+                    correct += (outputs.argmax(1) == labels).sum()
+                rates.append(100 * correct / 8)
+            plt.plot(losses)
+            plt.plot([t.cpu() for t in rates])
+            """,
+            applicability=Applicability.UNSAFE,
+            name="a-curve-filled-under-gpu-guards-is-on-the-gpu-where-there-is-one",
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -502,6 +553,11 @@ class NumpyOnDeviceTensor(Rule):
         """`plt.plot(losses)` where the loop appended device tensors to `losses`: NumPy converts
         each element, and the first one on a GPU fails."""
         value = self.context.flow.value_of(collection)
+        if value.kinds == {Kind.CONTAINER} and not value.on_accelerator:
+            # Filled under `if train_on_gpu:` moves: on a GPU machine they all take place.
+            on_a_gpu = self.context.flow.gpu_world_value_of(collection)
+            if on_a_gpu is not None and on_a_gpu.kinds == {Kind.CONTAINER} and on_a_gpu.on_accelerator:
+                value = on_a_gpu
         if value.kinds != {Kind.CONTAINER} or not value.on_accelerator:
             return False
         if under_placement_test(collection, self.context.ancestors(collection)):

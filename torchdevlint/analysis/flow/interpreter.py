@@ -252,7 +252,9 @@ class Interpreter:
         world = Interpreter(self.oracle, self.flow.node, self.env0, owner=self.owner, self_name=self.self_name,
                             module_method=self.module_method, deadline=self.deadline,
                             replacements=self.replacements, gpu_world=True)
-        for key, meeting in world.run(body).meetings.items():
+        ran = world.run(body)
+        self.flow.gpu_world_values = ran.values
+        for key, meeting in ran.meetings.items():
             current = self.flow.meetings.get(key)
             if meeting.host_operands_meeting_device() and (current is None or not current.host_operands_meeting_device()):
                 self.flow.meetings[key] = meeting
@@ -1426,6 +1428,11 @@ class Interpreter:
         if key is None:
             return
         element = argument if method == "append" else self._element_of(node.args[0].value, argument)
+        either = element.number_or_tensor
+        if either is not None:
+            # `accuracies.append(correct / total)` after `correct += (p == y).sum()` from 0:
+            # a tensor once the loop ran a batch.
+            element = replace(either, grad=element.grad)
         if not element.is_tensor_like:
             env[key] = Value(frozenset({Kind.CONTAINER}))
             return

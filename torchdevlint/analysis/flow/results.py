@@ -100,6 +100,10 @@ class FunctionFlow:
     after: dict[int, Env] = field(default_factory=dict)
     statements: dict[int, cst.CSTNode] = field(default_factory=dict)
     meetings: dict[int, Meeting] = field(default_factory=dict)
+    # What each expression is on a GPU machine, where every test of the device choice takes
+    # its GPU side together (see `Interpreter.gpu_world`); None where the body has no such test
+    # whose sides leave data on the host and the device.
+    gpu_world_values: dict[int, Value] | None = None
     returns: Value | None = None
     # `self.<attr> = value` in this method: attribute -> joined value.
     attribute_writes: dict[str, Value] = field(default_factory=dict)
@@ -207,6 +211,8 @@ class FlowQueries(Protocol):
     model (`Oracle`) is not theirs to call."""
 
     def value_of(self, node: cst.BaseExpression) -> Value: ...
+
+    def gpu_world_value_of(self, node: cst.BaseExpression) -> Value | None: ...
 
     def move_destination(self, call: cst.Call) -> Place | None: ...
 
