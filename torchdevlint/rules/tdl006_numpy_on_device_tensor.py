@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
-from torchdevlint.analysis.devices import under_placement_test
+from torchdevlint.analysis.devices import subnodes, under_placement_test
 from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE, Kind, Value
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit
@@ -16,18 +16,6 @@ from torchdevlint.runtime_proof import NUMPY_ON_DEVICE, RuntimeProof
 def _converts_to_numpy(qualified: str) -> bool:
     """`np.array(x)`, `plt.plot(x)`: a call that makes NumPy arrays of its arguments."""
     return qualified in torch_api.NUMPY_ARRAY_CONVERSIONS or qualified.startswith(torch_api.CONVERTS_ARGUMENTS_TO_NUMPY)
-
-
-def _names_in(node: cst.CSTNode) -> list[cst.Name]:
-    """Every name an expression uses (so a comprehension's variable shadows none of them)."""
-    found: list[cst.Name] = []
-
-    class _Collect(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.append(name)
-
-    node.visit(_Collect())
-    return found
 
 
 class NumpyOnDeviceTensor(Rule):
@@ -562,7 +550,7 @@ class NumpyOnDeviceTensor(Rule):
             return False
         if under_placement_test(collection, self.context.ancestors(collection)):
             return True
-        taken = {node.value for node in _names_in(collection)}
+        taken = {node.value for node in subnodes(collection) if isinstance(node, cst.Name)}
         element = next(candidate for candidate in ("t", "item", "tensor_item") if candidate not in taken)
         moved = f"{element}.detach().cpu()" if value.grad else f"{element}.cpu()"
         # Unsafe: the analysis does not tell a list from a dict, whose iteration gives its keys.

@@ -172,7 +172,7 @@ class Value:
         places = None if self.places is None or other.places is None else self.places | other.places
         if places is None and kinds == _SCALAR_OR_TENSOR:
             # A number has no place: `correct = 0` joined with the tensor a loop added to it
-            # is that tensor's place wherever it is a tensor (see `is_number_or_tensor`).
+            # is that tensor's place wherever it is a tensor (see `number_or_tensor`).
             places = self.places if other.kinds == _JUST_SCALAR else other.places
         return Value(
             kinds,
