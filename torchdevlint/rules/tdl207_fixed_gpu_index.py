@@ -17,6 +17,7 @@ _INDEX_CALLS = frozenset({"torch.cuda.set_device", "torch.cuda.device"})
 # Wrappers whose `device_ids` list the GPUs a model is replicated on.
 _REPLICATING = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                           "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.data_parallel"})
+_NAMED_CALLS = TORCH_DEVICE | _INDEX_CALLS | _REPLICATING
 # Words of a test that asks how many GPUs there are (`if torch.cuda.device_count() > 1:`).
 _COUNTING_WORDS = ("device_count", "n_gpu", "num_gpu", "ngpu", "gpu_count")
 
@@ -169,7 +170,8 @@ class FixedGpuIndex(Rule):
         self._note(node, (literal.index,), fix)
 
     def visit_Call(self, node: cst.Call) -> None:
-        qualified = self.context.names.qualified_name(node.func)
+        # Named only among the calls this rule reads: every call of every file comes here.
+        qualified = self.context.names.qualified_name(node.func, among=_NAMED_CALLS.__contains__)
         if qualified in TORCH_DEVICE:
             literal = device_literal(node, self.context.names)
             if literal is not None and literal.type == "cuda" and literal.index is not None \
