@@ -303,3 +303,19 @@ def test_expressions_in_each_part_of_a_concatenated_f_string_are_evaluated() -> 
                    f"loss {probe(loss):.3f}")
     """)
     assert inside.is_tensor and inside.on_accelerator
+
+
+def test_an_iterators_next_method_gives_what_next_gives() -> None:
+    """`images, labels = dataiter.next()`: older torch's loader iterators, still in tutorials."""
+    by_function, by_method = kinds_of(
+        """
+        import torch
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 3)), batch_size=4)
+        images, = next(iter(loader))
+        probe(images)
+        stream = iter(loader)
+        pictures, = stream.next()
+        probe(pictures)
+        """
+    )
+    assert by_function.is_tensor_like and by_method.is_tensor_like

@@ -14,8 +14,10 @@ from torchdevlint.runtime_proof import NUMPY_ON_DEVICE, RuntimeProof
 
 
 def _converts_to_numpy(qualified: str) -> bool:
-    """`np.array(x)`, `plt.plot(x)`: a call that makes NumPy arrays of its arguments."""
-    return qualified in torch_api.NUMPY_ARRAY_CONVERSIONS or qualified.startswith(torch_api.CONVERTS_ARGUMENTS_TO_NUMPY)
+    """`np.array(x)`, `np.transpose(x, (1, 2, 0))`, `plt.plot(x)`: a call that makes NumPy arrays
+    of its arguments."""
+    return torch_api.numpy_converted_arguments(qualified) is not None \
+        or qualified.startswith(torch_api.CONVERTS_ARGUMENTS_TO_NUMPY)
 
 
 class NumpyOnDeviceTensor(Rule):
@@ -27,13 +29,15 @@ class NumpyOnDeviceTensor(Rule):
     (arithmetic, tensor methods, `torch` functions, values returned by the file's own
     helpers, batches of a loader over device tensors), with no `.cpu()` on the way. Also
     finds the implicit conversions that fail the same way: such a tensor passed to
-    `np.array`, `np.asarray` (and `asanyarray`, `ascontiguousarray`) or to a matplotlib
-    function (`plt.scatter(x[:, 0], x[:, 1])`, `plt.imshow(image)`), and `.numpy()` in a
+    `np.array`, `np.asarray`, `np.transpose` and the other NumPy functions that make arrays of
+    their arguments (but not those that call the tensor's own method, such as `np.squeeze`), or
+    to a matplotlib function (`plt.scatter(x[:, 0], x[:, 1])`, `plt.imshow(image)`), and `.numpy()` in a
     module's `forward` of data where the module is (`h.data.numpy()`), which fails once the
     model is on a GPU. Also finds a list of such tensors handed to those conversions: the
     accuracy curve of an evaluation helper that adds up `(predictions == labels).sum()` from
-    0, or losses appended without `.item()`, passed to `plt.plot`; also where the batches move
-    under `if train_on_gpu:` tests, which a machine with a GPU takes together.
+    0, or losses appended without `.item()`, passed to `plt.plot`. Tensors and collections moved
+    under `if train_on_gpu:` tests count as on the GPU where a machine with a GPU takes those
+    tests together and the data meets the model there.
 
     ## Why is this bad?
     NumPy arrays live in host memory. On a GPU, `tensor.numpy()` fails with "TypeError: can't
@@ -149,8 +153,66 @@ class NumpyOnDeviceTensor(Rule):
             """,
             name="curves-of-numbers-or-host-tensors",
         ),
+        Valid(
+            """
+            import matplotlib.pyplot as plt
+            import numpy as np
+            import torch
+
+            on_gpu = torch.cuda.is_available()
+            net = torch.nn.Conv2d(3, 3, 1)
+            if on_gpu:
+                net.cuda()
+            pictures = torch.randn(4, 3, 8, 8)
+            if on_gpu:
+                pictures = pictures.cuda()
+            scores = net(pictures)
+            for i in range(4):
+                plt.imshow(np.transpose(pictures[i].cpu(), (1, 2, 0)))
+                squeezed = np.squeeze(scores[i])  # calls Tensor.squeeze: stays a tensor
+            if not on_gpu:
+                shown = np.transpose(pictures[0], (1, 2, 0))
+            """,
+            name="copied-back-or-a-numpy-function-that-calls-the-tensors-method",
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import matplotlib.pyplot as plt
+            import numpy as np
+            import torch
+
+            on_gpu = torch.cuda.is_available()
+            net = torch.nn.Conv2d(3, 3, 1)
+            if on_gpu:
+                net.cuda()
+            pictures = torch.randn(4, 3, 8, 8)
+            if on_gpu:
+                pictures = pictures.cuda()
+            scores = net(pictures)
+            for i in range(4):
+                plt.imshow(np.transpose(pictures[i], (1, 2, 0)))
+            """,
+            fixed="""
+            import matplotlib.pyplot as plt
+            import numpy as np
+            import torch
+
+            on_gpu = torch.cuda.is_available()
+            net = torch.nn.Conv2d(3, 3, 1)
+            if on_gpu:
+                net.cuda()
+            pictures = torch.randn(4, 3, 8, 8)
+            if on_gpu:
+                pictures = pictures.cuda()
+            scores = net(pictures)
+            for i in range(4):
+                plt.imshow(np.transpose(pictures[i].cpu(), (1, 2, 0)))
+            """,
+            applicability=Applicability.SAFE,
+            name="a-numpy-function-of-a-batch-moved-under-a-gpu-guard",
+        ),
         Invalid(
             """
             import matplotlib.pyplot as plt
@@ -524,12 +586,15 @@ class NumpyOnDeviceTensor(Rule):
         qualified = self.context.names.qualified_name(node.func, among=_converts_to_numpy)
         if qualified is None:
             return
-        if qualified in torch_api.NUMPY_ARRAY_CONVERSIONS:
-            converted = [node.args[0]] if node.args[0].keyword is None and not node.args[0].star else []
-        elif qualified.startswith(torch_api.CONVERTS_ARGUMENTS_TO_NUMPY):
-            converted = [arg for arg in node.args if arg.keyword is None and not arg.star]
-        else:
-            return
+        positional: list[cst.Arg] = []
+        for arg in node.args:
+            if arg.star:  # positions after `*args` are not known
+                break
+            if arg.keyword is None:
+                positional.append(arg)
+        positions = torch_api.numpy_converted_arguments(qualified)
+        converted = positional if positions is None else [positional[index] for index in positions
+                                                           if index < len(positional)]
         name = qualified.replace("numpy.", "np.").replace("matplotlib.pyplot.", "plt.")
         for arg in converted:
             if self._check_collection(arg.value, name):
@@ -565,7 +630,11 @@ class NumpyOnDeviceTensor(Rule):
     def _check(self, node: cst.CSTNode, tensor: cst.BaseExpression, message: str | None) -> None:
         value = self.context.flow.value_of(tensor)
         if not value.is_tensor_like or not (value.on_accelerator or self._on_module_device_in_forward(value)):
-            return
+            # Moved under `if train_on_gpu:`: on a machine with a GPU that branch is taken.
+            on_a_gpu = self.context.flow.gpu_world_value_of(tensor)
+            if on_a_gpu is None or not on_a_gpu.is_tensor_like or not on_a_gpu.on_accelerator:
+                return
+            value = on_a_gpu
         if under_placement_test(node, self.context.ancestors(node)):
             return
         insertion = ".detach().cpu()" if value.grad else ".cpu()"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import cache
 
-from torchdevlint.analysis.brains import torch_ops
+from torchdevlint.analysis.brains import numpy_conversions, torch_ops
 from torchdevlint.analysis.devices import AVAILABILITY_CHECKS, LEGACY_CUDA_TENSOR_TYPES
 
 
@@ -170,13 +170,16 @@ NUMPY_FLOAT64_CONSTRUCTORS: frozenset[str] = frozenset(
 )
 # Functions that make a tensor of a NumPy array, keeping its dtype when given none.
 FROM_NUMPY: frozenset[str] = frozenset({"torch.from_numpy", "torch.tensor", "torch.as_tensor"})
-# NumPy functions that turn their first argument into an array (through `Tensor.__array__`,
-# which calls `.numpy()`).
-NUMPY_ARRAY_CONVERSIONS: frozenset[str] = frozenset(
-    {f"numpy.{name}" for name in ("array", "asarray", "asanyarray", "ascontiguousarray", "asfarray")}
-)
-# Libraries whose functions convert tensor arguments to NumPy arrays the same way.
+# Libraries whose functions convert every tensor argument to a NumPy array (through
+# `Tensor.__array__`, which calls `.numpy()`).
 CONVERTS_ARGUMENTS_TO_NUMPY: tuple[str, ...] = ("matplotlib.",)
+
+
+def numpy_converted_arguments(qualified: str) -> tuple[int, ...] | None:
+    """The positional arguments a NumPy function turns into arrays (`np.transpose(t, (1, 2, 0))`:
+    the first), as NumPy itself behaves (`numpy_conversions`); None for a function that hands a
+    tensor to its own method instead (`np.squeeze(t)` is `t.squeeze()`) or is no NumPy function."""
+    return numpy_conversions.CONVERTS_POSITIONS.get(qualified)
 
 # The accelerator PyTorch was built for (PyTorch 2.6+): None on a CPU-only build, and with
 # `check_available=True` wherever no device is present.

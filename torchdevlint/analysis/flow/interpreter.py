@@ -1304,6 +1304,11 @@ class Interpreter:
             # Where the call sends its receiver, whatever that is (a tensor, a batch, a model);
             # the branches below read it from here.
             self.flow.moves[id(node)] = self._move_target(node, method, arguments, env)
+        if method in ("next", "__next__") and not node.args and receiver.kinds == {Kind.OTHER}:
+            # `dataiter.next()` (older torch's loader iterators): what `next(dataiter)` gives.
+            element = receiver.item("*")
+            if element is not None:
+                return element
         if method == "state_dict" and Kind.WRAPPED_MODULE in receiver.kinds and not node.args:
             # A wrapper's keys, prefixed `module.`, on some path: where they are saved is tracked.
             self.flow.held[id(node)] = (Held.WRAPPED_STATE_DICT, node)
