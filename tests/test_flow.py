@@ -268,6 +268,51 @@ def test_a_function_the_file_only_calls_directly_sees_what_its_calls_pass() -> N
     assert passed_around.describe() == "unknown"
 
 
+def test_what_a_caller_passes_on_reaches_its_callee_two_levels_down_in_any_order_of_asking() -> None:
+    """`train_iters(model, ...)` hands the file's model to `train(model, ...)`; a helper called
+    first with one loader and later with another sees both, whichever body is asked first."""
+    source = """
+        import torch
+        import torch.nn as nn
+        device = torch.device("cuda")
+
+        def train(model, batch):
+            probe(model)
+            return model(batch.to(device))
+
+        def train_iters(model, batches):
+            for batch in batches:
+                train(model, batch)
+
+        def measure(loader):
+            probe(loader)
+
+        net = nn.Linear(2, 2).to(device)
+        train_iters(net, [torch.zeros(4, 2)])
+        first = torch.utils.data.DataLoader(torch.zeros(4, 2))
+        measure(first)
+        second = torch.utils.data.DataLoader(torch.zeros(8, 2))
+        measure(second)
+        """
+    model_in_train, loader = _probes(source)
+    assert model_in_train.describe() == "module, on device 'cuda' (cuda:0)"
+    assert len(loader.holds) == 2
+    # Asked bottom-up, as a rule visiting the module's last line first would.
+    module = cst.parse_module(textwrap.dedent(source))
+    flow = model_for(module)
+    calls = [node for node in _walk(module) if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
+             and node.func.value == "probe"]
+    assert len(flow.value_of(calls[1].args[0].value).holds) == 2
+    assert flow.value_of(calls[0].args[0].value).describe() == "module, on device 'cuda' (cuda:0)"
+
+
+def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    found = [node]
+    for child in node.children:
+        found.extend(_walk(child))
+    return found
+
+
 def test_a_plain_class_method_the_class_alone_calls_sees_what_its_calls_pass() -> None:
     own_call, passed_around, framework_class = _probes(
         """

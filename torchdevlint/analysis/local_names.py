@@ -38,6 +38,14 @@ def function_bindings(function: cst.FunctionDef) -> FunctionBindings:
     return FunctionBindings(frozenset((local | bound) - declared), frozenset(declared))
 
 
+def rebound_parameters(function: cst.FunctionDef) -> frozenset[str]:
+    """Parameters the body assigns again (`lengths = lengths.to(device)`): past that line the
+    name holds the function's own value, not what the callers passed."""
+    params = function.params
+    names = {param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    return frozenset(names & _bound_in_body([function.body])[0])
+
+
 def scope_bindings(scope: cst.CSTNode) -> frozenset[str]:
     """The names a scope binds itself: a function's locals, a module's or class body's names,
     a lambda's parameters, a comprehension's loop variables."""

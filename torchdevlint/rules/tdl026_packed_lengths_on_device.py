@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.local_names import rebound_parameters
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -36,7 +37,8 @@ class PackedLengthsOnDevice(Rule):
     Not reported: lengths on the host (a list, `lengths.cpu()`, a tensor never moved), lengths
     of unknown place, lengths handed to a model whose `forward` moves them to the CPU itself
     (`lengths.cpu()`, `lengths.to("cpu")`) before packing, a function's own parameter
-    handed on as it is (its callers are reported where they pass device data), and what a
+    handed on as it is (its callers are reported where they pass device data; a function that
+    moves its parameter itself, `lengths = lengths.to(device)`, is reported), and what a
     model returned: a decoder's `decode_lengths` is often a Python list.
 
     ## Fix safety
@@ -317,6 +319,62 @@ class PackedLengthsOnDevice(Rule):
             applicability=Applicability.SAFE,
             name="lengths-of-a-torchtext-batch-on-the-device",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.embed = nn.Embedding(50, 8)
+                    self.gru = nn.GRU(8, 8)
+
+                def forward(self, tokens, lengths):
+                    packed = nn.utils.rnn.pack_padded_sequence(self.embed(tokens), lengths)
+                    return self.gru(packed)[1]
+
+            def train_step(tokens, lengths, encoder, optimizer):
+                optimizer.zero_grad()
+                tokens, lengths = tokens.to(device), lengths.to(device)
+                encoder(tokens, lengths).sum().backward()
+                optimizer.step()
+
+            encoder = Encoder().to(device)
+            optimizer = torch.optim.SGD(encoder.parameters(), lr=0.1)
+            train_step(torch.randint(0, 50, (6, 2)), torch.tensor([6, 3]), encoder, optimizer)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.embed = nn.Embedding(50, 8)
+                    self.gru = nn.GRU(8, 8)
+
+                def forward(self, tokens, lengths):
+                    packed = nn.utils.rnn.pack_padded_sequence(self.embed(tokens), lengths)
+                    return self.gru(packed)[1]
+
+            def train_step(tokens, lengths, encoder, optimizer):
+                optimizer.zero_grad()
+                tokens, lengths = tokens.to(device), lengths.to(device)
+                encoder(tokens, lengths.cpu()).sum().backward()
+                optimizer.step()
+
+            encoder = Encoder().to(device)
+            optimizer = torch.optim.SGD(encoder.parameters(), lr=0.1)
+            train_step(torch.randint(0, 50, (6, 2)), torch.tensor([6, 3]), encoder, optimizer)
+            """,
+            applicability=Applicability.SAFE,
+            name="a-training-step-that-moves-the-lengths-it-was-given",
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -334,10 +392,12 @@ class PackedLengthsOnDevice(Rule):
             handed = self.context.flow.arguments_forward_needs_on_host(node)
         function = self.context.enclosing_function()
         parameters = set() if function is None else {param.name.value for param in (
-            *function.params.posonly_params, *function.params.params, *function.params.kwonly_params)}
+            *function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
+        } - rebound_parameters(function)
         for arg in handed:
             # A parameter handed on as it is comes from the callers: they are reported (a model's
-            # `forward` is taken to get its inputs on its device, its lengths included).
+            # `forward` is taken to get its inputs on its device, its lengths included). One the
+            # body moved itself (`lengths = lengths.to(device)`) is the function's own doing.
             if type(arg.value) is cst.Name and arg.value.value in parameters:
                 continue
             lengths = self.context.flow.value_of(arg.value)

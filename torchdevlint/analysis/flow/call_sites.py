@@ -27,6 +27,8 @@ class CallSite:
     arguments: tuple[Value, ...]
     # Called as a method (`obj.f(...)`): the first parameter is the receiver.
     bound_method: bool
+    # The body the call is in (a function's, or the module's), where known.
+    caller: cst.CSTNode | None = None
 
 
 @dataclass(frozen=True)

@@ -153,6 +153,13 @@ class FlowModel:
         self._specialising = 0
         self._specialised: dict[int, FunctionFlow | None] = {}
         self._specialised_entry: dict[int, Env] = {}
+        # Functions whose call-site run is running now, and those whose callers' are being run first.
+        self._specialising_now: set[int] = set()
+        self._setting_up: set[int] = set()
+        # The bodies being interpreted with declared parameters, innermost last, and the
+        # call-site runs made meanwhile (good until those runs end).
+        self._declared_runs: list[Scope] = []
+        self._provisional_specialised: dict[int, FunctionFlow | None] = {}
         self._name_uses: NameUses | None = None
         # Results of calls run with their own arguments (see `_result_for_these_arguments`).
         self._per_call_results: dict[tuple[int, tuple[tuple[str, Value], ...]], Value | None] = {}
@@ -647,28 +654,87 @@ class FlowModel:
         key = id(function)
         if key in self._specialised:
             return self._specialised[key]
+        if self._declared_runs and key in self._provisional_specialised:
+            return self._provisional_specialised[key]
         if self._in_progress and not self._specialising:
             # Asked from inside a run with declared parameters: those runs collect the call
             # sites that specialised runs start from, so they see parameters as declared.
             return None
+        if key not in self._setting_up:
+            # Callers first, each with its own callers' arguments: `train_iters(model, ...)`
+            # then passes the file's model on to `train(model, ...)`.
+            self._setting_up.add(key)
+            try:
+                for caller in self._calling_functions(function):
+                    self._specialised_flow(caller)
+            finally:
+                self._setting_up.discard(key)
+            if key in self._specialised:
+                return self._specialised[key]
         self._specialised[key] = None  # also while it runs
-        env = self._call_site_env(function)
-        if env is not None:
-            definition = self._definitions[key]
-            self._specialised_entry[key] = env
-            self._specialised[key] = self._run(function, env, definition.owner)
-        return self._specialised[key]
+        self._specialising_now.add(key)
+        try:
+            env, complete = self._call_site_env(function)
+            flow = None
+            if env is not None:
+                definition = self._definitions[key]
+                self._specialised_entry[key] = env
+                flow = self._run(function, env, definition.owner)
+        finally:
+            self._specialising_now.discard(key)
+        if not self._declared_runs and (complete or not (self._specialising_now or self._setting_up)):
+            # (An outermost request kept even so: its callers call it back, in a cycle.)
+            self._specialised[key] = flow
+        else:
+            # Asked from a caller's run, whose callers could not reach this run; or while a
+            # body still runs that may call it again (`f(train_loader)`, later `f(test_loader)`):
+            # what it gives serves that run, and the next request runs it again.
+            del self._specialised[key]
+            self._specialised_entry.pop(key, None)
+            if self._declared_runs and complete:
+                self._provisional_specialised[key] = flow
+        return flow
 
-    def _call_site_env(self, function: cst.FunctionDef) -> Env | None:
-        """The entry environment from the file's calls, if they say more than the declaration."""
+    def _calling_functions(self, function: cst.FunctionDef) -> list[cst.FunctionDef]:
+        sites = self._call_sites_in_sight(function)
+        callers = {id(site.caller): site.caller for site in sites or ()
+                   if type(site.caller) is cst.FunctionDef and site.caller is not function}
+        return [caller for caller in callers.values() if isinstance(caller, cst.FunctionDef)]
+
+    def _call_site_env(self, function: cst.FunctionDef) -> tuple[Env | None, bool]:
+        """The entry environment from the file's calls, if they say more than the declaration;
+        and whether every calling function's own call-site run could be asked."""
         sites = self._call_sites_in_sight(function)
         if sites is None:
-            return None
+            # Inside another body's run the declared runs that find the sites may be unfinished.
+            return None, not self._in_progress
+        sites, complete = self._through_callers_call_sites(function, sites)
         definition = self._definitions[id(function)]
         declared = self._entry_env(definition)
         passed = parameters_from_call_sites(function, sites, self._default_values(definition))
         env = {name: refined(value, passed[name]) if name in passed else value for name, value in declared.items()}
-        return env if env != declared else None
+        return (env if env != declared else None), complete
+
+    def _through_callers_call_sites(self, function: cst.FunctionDef,
+                                    sites: list[CallSite]) -> tuple[list[CallSite], bool]:
+        """Call sites inside functions that themselves run with their callers' arguments
+        (`train_iters(model, ...)` calling `train(model, ...)`): the arguments as that run
+        has them, so a model passed down two levels is still the file's model."""
+        through: list[CallSite] = []
+        complete = True
+        for site in sites:
+            caller = site.caller
+            if type(caller) is cst.FunctionDef and caller is not function:
+                if id(caller) in self._specialising_now or id(caller) not in self._specialised:
+                    complete = False  # running, or set up only for a run that asked it
+                else:
+                    flow = self._specialised[id(caller)]
+                    if flow is not None:
+                        site = replace(site, arguments=tuple(flow.values.get(id(arg.value), value)
+                                                             for arg, value in zip(site.call.args, site.arguments,
+                                                                                   strict=True)))
+            through.append(site)
+        return through, complete
 
     def _default_values(self, definition: _Definition) -> dict[str, Value]:
         """The values of a function's parameter defaults, evaluated where it is defined."""
@@ -742,6 +808,7 @@ class FlowModel:
                    attributes_only: bool = False) -> FunctionFlow:
         key = id(scope)
         self._in_progress.add(key)
+        self._declared_runs.append(scope)
         reads_before = set(self._provisional_reads)
         try:
             self_name = self._self_name(scope) if owner is not None else None
@@ -751,6 +818,9 @@ class FlowModel:
                 flow = self._interpreted(scope, env, owner, self_name, module_method, attributes_only)
         finally:
             self._in_progress.discard(key)
+            self._declared_runs.pop()
+            if not self._declared_runs:
+                self._provisional_specialised.clear()
             self._running.pop(key, None)
         for origin_key, call in flow.origins.items():
             self._origins[origin_key] = (call, scope)
@@ -934,7 +1004,9 @@ class FlowModel:
     def call_result(self, definition: int, call: cst.Call | None, arguments: Sequence[Value],
                     receiver: Value | None) -> Value:
         if call is not None and not self._specialising:
-            self._call_sites.setdefault(definition, {})[id(call)] = CallSite(call, tuple(arguments), receiver is not None)
+            caller = self._declared_runs[-1] if self._declared_runs else None
+            self._call_sites.setdefault(definition, {})[id(call)] = CallSite(call, tuple(arguments), receiver is not None,
+                                                                             caller)
         summary = self._class(definition)
         if summary is not None:
             return self._instance_value(summary)
