@@ -223,6 +223,19 @@ def test_loads_in_test_files_are_skipped_unless_tests_are_included(tmp_path: Pat
     assert reported == ["eval.py", "tests/conftest.py", "tests/io_test.py", "tests/test_io.py"]
 
 
+def test_gpu_indices_in_tests_are_skipped_unless_tests_are_included(tmp_path: Path) -> None:
+    write(tmp_path, "tests/test_devices.py",
+          "import torch\n\ndef test_index():\n    assert torch.device(\"cuda\", 1).index == 1\n")
+    write(tmp_path, "train.py", "import torch\nmodel = torch.nn.Linear(2, 2).cuda(1)\n")
+    reported = [line.split(":", 1)[0] for line in run_cli("check", "--no-cache", ".", cwd=tmp_path).stdout.splitlines()
+                if "TDL207" in line]
+    assert reported == ["train.py"]
+    (tmp_path / "pyproject.toml").write_text("[tool.torchdevlint.fixed-gpu-index]\ninclude-tests = true\n")
+    reported = [line.split(":", 1)[0] for line in run_cli("check", "--no-cache", ".", cwd=tmp_path).stdout.splitlines()
+                if "TDL207" in line]
+    assert sorted(reported) == ["tests/test_devices.py", "train.py"]
+
+
 def test_a_script_named_like_a_test_file_without_tests_is_checked(tmp_path: Path) -> None:
     write(tmp_path, "test_on_image.py", "import torch\nstate = torch.load(opt.checkpoint)\n")
     result = run_cli("check", "--no-cache", "test_on_image.py", cwd=tmp_path)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePath
 
 import libcst as cst
 
@@ -13,6 +12,7 @@ from torchdevlint.analysis.cuda_uses import CudaProgram
 from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.analysis.local_names import function_bindings
+from torchdevlint.analysis.test_code import is_test_code
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -612,7 +612,7 @@ class LoadWithoutMapLocation(Rule):
             return
         if node.args and node.args[0].keyword is None and flow.value_of(node.args[0].value).only(Kind.MEMORY_BUFFER):
             return
-        if not self.options.include_tests and self._in_test_code():
+        if not self.options.include_tests and is_test_code(self.context.path, self.context.module, self.context.names.imports_from):
             return
         if flow.written_earlier_in_run(node):
             return  # the device that saved it is the one loading it
@@ -670,22 +670,6 @@ class LoadWithoutMapLocation(Rule):
         # `encoder, decoder = torch.load(...)`: each name unpacked is moved.
         parts = [element.value for element in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
         return self.context.flow.fix_agreement(parent, replacement, [self.context.code_for_node(part) for part in parts])
-
-    def _in_test_code(self) -> bool:
-        """Test code as pytest collects it: a `test_*.py`, `*_test.py` or `conftest.py` file,
-        or a module that imports pytest or unittest. An evaluation script's `test()` entry
-        point is not test code."""
-        name = PurePath(self.context.path).name
-        if name == "conftest.py":
-            return True
-        names = self.context.names
-        if names.imports_from("pytest") or names.imports_from("unittest"):
-            return True
-        # A `test_*.py` file pytest finds no test in (`test_on_image.py`) is a script.
-        return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")) and any(
-            isinstance(statement, cst.FunctionDef) and statement.name.value.startswith("test")
-            or isinstance(statement, cst.ClassDef) and statement.name.value.startswith("Test")
-            for statement in self.context.module.body)
 
     def _device_variables(self, node: cst.Call) -> list[str]:
         """Names holding a device where the load runs (`device`, `args.device`)."""

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from torchdevlint.analysis.brains.naming import GPU_COUNT_WORDS
 from torchdevlint.analysis.devices import TORCH_DEVICE, device_literal, integer_value, mentions_any, string_value
+from torchdevlint.analysis.test_code import is_test_code
 from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
@@ -18,8 +20,17 @@ _INDEX_CALLS = frozenset({"torch.cuda.set_device", "torch.cuda.device"})
 _REPLICATING = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                           "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.data_parallel"})
 _NAMED_CALLS = TORCH_DEVICE | _INDEX_CALLS | _REPLICATING
-# Words of a test that asks how many GPUs there are (`if torch.cuda.device_count() > 1:`).
-_COUNTING_WORDS = ("device_count", "n_gpu", "num_gpu", "ngpu", "gpu_count")
+
+
+@dataclass(frozen=True)
+class GpuIndexOptions:
+    # Tests hold devices as data (`torch.device("cuda", 1)` in a parametrize list, a mocked
+    # `set_device`) and run where the project's CI has the GPUs: not reported by default.
+    include_tests: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.include_tests, bool):
+            raise ValueError("include-tests must be true or false")
 
 
 @dataclass(frozen=True)
@@ -47,7 +58,10 @@ class FixedGpuIndex(Rule):
     ## Not reported
     Not reported: programs that name GPU 0 as well as another (model parallelism,
     `device_ids=[0, 1]`: several GPUs by design), indices under a test of how many GPUs
-    there are (`if torch.cuda.device_count() > 1:`), settings (`add_argument("--device",
+    there are (`if torch.cuda.device_count() > 1:`), after an early exit on it (`if
+    torch.cuda.device_count() < 2: pytest.skip(...)`) or in a test whose decorator asks for
+    several (`@pytest.mark.skipif(torch.cuda.device_count() < 2, ...)`,
+    `@RunIf(min_cuda_gpus=2)`), settings (`add_argument("--device",
     default="cuda:1")` can be changed without editing the code), comparisons
     (`if device == "cuda:1":`), and indices held in variables.
 
@@ -57,9 +71,15 @@ class FixedGpuIndex(Rule):
     machine with several GPUs the program then runs on another one than before. Other
     forms are not fixed.
 
+    Test code (a `test_*.py`, `*_test.py` or `conftest.py` file, or a module that imports
+    pytest or unittest) is not reported unless `include-tests` is set.
+
     ## Options
-    None.
+    - `include-tests` (default `false`): also report indices in test code.
     """
+
+    Options = GpuIndexOptions
+    options: GpuIndexOptions
 
     code = "TDL207"
     slug = "fixed-gpu-index"
@@ -68,6 +88,34 @@ class FixedGpuIndex(Rule):
     requires_any_text = ("cuda",)
 
     VALID = [
+        Valid(
+            """
+            import sys
+
+            import torch
+            from bench_tools import requires_multi_gpu
+
+            if torch.cuda.device_count() < 2:
+                sys.exit("this benchmark copies between two GPUs")
+            source = torch.ones(1024, device="cuda:1")
+
+            @requires_multi_gpu
+            def copy_back():
+                return torch.ones(1024).cuda(1)
+            """,
+            name="after-an-exit-on-the-gpu-count-or-in-a-function-that-requires-several",
+        ),
+        Valid(
+            """
+            import pytest
+            import torch
+
+            @pytest.mark.parametrize("device", [torch.device("cuda", 1), torch.device("cuda", 3)])
+            def test_strategy_keeps_its_root_device(device):
+                assert make_strategy(device).root_device == device
+            """,
+            name="test-code-holds-devices-as-data",
+        ),
         Valid(
             """
             import torch
@@ -152,6 +200,8 @@ class FixedGpuIndex(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if self._names_gpu_zero:
             return  # several GPUs by design
+        if not self.options.include_tests and is_test_code(self.context.path, node, self.context.names.imports_from):
+            return
         for site in self._sites:
             highest = max(site.indices)
             message = (f"GPU {highest} is hard-coded: on a machine with {highest} GPU{'s' if highest > 1 else ''} "
@@ -229,11 +279,25 @@ class FixedGpuIndex(Rule):
         self._sites.append(_Site(node, indices, fix))
 
     def _counted(self, node: cst.CSTNode) -> bool:
-        """Under a test of how many GPUs there are: `x if torch.cuda.device_count() > 1 else y`."""
-        for ancestor in self.context.ancestors(node):
+        """Where the program has asked how many GPUs there are: under a test of it (`x if
+        torch.cuda.device_count() > 1 else y`), after an early exit on it (`if
+        torch.cuda.device_count() < 2: pytest.skip(...)`), or in a test that a decorator
+        keeps to machines with several (`@skipif(torch.cuda.device_count() < 2, ...)`)."""
+        inner: cst.CSTNode = node
+        # An argument of the call being visited is not on the walk's path yet: the call is.
+        path = self.context.ancestors(node) or list(reversed(self.context.stack))
+        for ancestor in path:
             test = ancestor.test if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) else None
-            if test is not None and mentions_any(test, _COUNTING_WORDS):
+            if test is not None and mentions_any(test, GPU_COUNT_WORDS):
                 return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)) and any(
+                    mentions_any(decorator.decorator, GPU_COUNT_WORDS) for decorator in ancestor.decorators):
+                return True
+            if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+                position = next((index for index, statement in enumerate(ancestor.body) if statement is inner), 0)
+                if any(_exits_when_counted(statement) for statement in ancestor.body[:position]):
+                    return True
+            inner = ancestor
         return False
 
     def _configurable_or_compared(self, node: cst.SimpleString) -> bool:
@@ -248,3 +312,20 @@ class FixedGpuIndex(Rule):
             if isinstance(ancestor, (cst.SimpleStatementLine, cst.FunctionDef)):
                 return False
         return False
+
+
+def _exits_when_counted(statement: cst.CSTNode) -> bool:
+    """`if torch.cuda.device_count() < 2: return` (or `raise`, `continue`, `pytest.skip(...)`,
+    `self.skipTest(...)`, `sys.exit(...)`)."""
+    if not isinstance(statement, cst.If) or not mentions_any(statement.test, GPU_COUNT_WORDS):
+        return False
+    last = statement.body.body[-1] if statement.body.body else None
+    if isinstance(last, cst.SimpleStatementLine) and last.body:
+        small = last.body[-1]
+        if isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
+            return True
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            func = small.value.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            return name in ("skip", "skipTest", "exit")
+    return False

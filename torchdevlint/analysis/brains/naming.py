@@ -66,3 +66,9 @@ OPTION_NAMESPACE_NAMES = frozenset({"args", "opt", "opts", "options", "flags", "
 # Words in the name of a function that runs training steps (`train_one_epoch`, `fit`): a
 # loop calling one is a training loop, whose backward passes are out of sight.
 TRAINING_CALL_WORDS = ("train", "epoch", "fit")
+
+# Words of code that asks how many GPUs there are, or requires several: a test
+# (`if torch.cuda.device_count() > 1:`) or a test decorator (`@RunIf(min_cuda_gpus=2)`,
+# `@skip_if_lt_x_gpu(2)`, `@require_multi_gpu`, `@pytest.mark.multigpu`).
+GPU_COUNT_WORDS = ("device_count", "n_gpu", "num_gpu", "ngpu", "gpu_count", "min_cuda_gpus", "min_gpus",
+                   "multi_gpu", "multigpu", "lt_x_gpu")
