@@ -15,7 +15,8 @@ class ForwardTensorWithoutDevice(Rule):
     """
     ## What it does
     Finds tensor factories (`torch.zeros`, `ones`, `empty`, `full`, `rand`, `randn`,
-    `randint`, `arange`, `linspace`, `eye`, `tensor`, …) called without `device=` in the
+    `randint`, `arange`, `linspace`, `eye`, `tensor`, …, and legacy constructors such as
+    `torch.LongTensor([[0, 1, 2]])`) called without `device=` in the
     methods of an `nn.Module` (`forward`, `init_hidden` whether `forward` or a training loop
     calls it on a model passed in, mask builders), in lambdas and
     comprehensions there, or in same-file helper functions, whose CPU result then meets the
@@ -45,7 +46,8 @@ class ForwardTensorWithoutDevice(Rule):
     uses as a dict or a list (`fields.items()`, `**batch`, `for x in xs`). It is safe when that
     parameter is annotated as a Tensor, unsafe otherwise (it may be a list or a dict). With no
     such input at hand it uses `next(self.parameters()).device`, unsafe (a module without
-    parameters has none). Factories in helper functions get no fix.
+    parameters has none). Factories in helper functions get no fix, nor do legacy
+    constructors, which take no `device=`.
 
     ## Options
     None.
@@ -215,6 +217,23 @@ class ForwardTensorWithoutDevice(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Tagger(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.words = nn.Embedding(100, 16)
+                    self.positions = nn.Embedding(8, 16)
+
+                def forward(self, tokens):
+                    steps = torch.LongTensor([[0, 1, 2, 3]])
+                    return self.words(tokens) + self.positions(steps)
+            """,
+            name="a-legacy-constructor-in-forward-has-no-device-argument-so-no-fix",
+        ),
         Invalid(
             """
             import torch
@@ -585,7 +604,8 @@ class ForwardTensorWithoutDevice(Rule):
 
     def _fix(self, site: OriginSite) -> PendingFix | None:
         scope = site.scope
-        if site.module_class is None or not isinstance(scope, cst.FunctionDef):
+        if site.module_class is None or not isinstance(scope, cst.FunctionDef) or site.legacy_constructor:
+            # A legacy constructor (`torch.LongTensor(...)`) takes no `device=`.
             return None
         chosen = model_data_device(self, site.call, scope)
         if chosen is None:

@@ -1743,7 +1743,10 @@ class Interpreter:
             if call.qualified == "torch.Tensor" and default is not None:
                 # Unlike `torch.FloatTensor`, `torch.Tensor(...)` follows the default tensor type.
                 return tensor(None if default.device is None else [default.device])
-            return tensor([HOST_PLACE])
+            # Made on the host, like a factory without `device=` (`torch.LongTensor([[1, 2]])`
+            # in `forward` meets the model's data wherever the model is).
+            self.flow.origins[id(node)] = node
+            return tensor([HOST_PLACE], origins=frozenset({id(node)}))
         if role is Role.RETURNS_ITS_TENSOR:
             return positional[0] if positional else None
         if role is Role.FROM_NUMPY:

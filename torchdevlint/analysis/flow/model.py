@@ -554,12 +554,14 @@ class FlowModel:
         call, scope = located
         owner = self.class_of_method(scope) if isinstance(scope, cst.FunctionDef) else None
         qualified = self._qualified_in(scope, call.func)
+        legacy = qualified in torch_api.LEGACY_HOST_TENSOR_TYPES
         return OriginSite(
             call,
             scope,
-            is_factory=qualified is not None and torch_api.takes_device(qualified),
+            is_factory=qualified is not None and (torch_api.takes_device(qualified) or legacy),
             module_class=owner if owner is not None and self.is_module_class(owner) else None,
             in_method=owner is not None,
+            legacy_constructor=legacy,
         )
 
     def _qualified_in(self, scope: Scope, node: cst.BaseExpression) -> str | None:

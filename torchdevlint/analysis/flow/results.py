@@ -177,6 +177,8 @@ class OriginSite:
     # The nn.Module class whose method made it, if any.
     module_class: cst.ClassDef | None
     in_method: bool
+    # A legacy type constructor (`torch.LongTensor(...)`), which takes no `device=`.
+    legacy_constructor: bool = False
 
     @property
     def function_name(self) -> str | None:
