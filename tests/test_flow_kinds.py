@@ -319,3 +319,23 @@ def test_an_iterators_next_method_gives_what_next_gives() -> None:
         """
     )
     assert by_function.is_tensor_like and by_method.is_tensor_like
+
+
+def test_python_builtins_of_tensors_give_tensors_and_of_numbers_numbers() -> None:
+    """`sum(losses)` adds tensors up from 0; `max(a, b)`, `abs(x)` and `round(x)` return one."""
+    summed, biggest, absolute, rounded, counted, length = kinds_of(
+        """
+        import torch
+        losses = [torch.ones(1, device="cuda") for _ in range(3)]
+        a, b = torch.zeros(2), torch.ones(2)
+        probe(sum(loss for loss in losses))
+        probe(max(a, b))
+        probe(abs(a))
+        probe(round(a))
+        probe(sum(p.numel() for p in torch.nn.Linear(2, 2).parameters()))
+        probe(len(losses))
+        """
+    )
+    assert summed.is_tensor_like and summed.on_accelerator
+    assert biggest.is_tensor_like and absolute.is_tensor_like and rounded.is_tensor_like
+    assert counted.kinds == {Kind.SCALAR} and length.kinds == {Kind.SCALAR}

@@ -89,6 +89,8 @@ _PLACED_INPUT_KINDS = frozenset({Kind.UNKNOWN, Kind.CONTAINER})
 # Reductions along a dimension that return (values, indices).
 _VALUES_INDICES_METHODS = frozenset({"max", "min", "sort", "topk", "median", "mode", "kthvalue"})
 _BUILTIN_SCALARS = frozenset({"len", "int", "float", "bool", "str", "round", "abs", "sum", "min", "max", "repr", "hash", "id", "ord"})
+# Of those, the ones that give back a tensor when given tensors.
+_TENSOR_KEEPING_BUILTINS = frozenset({"sum", "min", "max", "abs", "round"})
 # Values a setting (`use_cuda`, `args.device`) may hold: never tensors, modules or loaders.
 _SETTING_KINDS = frozenset({Kind.UNKNOWN, Kind.SCALAR, Kind.DEVICE})
 _REFERENCE_ONLY = frozenset({Kind.REFERENCE})
@@ -1188,7 +1190,8 @@ class Interpreter:
         if type(callee_node) is cst.Name:
             name = callee_node.value
             if name in _BUILTIN_SCALARS and callee.kinds == {Kind.UNKNOWN}:
-                return self._builtin_scalar(name, node)
+                of_tensors = self._builtin_of_tensors(name, node, arguments)
+                return of_tensors if of_tensors is not None else self._builtin_scalar(name, node)
             if name == "next" and arguments and callee.kinds == {Kind.UNKNOWN}:
                 return self._element_of(node.args[0].value, arguments[0])
             if name in ("enumerate", "zip", "iter", "list", "tuple", "sorted", "reversed") and callee.kinds == {Kind.UNKNOWN}:
@@ -1197,6 +1200,21 @@ class Interpreter:
                     and dotted_name(node.args[0].value) == dotted_name(node.args[2].value) and arguments[0].is_module_like:
                 return replace(arguments[0], kinds=frozenset({Kind.MODULE}))
         return self._unknown_call(node, callee_node, callee, arguments)
+
+    def _builtin_of_tensors(self, name: str, node: cst.Call, arguments: list[Value]) -> Value | None:
+        """`sum(losses)`, `max(a, b)`, `abs(x)`, `round(x)` of tensors are tensors, where those
+        are (Python adds them up from 0, compares them, or calls `__abs__`, `__round__`)."""
+        if name not in _TENSOR_KEEPING_BUILTINS or not arguments or any(arg.star for arg in node.args):
+            return None
+        positional = [value for arg, value in zip(node.args, arguments, strict=True) if arg.keyword is None]
+        if name in ("sum", "min", "max") and len(positional) == 1:
+            elements = [self._element_of(node.args[0].value, positional[0])]
+        else:
+            elements = positional[:1] if name in ("abs", "round") else positional
+        if not elements or not all(element.is_tensor_like for element in elements):
+            return None
+        joined = join_all(elements)
+        return joined if joined is not None and joined.is_tensor_like else None
 
     def _builtin_scalar(self, name: str, node: cst.Call) -> Value:
         """`len(args.gpu_ids)`, `str(device)`, `bool(use_cuda)` in the CPU mode."""
