@@ -23,7 +23,8 @@ class PackedLengthsOnDevice(Rule):
     `forward` (`(tokens != pad).sum(1)`), moved with the rest of the batch, read from a batch
     of a torchtext iterator made with `device=` (`text, text_lengths = batch.text` with
     `include_lengths=True`), or handed to a model of the file whose `forward` passes them on to
-    `pack_padded_sequence` as they are.
+    `pack_padded_sequence` as they are, itself or through a part the file built it with
+    (`GreedySearchDecoder(encoder, decoder)` handing them on to the encoder).
 
     ## Why is this bad?
     Since PyTorch 1.7 the lengths of a packed sequence must be a CPU tensor: on a GPU the call
@@ -374,6 +375,74 @@ class PackedLengthsOnDevice(Rule):
             """,
             applicability=Applicability.SAFE,
             name="a-training-step-that-moves-the-lengths-it-was-given",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super(Encoder, self).__init__()
+                    self.embed = nn.Embedding(50, 8)
+                    self.gru = nn.GRU(8, 8)
+
+                def forward(self, tokens, lengths):
+                    packed = nn.utils.rnn.pack_padded_sequence(self.embed(tokens), lengths)
+                    return self.gru(packed)[1]
+
+            class Searcher(nn.Module):
+                def __init__(self, encoder):
+                    super(Searcher, self).__init__()
+                    self.encoder = encoder
+
+                def forward(self, tokens, length):
+                    return self.encoder(tokens, length).argmax(-1)
+
+            def reply(searcher, sentence):
+                tokens = torch.tensor([sentence]).t().to(device)
+                lengths = torch.tensor([len(sentence)]).to(device)
+                return searcher(tokens, lengths)
+
+            searcher = Searcher(Encoder().to(device))
+            print(reply(searcher, [3, 1, 4]))
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super(Encoder, self).__init__()
+                    self.embed = nn.Embedding(50, 8)
+                    self.gru = nn.GRU(8, 8)
+
+                def forward(self, tokens, lengths):
+                    packed = nn.utils.rnn.pack_padded_sequence(self.embed(tokens), lengths)
+                    return self.gru(packed)[1]
+
+            class Searcher(nn.Module):
+                def __init__(self, encoder):
+                    super(Searcher, self).__init__()
+                    self.encoder = encoder
+
+                def forward(self, tokens, length):
+                    return self.encoder(tokens, length).argmax(-1)
+
+            def reply(searcher, sentence):
+                tokens = torch.tensor([sentence]).t().to(device)
+                lengths = torch.tensor([len(sentence)]).to(device)
+                return searcher(tokens, lengths.cpu())
+
+            searcher = Searcher(Encoder().to(device))
+            print(reply(searcher, [3, 1, 4]))
+            """,
+            applicability=Applicability.SAFE,
+            name="lengths-handed-to-a-wrapper-whose-part-packs-them",
         ),
     ]
 

@@ -35,8 +35,9 @@ class CallSite:
 class NameUses:
     """How the file uses its names, for deciding whose callers are all in sight."""
 
-    # Names used as anything but the callee of a call or the name a `def` binds (attribute
-    # and keyword names, `x.train()` and `f(train=...)`, are other things).
+    # Names used as anything but the callee of a call, the name a `def` or `class` binds or
+    # the class named in `super(Net, self)` (attribute and keyword names, `x.train()` and
+    # `f(train=...)`, are other things).
     escaping: frozenset[str]
     # Attribute names used only as `self.<name>(...)` calls: methods no code here passes
     # around or calls on another object.
@@ -85,7 +86,9 @@ def statement_name_uses(statement: cst.BaseStatement) -> StatementNameUses:
             not_references.add(id(func))
             if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
                 self_calls.add(id(func))
-        elif type(node) is cst.FunctionDef:
+            elif type(func) is cst.Name and func.value == "super" and node.args:
+                not_references.add(id(node.args[0].value))  # `super(Net, self)`: not a use of the class
+        elif type(node) is cst.FunctionDef or type(node) is cst.ClassDef:
             not_references.add(id(node.name))
         elif type(node) is cst.Attribute:
             not_references.add(id(node.attr))

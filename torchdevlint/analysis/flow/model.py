@@ -56,6 +56,7 @@ from torchdevlint.analysis.flow.values import (
     device_value,
     tensor,
 )
+from torchdevlint.analysis.local_names import rebound_parameters
 from torchdevlint.analysis.names import ImportTable, dotted_name, module_import_table
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline, NoDeadline
@@ -142,6 +143,8 @@ class FlowModel:
         self._forward_host_arguments: dict[int, tuple[tuple[int, str], ...]] = {}
         # class id -> the parameters its `forward` hands, as they are, where the host is required.
         self._forward_host_requirements: dict[int, tuple[str, ...]] = {}
+        # class id -> its attributes as the file's constructor calls make them (None: not known).
+        self._constructed: dict[int, dict[str, Value] | None] = {}
         self._module_imports: ImportTable | None = None
         self._saved_state_dicts: list[SavedStateDict] | None = None
         self._checkpoint_files: CheckpointFiles | None = None
@@ -513,15 +516,7 @@ class FlowModel:
         callee = self.value_of(call.func)
         if callee.instance_of is None or not callee.is_module_like:
             return []
-        required = self._forward_host_requirements.get(callee.instance_of)
-        if required is None:
-            summary = self._class(callee.instance_of)
-            forward = summary.methods.get("forward") if summary is not None else None
-            required = self._forward_host_requirements[callee.instance_of] = () if forward is None else tuple(
-                param.name.value for param in (*forward.params.posonly_params, *forward.params.params,
-                                                 *forward.params.kwonly_params)
-                if _passed_as_host_argument(forward, param.name.value, self._imports(),
-                                            functions=torch_api.HOST_REQUIRED_BY_LAST_NAME))
+        required = self._forward_host_parameters(callee.instance_of, frozenset())
         if not required:
             return []
         summary = self._class(callee.instance_of)
@@ -531,6 +526,78 @@ class FlowModel:
         return [arg for position, arg in enumerate(call.args)
                 if (positional[position] if arg.keyword is None and position < len(positional)
                     else arg.keyword.value if arg.keyword is not None else None) in required]
+
+    def _forward_host_parameters(self, class_id: int, visiting: frozenset[int]) -> tuple[str, ...]:
+        """The parameters a module class's `forward` hands, as they are, where the host is
+        required: to `pack_padded_sequence` itself, or to a part of the module that does
+        (`self.encoder(input_seq, input_length)`, the encoder given to the constructor)."""
+        known = self._forward_host_requirements.get(class_id)
+        if known is not None:
+            return known
+        summary = self._class(class_id)
+        forward = summary.methods.get("forward") if summary is not None else None
+        if summary is None or forward is None or class_id in visiting:
+            return ()
+        params = forward.params
+        names = [param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)]
+        required = [name for name in names if _passed_as_host_argument(
+            forward, name, self._imports(), functions=torch_api.HOST_REQUIRED_BY_LAST_NAME)]
+        handed_on = set(names[1:]) - rebound_parameters(forward)
+        self_name = self._self_name(forward)
+        for part_call, attribute in _calls_of_own_attributes(forward, self_name):
+            part = self._constructed_attribute(class_id, attribute)
+            if part is None or part.instance_of is None or not part.is_module_like:
+                continue
+            part_required = self._forward_host_parameters(part.instance_of, visiting | {class_id})
+            part_summary = self._class(part.instance_of)
+            part_forward = part_summary.methods.get("forward") if part_summary is not None else None
+            if not part_required or part_forward is None:
+                continue
+            positional = [param.name.value for param in (*part_forward.params.posonly_params,
+                                                         *part_forward.params.params)][1:]
+            for position, arg in enumerate(part_call.args):
+                target = arg.keyword.value if arg.keyword is not None else \
+                    positional[position] if position < len(positional) and not arg.star else None
+                if target in part_required and type(arg.value) is cst.Name and arg.value.value in handed_on:
+                    required.append(arg.value.value)
+        found = self._forward_host_requirements[class_id] = tuple(dict.fromkeys(required))
+        return found
+
+    def _constructed_attribute(self, class_id: int, attribute: str) -> Value | None:
+        """What `self.<attribute>` holds once `__init__` has run with what the file's own
+        constructor calls pass it (`GreedySearchDecoder(encoder, decoder)`), where those calls
+        are all the class's: its name is used only to call it. Asked by queries, after the runs."""
+        if class_id not in self._constructed:
+            self._constructed[class_id] = self._attributes_from_constructor_calls(class_id)
+        found = self._constructed[class_id]
+        return found.get(attribute) if found is not None else None
+
+    def _attributes_from_constructor_calls(self, class_id: int) -> dict[str, Value] | None:
+        summary = self._class(class_id)
+        init = summary.methods.get("__init__") if summary is not None else None
+        if summary is None or init is None or self._in_progress or summary.node.decorators \
+                or summary.node.name.value in self._uses().escaping:
+            return None
+        if not self._all_declared_done:
+            self._all_declared_done = True
+            for _ in self._declared_flows():
+                pass
+        sites = self._call_sites.get(class_id)
+        definition = self._definitions.get(id(init))
+        if not sites or definition is None:
+            return None
+        declared = self._entry_env(definition)
+        passed = parameters_from_call_sites(init, [replace(site, bound_method=True) for site in sites.values()],
+                                            self._default_values(definition))
+        env = {name: refined(value, passed[name]) if name in passed else value for name, value in declared.items()}
+        flow = self._run(init, env, summary.node)
+        self_name = self._self_name(init)
+        attributes = dict(flow.attribute_writes)
+        for name in attributes:
+            final = _final_value(flow, f"{self_name}.{name}") if self_name is not None else None
+            if final is not None:
+                attributes[name] = final
+        return attributes
 
     def held_calls(self, value: Value, kind: Held) -> list[cst.Call]:
         """The calls of that kind whose result the value is or contains."""
@@ -1331,6 +1398,21 @@ def _moved_to_the_host(node: cst.BaseExpression) -> cst.BaseExpression | None:
             type(node.args[0].value) is cst.SimpleString and node.args[0].value.evaluated_value == "cpu":
         return node.func.value
     return None
+
+
+def _calls_of_own_attributes(function: cst.FunctionDef, self_name: str | None) -> list[tuple[cst.Call, str]]:
+    """`self.encoder(...)` calls in the body, with the attribute's name."""
+    found: list[tuple[cst.Call, str]] = []
+    if self_name is None:
+        return found
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Call and type(node.func) is cst.Attribute and type(node.func.value) is cst.Name \
+                and node.func.value.value == self_name:
+            found.append((node, node.func.attr.value))
+        stack.extend(child_nodes(node))
+    return found
 
 
 def _passed_as_host_argument(function: cst.CSTNode, parameter: str, imports: ImportTable, *,
