@@ -37,7 +37,8 @@ class ForwardTensorWithoutDevice(Rule):
     and `Tensor.new_*`, tensors used only as indices, for their shape or dtype, or as the
     CPU lengths of `pack_padded_sequence`, 0-dimensional tensors in arithmetic (also after
     element-wise math and full reductions: `torch.sqrt(torch.tensor(2.0 / math.pi)) * x`), and tensors
-    made in `__init__` (TDL010 covers attributes). `torchdevlint debug flow FILE` shows where
+    made in `__init__` (TDL010 covers attributes) or in a method only `__init__` calls (a
+    dummy input measuring a layer's output size, while the module is still on the CPU). `torchdevlint debug flow FILE` shows where
     the analysis puts each value.
 
     ## Fix safety
@@ -60,6 +61,29 @@ class ForwardTensorWithoutDevice(Rule):
     requires_any_text = ("forward",)
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Critic(nn.Module):
+                def __init__(self, frames=(4, 84, 84), actions=6):
+                    super().__init__()
+                    self.frames = frames
+                    self.convs = nn.Sequential(nn.Conv2d(frames[0], 16, 8, stride=4), nn.ReLU())
+                    self.head = nn.Linear(self._flat_size(), actions)
+
+                def _flat_size(self):
+                    # Runs only while __init__ builds the module, still on the CPU.
+                    return self.convs(torch.zeros(1, *self.frames)).view(1, -1).size(1)
+
+                def forward(self, x):
+                    return self.head(self.convs(x).flatten(1))
+
+            critic = Critic().cuda()
+            """,
+            name="a-dummy-input-in-a-helper-only-init-calls",
+        ),
         Valid(
             """
             import torch
@@ -592,14 +616,15 @@ class ForwardTensorWithoutDevice(Rule):
         owner = self.context.flow.class_of_method(scope)
         return owner if owner is not None and self.context.flow.is_module_class(owner) else None
 
-    @staticmethod
-    def _owns(site: OriginSite, meeting_class: cst.ClassDef | None) -> bool:
-        """Factories in a Module's methods (its `__init__` aside: TDL010 covers attributes), and
-        in plain helper functions whose result meets the data inside a Module's method."""
+    def _owns(self, site: OriginSite, meeting_class: cst.ClassDef | None) -> bool:
+        """Factories in a Module's methods (its `__init__` aside: TDL010 covers attributes, and
+        what only `__init__` calls runs while the module is still on the host), and in plain
+        helper functions whose result meets the data inside a Module's method."""
         if not site.is_factory:
             return False
         if site.module_class is not None:
-            return site.function_name != "__init__"
+            return site.function_name != "__init__" and not (
+                isinstance(site.scope, cst.FunctionDef) and self.context.flow.runs_only_while_constructing(site.scope))
         return not site.in_method and meeting_class is not None
 
     def _fix(self, site: OriginSite) -> PendingFix | None:

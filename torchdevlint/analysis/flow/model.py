@@ -527,6 +527,24 @@ class FlowModel:
                 if (positional[position] if arg.keyword is None and position < len(positional)
                     else arg.keyword.value if arg.keyword is not None else None) in required]
 
+    def runs_only_while_constructing(self, function: cst.FunctionDef) -> bool:
+        """A method the file calls only from its class's `__init__` (`self.feature_size()`
+        measuring a layer's output on a dummy input): it runs while the new module is still on
+        the host, before anyone can move it, unless `__init__` moves it itself."""
+        owner = self.class_of_method(function)
+        summary = self._class(id(owner)) if owner is not None else None
+        if summary is None or summary.moves_itself or function.name.value.startswith("__") \
+                or function.name.value not in self._uses().called_only_on_self:
+            return False
+        if not self._all_declared_done:
+            self._all_declared_done = True
+            for _ in self._declared_flows():
+                pass
+        init = summary.methods.get("__init__")
+        sites = self._call_sites.get(id(function))
+        return init is not None and sites is not None and bool(sites) \
+            and all(site.caller is init for site in sites.values())
+
     def _forward_host_parameters(self, class_id: int, visiting: frozenset[int]) -> tuple[str, ...]:
         """The parameters a module class's `forward` hands, as they are, where the host is
         required: to `pack_padded_sequence` itself, or to a part of the module that does
