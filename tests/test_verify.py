@@ -1083,6 +1083,28 @@ def test_emulated_tensors_look_like_cuda_tensors_and_torch_is_restored() -> None
     assert not hasattr(torch.Tensor, "_data")
 
 
+def test_lazy_modules_make_their_parameters_where_cuda_makes_them() -> None:
+    """`nn.LazyLinear(4).cuda()` has no parameters until its first input: then they are made
+    on the GPU it was sent to, the optimizer's references stay the module's, and a mismatch of
+    input and module fails as on CUDA."""
+    from torchdevlint.verify.emulation import emulated_gpu
+
+    with emulated_gpu():
+        model = torch.nn.Sequential(torch.nn.LazyLinear(4), torch.nn.ReLU(), torch.nn.LazyLinear(2)).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        output = model(torch.randn(2, 3).cuda())
+        assert output.is_cuda and all(parameter.is_cuda for parameter in model.parameters())
+        output.sum().backward()
+        optimizer.step()
+        assert optimizer.param_groups[0]["params"][0] is model[0].weight and model[0].weight.grad.is_cuda
+        assert not torch.nn.LazyLinear(4)(torch.randn(2, 3)).is_cuda
+        for sent, given in ((True, False), (False, True)):
+            lazy = torch.nn.LazyLinear(4)
+            with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+                (lazy.cuda() if sent else lazy)(torch.randn(2, 3).cuda() if given else torch.randn(2, 3))
+    assert "_apply" not in vars(torch.nn.modules.lazy.LazyModuleMixin)
+
+
 def test_autocast_on_the_emulated_gpu_casts_as_cuda_autocast_does() -> None:
     from torchdevlint.verify.emulation import emulated_gpu
 

@@ -36,6 +36,8 @@ from typing import Any
 import torch
 import torch._dynamo  # imported before torch.cuda is patched: it indexes torch's functions
 from torch._utils import ExceptionWrapper
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]  # not in the stubs' __all__
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 from torch.utils._device import DeviceContext
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -993,6 +995,40 @@ def _serialization(patches: Patches, machine: EmulatedMachine) -> Iterator[None]
         _restored_locations.clear()
 
 
+def _patch_lazy_modules(patches: Patches) -> None:
+    """`nn.LazyLinear(4).cuda()`: on CUDA the parameters it has not made yet are made there
+    once the first input shows their shape. Here a lazy module remembers the emulated GPU it
+    was sent to, leaves what has no data where it is, and moves what it makes on its first
+    input there."""
+
+    def lazy_apply(self: Any, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Any:
+        if not self.has_uninitialized_params():
+            return torch.nn.Module._apply(self, fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        sent_to = gpu_of(fn(torch.empty(0)))
+        self.__dict__["_emulated_gpu"] = sent_to
+        held = {name: tensor for name, tensor in self._parameters.items() if isinstance(tensor, UninitializedTensorMixin)}
+        held_buffers = {name: tensor for name, tensor in self._buffers.items()
+                        if isinstance(tensor, UninitializedTensorMixin)}
+        self._parameters.update(dict.fromkeys(held))
+        self._buffers.update(dict.fromkeys(held_buffers))
+        try:
+            return torch.nn.Module._apply(self, fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        finally:
+            self._parameters.update(held)
+            self._buffers.update(held_buffers)
+
+    infer = LazyModuleMixin._infer_parameters
+
+    def infer_then_move(self: Any, module: Any, args: Any, kwargs: Any = None) -> None:
+        infer(self, module, args, kwargs)
+        index = module.__dict__.pop("_emulated_gpu", None)
+        if index is not None:  # made now (the module has become a `Linear`, say): moved there
+            module._apply(lambda tensor: tensor.cuda(index))
+
+    patches.set(LazyModuleMixin, "_apply", lazy_apply)
+    patches.set(LazyModuleMixin, "_infer_parameters", infer_then_move)
+
+
 @contextmanager
 def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedMachine]:
     """Run the body as if on a machine with `device_count` CUDA GPUs."""
@@ -1007,6 +1043,7 @@ def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedMachine]:
         stack.enter_context(machine_in_use(machine))
         patch_cuda_api(patches, machine, Placement(gpu_of, arguments.move))
         _patch_data_parallel(patches, machine, arguments)
+        _patch_lazy_modules(patches)
         stack.enter_context(_serialization(patches, machine))
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", message=".*compiled without cuDNN")
