@@ -16,7 +16,7 @@ import libcst as cst
 from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow.results import FlowQueries
-from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE
+from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE, PlaceKind
 from torchdevlint.analysis.names import ImportTable
 from torchdevlint.analysis.tree import child_nodes, keyword_argument
 
@@ -165,11 +165,18 @@ class ModuleAttributes:
             self.context.imports.qualified_name(value.func) in _REGISTERED_TENSORS
             or keyword_argument(value, "device") is not None
             or keyword_argument(value, "requires_grad") is not None
+            or self._moved_to_a_device(value)
         ):
             return
         # The analysis has not bound this assignment yet: ask about the value itself.
         if self.context.flow.value_of(value).is_tensor_like:
             current.tensor_attributes.setdefault(name, node)
+
+    def _moved_to_a_device(self, value: cst.Call) -> bool:
+        """`torch.sqrt(torch.tensor([0.5])).to(device)`: placed where the constructor was told,
+        as `device=device` places it (`.cpu()` is not: the module may move away from there)."""
+        destination = self.context.flow.move_destination(value)
+        return destination is not None and destination.kind is PlaceKind.DEVICE
 
     def _made_as_parameter(self, value: cst.BaseExpression) -> bool:
         """`nn.Parameter(...)`, also with methods called on it (`nn.Parameter(w).float()`):

@@ -24,7 +24,9 @@ class TensorAttributeNotBuffer(Rule):
     ## Not reported
     Not reported: `nn.Parameter`s (also with a method called on them:
     `nn.Parameter(torch.ones(d)).float()` is still the Parameter), names registered with `register_buffer`, tensors created
-    with an explicit `device=` or `requires_grad=` (a would-be parameter is another problem),
+    with an explicit `device=` or moved to a device there (`.to(device)`: placed where the
+    constructor was told, and a `.cpu()` is still reported) or with `requires_grad=` (a
+    would-be parameter is another problem),
     tensors that `forward` never reads, or reads only in device-safe ways
     (`self.mean.to(x.device)`, `.item()`, `float(self.low)`), and placeholders that a method
     rebuilds where the module's data is (`self.grid = self._make_grid(nx, ny).to(x.device)`,
@@ -48,6 +50,25 @@ class TensorAttributeNotBuffer(Rule):
     requires_any_text = ("forward",)
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class ScaledAttention(nn.Module):
+                def __init__(self, dim, device):
+                    super().__init__()
+                    self.proj = nn.Linear(dim, dim)
+                    self.scale = torch.sqrt(torch.tensor([float(dim)])).to(device)
+
+                def forward(self, x):
+                    return self.proj(x) / self.scale
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            attention = ScaledAttention(16, device).to(device)
+            """,
+            name="moved-in-init-to-the-device-the-constructor-was-given",
+        ),
         Valid(
             """
             import torch.nn as nn
