@@ -50,6 +50,7 @@ RULE_INDEX: tuple[RuleEntry, ...] = (
     RuleEntry("TDL103", "host-sync-in-loop", False, None),
     RuleEntry("TDL104", "empty-cache-in-loop", False, None),
     RuleEntry("TDL105", "timing-without-synchronize", False, None),
+    RuleEntry("TDL106", "python-loop-over-device-tensor", False, None),
     RuleEntry("TDL201", "dataparallel-over-ddp", False, None),
     RuleEntry("TDL202", "nvidia-smi-gpu-selection", True, None),
     RuleEntry("TDL203", "hard-coded-cuda", False, "torchdevlint.project:TorchVersionOptions"),
