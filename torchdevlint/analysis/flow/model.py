@@ -355,10 +355,7 @@ class FlowModel:
                 return None
         elif not takes_call_site_arguments(function, self._uses().escaping):
             return None
-        if not self._all_declared_done:
-            self._all_declared_done = True
-            for _ in self._declared_flows():
-                pass
+        self._run_every_declared_body()
         sites = self._call_sites.get(id(function))
         return list(sites.values()) if sites else None
 
@@ -536,14 +533,18 @@ class FlowModel:
         if summary is None or summary.moves_itself or function.name.value.startswith("__") \
                 or function.name.value not in self._uses().called_only_on_self:
             return False
-        if not self._all_declared_done:
-            self._all_declared_done = True
-            for _ in self._declared_flows():
-                pass
+        self._run_every_declared_body()
         init = summary.methods.get("__init__")
         sites = self._call_sites.get(id(function))
         return init is not None and sites is not None and bool(sites) \
             and all(site.caller is init for site in sites.values())
+
+    def _run_every_declared_body(self) -> None:
+        """Once: every body run with its declared parameters, so every call site is known."""
+        if not self._all_declared_done:
+            self._all_declared_done = True
+            for _ in self._declared_flows():
+                pass
 
     def _forward_host_parameters(self, class_id: int, visiting: frozenset[int]) -> tuple[str, ...]:
         """The parameters a module class's `forward` hands, as they are, where the host is
@@ -585,6 +586,8 @@ class FlowModel:
         """What `self.<attribute>` holds once `__init__` has run with what the file's own
         constructor calls pass it (`GreedySearchDecoder(encoder, decoder)`), where those calls
         are all the class's: its name is used only to call it. Asked by queries, after the runs."""
+        if self._in_progress:
+            return None  # the call sites are not all known yet
         if class_id not in self._constructed:
             self._constructed[class_id] = self._attributes_from_constructor_calls(class_id)
         found = self._constructed[class_id]
@@ -593,13 +596,10 @@ class FlowModel:
     def _attributes_from_constructor_calls(self, class_id: int) -> dict[str, Value] | None:
         summary = self._class(class_id)
         init = summary.methods.get("__init__") if summary is not None else None
-        if summary is None or init is None or self._in_progress or summary.node.decorators \
+        if summary is None or init is None or summary.node.decorators \
                 or summary.node.name.value in self._uses().escaping:
             return None
-        if not self._all_declared_done:
-            self._all_declared_done = True
-            for _ in self._declared_flows():
-                pass
+        self._run_every_declared_body()
         sites = self._call_sites.get(class_id)
         definition = self._definitions.get(id(init))
         if not sites or definition is None:
