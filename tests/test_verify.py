@@ -1162,8 +1162,13 @@ def test_cuda_in_a_worker_forked_after_cuda_started_fails_as_on_cuda() -> None:
     with emulated_gpu():
         # Before CUDA starts, the main process loads on the GPU; after it, a forked worker cannot.
         assert gpu_of(next(iter(torch.utils.data.DataLoader(_MovesItems(), batch_size=2)))) == 0
-        with pytest.raises(RuntimeError, match="Cannot re-initialize CUDA in forked subprocess"):
-            next(iter(torch.utils.data.DataLoader(_MovesItems(), batch_size=2, num_workers=1)))
+        workers = iter(torch.utils.data.DataLoader(_MovesItems(), batch_size=2, num_workers=1))
+        try:
+            with pytest.raises(RuntimeError, match="Cannot re-initialize CUDA in forked subprocess"):
+                next(workers)
+        finally:
+            # Stopped here, not by the garbage collector when pytest's worker exits.
+            workers._shutdown_workers()  # type: ignore[attr-defined]  # the iterator's own clean-up
 
 
 class _NormalisedLinear(torch.nn.Module):
