@@ -14,6 +14,7 @@ from enum import Enum
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.flow.values import HOST_PLACE
 from torchdevlint.analysis.loader_flow import is_non_blocking
@@ -23,9 +24,7 @@ from torchdevlint.analysis.tree import child_nodes, small_statements
 # Reading these says nothing about the values, so it does not race with the copy.
 _METADATA = frozenset({"shape", "dtype", "device", "size", "dim", "ndim", "numel", "is_pinned", "layout", "names"})
 # Calls that read the values of a CPU tensor passed to them.
-_READING_BUILTINS = frozenset(
-    {"print", "float", "int", "bool", "str", "repr", "list", "tuple", "format", "sum", "max", "min"}
-)
+_READING_BUILTINS = torch_api.HOST_READING_BUILTINS | {"list", "tuple", "format", "sum", "max", "min"}
 _READING_MODULES = ("numpy.", "torch.", "np.")
 # Calls after which the copy has completed: an explicit synchronisation, or a blocking
 # device-to-host transfer, which waits for the stream the copy was queued on.

@@ -382,7 +382,7 @@ def _waits(call: cst.Call, flow: FlowQueries, names: NameResolver) -> bool:
         return True
     # `print(loss)`, `float(loss)`: the value is read on the host.
     return isinstance(func, cst.Name) and func.value in ("print", "float", "int") and any(
-        flow.value_of(arg.value).is_tensor_like and flow.value_of(arg.value).may_be_on_accelerator for arg in call.args)
+        _device_data(flow.value_of(arg.value)) for arg in call.args)
 
 
 def _device_data(value: Value) -> bool:

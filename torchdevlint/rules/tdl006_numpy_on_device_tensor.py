@@ -608,9 +608,7 @@ class NumpyOnDeviceTensor(Rule):
         value = self.context.flow.value_of(collection)
         if value.kinds == {Kind.CONTAINER} and not value.on_accelerator:
             # Filled under `if train_on_gpu:` moves: on a GPU machine they all take place.
-            on_a_gpu = self.context.flow.gpu_world_value_of(collection)
-            if on_a_gpu is not None and on_a_gpu.kinds == {Kind.CONTAINER} and on_a_gpu.on_accelerator:
-                value = on_a_gpu
+            value = self.context.flow.value_on_a_gpu_machine(collection)
         if value.kinds != {Kind.CONTAINER} or not value.on_accelerator:
             return False
         if under_placement_test(collection, self.context.ancestors(collection)):
@@ -631,10 +629,9 @@ class NumpyOnDeviceTensor(Rule):
         value = self.context.flow.value_of(tensor)
         if not value.is_tensor_like or not (value.on_accelerator or self._on_module_device_in_forward(value)):
             # Moved under `if train_on_gpu:`: on a machine with a GPU that branch is taken.
-            on_a_gpu = self.context.flow.gpu_world_value_of(tensor)
-            if on_a_gpu is None or not on_a_gpu.is_tensor_like or not on_a_gpu.on_accelerator:
+            value = self.context.flow.value_on_a_gpu_machine(tensor)
+            if not value.is_tensor_like or not value.on_accelerator:
                 return
-            value = on_a_gpu
         if under_placement_test(node, self.context.ancestors(node)):
             return
         insertion = ".detach().cpu()" if value.grad else ".cpu()"

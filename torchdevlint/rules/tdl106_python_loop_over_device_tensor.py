@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.devices import subnodes, under_placement_test
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit
 from torchdevlint.rule import Invalid, Rule, Valid
 
-# Tensor methods that copy to the host (and so wait for the GPU) each time they run.
-_COPYING_METHODS = frozenset({"item", "tolist", "cpu", "numpy"})
-# Builtins that read a tensor's value on the host.
-_READING_BUILTINS = frozenset({"int", "float", "bool", "str", "print", "repr"})
 # Statements and expressions whose test Python turns into a bool.
 _TESTED = (cst.If, cst.While, cst.IfExp, cst.Assert)
 
@@ -168,11 +165,9 @@ class PythonLoopOverDeviceTensor(Rule):
 
     def _check(self, iterable: cst.BaseExpression, name: str, body: list[cst.CSTNode], loop: cst.CSTNode) -> None:
         value = self.context.flow.value_of(iterable)
-        on_gpu = value.is_tensor_like and value.on_accelerator
-        if not on_gpu:
-            gpu_world = self.context.flow.gpu_world_value_of(iterable)
-            on_gpu = gpu_world is not None and gpu_world.is_tensor_like and gpu_world.on_accelerator
-        if not on_gpu or under_placement_test(loop, self.context.ancestors(loop)):
+        if not value.on_accelerator:
+            value = self.context.flow.value_on_a_gpu_machine(iterable)
+        if not (value.is_tensor_like and value.on_accelerator) or under_placement_test(loop, self.context.ancestors(loop)):
             return
         reads, only_as_values = _host_reads(body, name, self)
         if not reads:
@@ -228,12 +223,12 @@ def _host_reads(body: list[cst.CSTNode], name: str, rule: Rule) -> tuple[bool, b
                 reads = True
         elif type(node) is cst.Call:
             func = node.func
-            if type(func) is cst.Name and func.value in _READING_BUILTINS \
+            if type(func) is cst.Name and func.value in torch_api.HOST_READING_BUILTINS \
                     and any(_is_name(arg.value, name) for arg in node.args):
                 reads = True
             elif type(func) is cst.Attribute and _is_name(func.value, name):
                 only_as_values = False
-                reads = reads or func.attr.value in _COPYING_METHODS
+                reads = reads or func.attr.value in torch_api.HOST_READ_METHODS
             elif any(_is_name(arg.value, name) for arg in node.args):
                 only_as_values = False  # handed on: a tensor there, a number after the fix
         elif type(node) is cst.FormattedStringExpression and any(

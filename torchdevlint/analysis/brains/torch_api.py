@@ -133,6 +133,8 @@ MODULE_SELF_RETURNING_METHODS: frozenset[str] = frozenset(
 
 # Methods that read a tensor's values back to the host: their result is never device data.
 HOST_READ_METHODS: frozenset[str] = frozenset({"cpu", "numpy", "item", "tolist"})
+# Python builtins that read a tensor's values on the host (`if`, `==` and indexing read them too).
+HOST_READING_BUILTINS: frozenset[str] = frozenset({"print", "float", "int", "bool", "str", "repr"})
 
 # Tensor-valued attributes of a Tensor.
 TENSOR_ATTRIBUTES: frozenset[str] = frozenset({"T", "mT", "H", "mH", "data", "grad", "real", "imag"})

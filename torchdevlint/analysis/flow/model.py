@@ -227,13 +227,14 @@ class FlowModel:
         flow = self.flow_for(self._enclosing_scope(node))
         return flow.values.get(id(node), UNKNOWN) if flow is not None else UNKNOWN
 
-    def gpu_world_value_of(self, node: cst.BaseExpression) -> Value | None:
-        """What the expression is on a GPU machine, where the tests of the device choice
-        (`if torch.cuda.is_available():`, `if train_on_gpu:`) all take their GPU side; None
-        where its body has no such test that leaves data on both sides."""
+    def value_on_a_gpu_machine(self, node: cst.BaseExpression) -> Value:
+        """What the expression is on a machine with a GPU, where the tests of the device
+        choice (`if torch.cuda.is_available():`, `if train_on_gpu:`) all take their GPU side;
+        `value_of` where its body has no such test that leaves data on both sides."""
         flow = self.flow_for(self._enclosing_scope(node))
         values = flow.gpu_world_values if flow is not None else None
-        return values.get(id(node)) if values is not None else None
+        found = values.get(id(node)) if values is not None else None
+        return found if found is not None else self.value_of(node)
 
     def move_destination(self, call: cst.Call) -> Place | None:
         """Where a `.to(...)`, `.cuda()` or `.cpu()` call sends its receiver; None when the
