@@ -125,6 +125,9 @@ MOVE_METHODS: frozenset[str] = frozenset(
 # The calls that move a tensor or module to a device a program names (`x.to(device)`, `x.cuda()`).
 DEVICE_MOVES: frozenset[str] = frozenset({"to", "cuda"})
 
+# Every method that sends its receiver (a tensor, a batch, a model) somewhere, named or not.
+PLACING_METHODS: frozenset[str] = frozenset({"to", "cuda", "cpu", "xpu", "mps"})
+
 # nn.Module methods that work in place and return the module itself.
 MODULE_SELF_RETURNING_METHODS: frozenset[str] = frozenset(
     {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval",

@@ -82,7 +82,6 @@ _SCALAR_ONLY = frozenset({Kind.SCALAR})
 _ANY_ITEM = "*"
 _TENSOR_ONLY = frozenset({Kind.TENSOR})
 _MODEL_OUTPUT_ONLY = frozenset({Kind.MODEL_OUTPUT})
-_DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu", "xpu", "mps"})
 # Inputs of unknown kind moved somewhere (`model(x.to(device))`), and batches of them
 # (`model(**batch)` after moving each of the batch's tensors).
 _PLACED_INPUT_KINDS = frozenset({Kind.UNKNOWN, Kind.CONTAINER})
@@ -1318,7 +1317,7 @@ class Interpreter:
         return Value(frozenset({Kind.MODEL_OUTPUT}), places, grad=not self._grad_off)
 
     def _method_call(self, node: cst.Call, method: str, receiver: Value, arguments: list[Value], env: Env) -> Value:
-        if method in _DEVICE_MOVE_METHODS:
+        if method in torch_api.PLACING_METHODS:
             # Where the call sends its receiver, whatever that is (a tensor, a batch, a model);
             # the branches below read it from here.
             self.flow.moves[id(node)] = self._move_target(node, method, arguments, env)

@@ -239,6 +239,8 @@ class FlowModel:
     def move_destination(self, call: cst.Call) -> Place | None:
         """Where a `.to(...)`, `.cuda()` or `.cpu()` call sends its receiver; None when the
         code does not say, or the call is no move (`.to(torch.float16)`)."""
+        if not (type(call.func) is cst.Attribute and call.func.attr.value in torch_api.PLACING_METHODS):
+            return None  # no move, whatever the flow: asked of every call, it need not interpret one
         flow = self.flow_for(self._enclosing_scope(call))
         return flow.moves.get(id(call)) if flow is not None else None
 
