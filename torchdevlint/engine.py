@@ -11,6 +11,7 @@ import ast
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import libcst as cst
 
@@ -155,6 +156,13 @@ Handler = Callable[[cst.CSTNode], object]
 # Turns source into LibCST's tree exactly as `cst.parse_module` does; an editor's buffer is
 # parsed by one that reuses what the previous version's tree shares with it.
 ModuleParser = Callable[[str], cst.Module]
+
+
+class SyntaxCheck(Protocol):
+    """`check_syntax`, or one that reuses what it parsed of an editor buffer's last version."""
+
+    def __call__(self, source: str, path: str, *, newer_syntax: bool | None = None) -> ast.Module | None: ...
+
 
 class _Walker:
     """One traversal; each node goes to the analysis, then to every rule that asked for it.
@@ -309,6 +317,7 @@ def lint_module(
     reviewers: Sequence[type[Rule]] = (),
     selected_codes: frozenset[str] = frozenset(),
     flow_memory: FlowMemory | None = None,
+    syntax_check: SyntaxCheck | None = None,
 ) -> list[Diagnostic]:
     """Run the rules over a parsed module; `source` must be the text it was parsed from.
 
@@ -325,7 +334,8 @@ def lint_module(
         reports = analysed.reports
         reviewing = bool(reviewers) and honor_noqa and mentions_noqa(source)
         if judge_syntax and python_ast is None and (reports or reviewing or analysed.context.may_be_newer_syntax):
-            python_ast = check_syntax(source, path, newer_syntax=analysed.context.may_be_newer_syntax)
+            python_ast = (syntax_check or check_syntax)(source, path,
+                                                        newer_syntax=analysed.context.may_be_newer_syntax)
         if not reports and not reviewing:
             return []
         exemption = file_exemption(source)
@@ -434,10 +444,11 @@ def lint_source(
     deadline: Deadline | None = None,
     parse: ModuleParser = cst.parse_module,
     flow_memory: FlowMemory | None = None,
+    syntax_check: SyntaxCheck | None = None,
 ) -> list[Diagnostic]:
     """Parse and lint; raises InvalidSource for code this Python cannot parse, and
     AnalysisTimeout past the deadline. An editor passes the parser and the flows it keeps
-    for the buffer between versions."""
+    for the buffer between versions, and the syntax check that keeps its last parse."""
     if not mentions_torch(source):
         return []
     selected_codes = frozenset(rule.code for rule in rule_classes)
@@ -461,7 +472,8 @@ def lint_source(
         raise
     diagnostics = lint_module(module, blanked.text, path, rule_classes, options, honor_noqa=honor_noqa,
                               judge_syntax=True, deadline=deadline, reviewers=reviewers,
-                              selected_codes=selected_codes, flow_memory=flow_memory)
+                              selected_codes=selected_codes, flow_memory=flow_memory,
+                              syntax_check=syntax_check)
     if not blanked.spans:
         return diagnostics
     return [replace(d, fix=None, fix_withheld="it would edit a long literal of numbers, which is not analysed")

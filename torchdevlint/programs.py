@@ -21,7 +21,7 @@ import libcst as cst
 from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.budget import Deadline
 from torchdevlint.diagnostics import Diagnostic, FileError, Fix, Location
-from torchdevlint.engine import InvalidSource, ModuleParser, check_syntax, lint_source
+from torchdevlint.engine import InvalidSource, ModuleParser, SyntaxCheck, check_syntax, lint_source
 from torchdevlint.fixer import FixOutcome, apply_one_fix, fix_source
 from torchdevlint.notebook.document import NotebookDocument
 from torchdevlint.notebook.ipython import MaskedCell, mask
@@ -60,11 +60,12 @@ class Program(ABC):
     """The Python in one file, ready to lint and fix."""
 
     def __init__(self, path: str, parse: ModuleParser = cst.parse_module,
-                 flow_memory: FlowMemory | None = None) -> None:
+                 flow_memory: FlowMemory | None = None, syntax_check: SyntaxCheck | None = None) -> None:
         self.path = path
         # An editor's buffer is parsed, and its flows interpreted, reusing the last version's.
         self.parse = parse
         self.flow_memory = flow_memory
+        self.syntax_check = syntax_check
         # Parts of the file that could not be analysed while the rest was (a notebook's cells
         # with syntax errors); filled in by `lint` and `fix`.
         self.errors: list[FileError] = []
@@ -118,7 +119,7 @@ class Program(ABC):
                           deadline: Deadline | None) -> list[Diagnostic]:
         """Findings with their lines counted in `text` (not yet placed in cells)."""
         return lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse,
-                           flow_memory=self.flow_memory)
+                           flow_memory=self.flow_memory, syntax_check=self.syntax_check)
 
     def error(self, message: str, line: int | None, column: int | None) -> FileError:
         """A file error at a place in `text`, placed where the user sees it."""
@@ -141,8 +142,8 @@ class Program(ABC):
 
 class PythonProgram(Program):
     def __init__(self, path: str, source: SourceText, parse: ModuleParser = cst.parse_module,
-                 flow_memory: FlowMemory | None = None) -> None:
-        super().__init__(path, parse, flow_memory)
+                 flow_memory: FlowMemory | None = None, syntax_check: SyntaxCheck | None = None) -> None:
+        super().__init__(path, parse, flow_memory, syntax_check)
         self.source = source
         # A notebook exported as a `.py` file (Colab's "Download .py") keeps its `!pip install`
         # and `%matplotlib` lines: set aside as in a notebook, and said so.
@@ -169,7 +170,7 @@ class PythonProgram(Program):
     def lint(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
              deadline: Deadline | None = None) -> list[Diagnostic]:
         return lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse,
-                           flow_memory=self.flow_memory)
+                           flow_memory=self.flow_memory, syntax_check=self.syntax_check)
 
     def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
             unsafe: bool = False, deadline: Deadline | None = None,
@@ -221,8 +222,8 @@ class NotebookProgram(Program):
     """The notebook's Python code cells, in order, analysed as one program."""
 
     def __init__(self, path: str, document: NotebookDocument, parse: ModuleParser = cst.parse_module,
-                 flow_memory: FlowMemory | None = None) -> None:
-        super().__init__(path, parse, flow_memory)
+                 flow_memory: FlowMemory | None = None, syntax_check: SyntaxCheck | None = None) -> None:
+        super().__init__(path, parse, flow_memory, syntax_check)
         self.document = document
         self.cells = NotebookCells(document)
 
@@ -234,7 +235,7 @@ class NotebookProgram(Program):
              deadline: Deadline | None = None) -> list[Diagnostic]:
         found = self._without_broken_cells(
             lambda: lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse,
-                                flow_memory=self.flow_memory))
+                                flow_memory=self.flow_memory, syntax_check=self.syntax_check))
         return self._placed(found)
 
     def fix(self, rules: Sequence[type[Rule]], options: Mapping[str, object] | None = None, *,
@@ -250,7 +251,7 @@ class NotebookProgram(Program):
                           deadline: Deadline | None) -> list[Diagnostic]:
         return self._without_broken_cells(
             lambda: lint_source(self.text, self.path, rules, options, deadline=deadline, parse=self.parse,
-                                flow_memory=self.flow_memory))
+                                flow_memory=self.flow_memory, syntax_check=self.syntax_check))
 
     def _without_broken_cells(self, action: Callable[[], T]) -> T:
         """Run `action` on the program; if a cell does not parse, report it and run it again
@@ -357,11 +358,11 @@ def _diff_lines(source: str) -> list[str]:
 
 
 def load_program(path: str, data: bytes, parse: ModuleParser = cst.parse_module,
-                 flow_memory: FlowMemory | None = None) -> Program:
+                 flow_memory: FlowMemory | None = None, syntax_check: SyntaxCheck | None = None) -> Program:
     """The program in a file's bytes; raises SourceError (a NotebookError for a broken notebook)."""
     if is_notebook(path):
-        return NotebookProgram(path, NotebookDocument.parse(data), parse, flow_memory)
-    return PythonProgram(path, decode_source(data), parse, flow_memory)
+        return NotebookProgram(path, NotebookDocument.parse(data), parse, flow_memory, syntax_check)
+    return PythonProgram(path, decode_source(data), parse, flow_memory, syntax_check)
 
 
 def read_program(path: str) -> Program:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import libcst as cst
 
     from torchdevlint.analysis.flow.memory import FlowMemory
-    from torchdevlint.engine import ModuleParser
+    from torchdevlint.engine import ModuleParser, SyntaxCheck
     from torchdevlint.programs import Program
     from torchdevlint.rule import Rule
 
@@ -110,11 +110,14 @@ def process_bytes(path: str, data: bytes, settings: RunSettings, *, in_place: bo
 
 
 def process_buffer(path: str, data: bytes, settings: RunSettings, parse: ModuleParser | None = None,
-                   flow_memory: FlowMemory | None = None) -> tuple[FileResult, Program | None]:
+                   flow_memory: FlowMemory | None = None, syntax_check: SyntaxCheck | None = None
+                   ) -> tuple[FileResult, Program | None]:
     """`process_bytes` for an editor's buffer of file `path`, never written: also the program
     it read (None where it read none), whose findings' fixes a caller may apply one by one.
-    `parse` and `flow_memory` are what the editor keeps of the buffer between versions."""
-    return _process(path, data, settings, in_place=False, parse=parse, flow_memory=flow_memory)
+    `parse`, `flow_memory` and `syntax_check` are what the editor keeps of the buffer between
+    versions."""
+    return _process(path, data, settings, in_place=False, parse=parse, flow_memory=flow_memory,
+                    syntax_check=syntax_check)
 
 
 def _answered_without_linting(path: str, data: bytes, settings: RunSettings, *, in_place: bool) -> FileResult | None:
@@ -140,7 +143,8 @@ def _answered_without_linting(path: str, data: bytes, settings: RunSettings, *, 
 
 
 def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
-             parse: ModuleParser | None, flow_memory: FlowMemory | None = None) -> tuple[FileResult, Program | None]:
+             parse: ModuleParser | None, flow_memory: FlowMemory | None = None,
+             syntax_check: SyntaxCheck | None = None) -> tuple[FileResult, Program | None]:
     answered = _answered_without_linting(path, data, settings, in_place=in_place)
     if answered is not None:
         return answered, None
@@ -153,7 +157,7 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
     from torchdevlint.programs import FixNotWritable, load_program
 
     try:
-        program = load_program(path, data, parse or cst.parse_module, flow_memory)
+        program = load_program(path, data, parse or cst.parse_module, flow_memory, syntax_check)
     except SourceError as error:
         result.errors.append(FileError(path, str(error)))
         return result, None

@@ -35,6 +35,7 @@ from torchdevlint.config import CONFIG_FILE_NAMES, ConfigError
 from torchdevlint.diagnostics import Diagnostic, FileError
 from torchdevlint.fixer import apply_one_fix
 from torchdevlint.incremental_parse import IncrementalParser
+from torchdevlint.incremental_syntax import IncrementalSyntaxCheck
 from torchdevlint.notebook.document import NotebookDocument
 from torchdevlint.programs import NotebookProgram, Program
 from torchdevlint.registry import rule_by_code
@@ -104,10 +105,11 @@ class _Linted:
 @dataclass
 class _Kept:
     """What the server keeps of a buffer from one version to the next: its parser (the last
-    tree) and the flows of its functions (see `analysis.flow.memory`)."""
+    tree), the flows of its functions (see `analysis.flow.memory`) and Python's own parse."""
 
     parser: IncrementalParser = field(default_factory=IncrementalParser)
     flows: FlowMemory = field(default_factory=FlowMemory)
+    syntax: IncrementalSyntaxCheck = field(default_factory=IncrementalSyntaxCheck)
 
 
 # How often a full pass of the garbage collector runs, in lints.
@@ -128,7 +130,8 @@ def _lint(buffer: _Buffer, run_settings: RunSettings | None, kept: _Kept) -> _Li
                                                 f"more than {MAX_BUFFER_BYTES >> 20} MB): `torchdevlint check` lints it")
         return _Linted(buffer, (), (too_large,), run_settings, None)
     try:
-        result, program = process_buffer(str(buffer.path), data, run_settings, kept.parser.parse, kept.flows)
+        result, program = process_buffer(str(buffer.path), data, run_settings, kept.parser.parse, kept.flows,
+                                         kept.syntax)
     except Exception as error:  # noqa: BLE001 - reported to the client; the server carries on
         internal = FileError(str(buffer.path), f"internal error ({type(error).__name__}: {error}); please report it")
         return _Linted(buffer, (), (internal,), run_settings, None)
