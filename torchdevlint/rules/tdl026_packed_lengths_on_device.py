@@ -459,6 +459,8 @@ class PackedLengthsOnDevice(Rule):
                     wanted, position, None if arg.keyword is None else arg.keyword.value)]
         if not handed:
             handed = self.context.flow.arguments_forward_needs_on_host(node)
+        if not handed:
+            return  # most calls: the body's bindings are not looked at
         function = self.context.enclosing_function()
         parameters = set() if function is None else {param.name.value for param in (
             *function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
