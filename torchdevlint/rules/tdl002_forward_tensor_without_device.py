@@ -38,7 +38,12 @@ class ForwardTensorWithoutDevice(Rule):
     CPU lengths of `pack_padded_sequence`, 0-dimensional tensors in arithmetic (also after
     element-wise math and full reductions: `torch.sqrt(torch.tensor(2.0 / math.pi)) * x`), and tensors
     made in `__init__` (TDL010 covers attributes) or in a method only `__init__` calls (a
-    dummy input measuring a layer's output size, while the module is still on the CPU). `torchdevlint debug flow FILE` shows where
+    dummy input measuring a layer's output size, while the module is still on the CPU).
+    Nor is anything in a program that trains its model itself (it calls `.backward()`) and
+    never names an accelerator: no `cuda`, `device`, `gpu`, `mps`, `.to(`, parallel wrapper or
+    `pin_memory` anywhere in its text, comments included. Such a script (a CPU tutorial)
+    cannot put its model on a GPU; a file of models that other programs import, or a script
+    that mentions a device even in a comment, is reported. `torchdevlint debug flow FILE` shows where
     the analysis puts each value.
 
     ## Fix safety
@@ -238,6 +243,26 @@ class ForwardTensorWithoutDevice(Rule):
                     out, h = model(x, h)
             """,
             name="hidden-state-made-where-the-model-is",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class Tagger(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.rnn = nn.RNN(8, 16, batch_first=True)
+                def forward(self, x):
+                    h0 = torch.zeros(1, x.size(0), 16)
+                    return self.rnn(x, h0)[0]
+            model = Tagger()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(100):
+                optimizer.zero_grad()
+                model(torch.randn(4, 5, 8)).pow(2).mean().backward()
+                optimizer.step()
+            """,
+            name="script-that-trains-only-on-the-host",
         ),
     ]
     INVALID = [
@@ -580,6 +605,44 @@ class ForwardTensorWithoutDevice(Rule):
             """
             import torch
             import torch.nn as nn
+            class Tagger(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.rnn = nn.RNN(8, 16, batch_first=True)
+                def forward(self, x):
+                    h0 = torch.zeros(1, x.size(0), 16)
+                    return self.rnn(x, h0)[0]
+            model = Tagger()  # later: model.to(device) for the GPU
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(100):
+                optimizer.zero_grad()
+                model(torch.randn(4, 5, 8)).pow(2).mean().backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Tagger(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.rnn = nn.RNN(8, 16, batch_first=True)
+                def forward(self, x):
+                    h0 = torch.zeros(1, x.size(0), 16, device=x.device)
+                    return self.rnn(x, h0)[0]
+            model = Tagger()  # later: model.to(device) for the GPU
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(100):
+                optimizer.zero_grad()
+                model(torch.randn(4, 5, 8)).pow(2).mean().backward()
+                optimizer.step()
+            """,
+            applicability=Applicability.UNSAFE,
+            name="script-that-names-a-device-in-a-comment",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
             class Net(nn.Module):
                 def forward(self, x: torch.Tensor):
                     x = x.tolist()
@@ -600,6 +663,8 @@ class ForwardTensorWithoutDevice(Rule):
 
     def leave_Module(self, node: cst.Module) -> None:
         flow = self.context.flow
+        if flow.trains_only_on_the_host():
+            return  # a CPU-only tutorial script: its model never sees GPU data
         reported: set[int] = set()
         for found in flow.host_meetings():
             meeting_class = self._module_class_of(found.flow.node)

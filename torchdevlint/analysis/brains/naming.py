@@ -32,6 +32,12 @@ PART_MAKER_NOUNS = frozenset({"block", "blocks", "layer", "layers", "fn", "func"
 GPU_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu",
                        "distributed", "ddp", "world", "multigpu", "cudnn"})
 
+# Text whose presence anywhere in a program (a name, a string, a comment) says it may put data
+# on an accelerator: where none is, and the program trains a model itself, all its data stays
+# on the host (`FlowQueries.trains_only_on_the_host`). Read case-insensitively, as substrings.
+ACCELERATOR_TEXT = ("cuda", "device", "gpu", "mps", "xpu", "accel", "distributed", "parallel", "pin_memory",
+                    "nccl", ".to(", "torch.compile")
+
 # Words that turn a GPU setting around (`--no-cuda`, `disable_gpu`).
 NEGATION_WORDS = frozenset({"no", "not", "disable", "disabled", "without", "nocuda", "nogpu"})
 

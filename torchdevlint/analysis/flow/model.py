@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
-from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.flow import cpu_mode
 from torchdevlint.analysis.flow.call_sites import (
     CallSite,
@@ -116,6 +116,7 @@ class FlowModel:
         self._device_setting_bodies: frozenset[int] | None = None
         self._entry_cuda_devices = {index: device_value(cuda_place("'cuda'", index)) for index in (0, None)}
         self._entry_default_device: tuple[Value | None] | None = None
+        self._trains_only_on_the_host: bool | None = None
         self._enclosing_scope = enclosing_scope
         self.deadline = deadline if deadline is not None else NoDeadline()
         self._definitions: dict[int, _Definition] = {}
@@ -186,6 +187,17 @@ class FlowModel:
             self._device_setting_bodies = _device_setting_bodies(self.module) if changes else frozenset()
         index = 0 if self._device_setting_bodies <= {id(scope)} else None
         return self._entry_cuda_devices[index]
+
+    def trains_only_on_the_host(self) -> bool:
+        """A self-contained program that keeps all its data on the host: it trains a model
+        itself (it calls `.backward()`) and its text names no accelerator, device, move or
+        parallel wrapper anywhere (`naming.ACCELERATOR_TEXT`). Model code in it meets no GPU
+        data; the same class in a file of models that another program moves may."""
+        if self._trains_only_on_the_host is None:
+            text = (self._source if self._source is not None else self.module.code).lower()
+            self._trains_only_on_the_host = ".backward(" in text and not any(
+                word in text for word in naming.ACCELERATOR_TEXT)
+        return self._trains_only_on_the_host
 
     @property
     def entry_default_device(self) -> Value | None:
