@@ -55,7 +55,7 @@ from torchdevlint.verify.cuda_api import (
     machine_in_use,
     patch_cuda_api,
 )
-from torchdevlint.verify.race import Patches, function_name, host_copy_race_check, tensors_in
+from torchdevlint.verify.race import HostCopyRaceMode, Patches, function_name, host_copy_race_check, tensors_in
 
 # What PyTorch's C++ core sees: a device without storage, which autograd runs like the CPU.
 _WRAPPER_DEVICE = torch.device("meta")
@@ -412,6 +412,12 @@ def _cuda_allocation(func: Any, *args: Any, **kwargs: Any) -> Any:
 class _Allocations(TorchDispatchMode):  # type: ignore[no-untyped-call]  # unannotated in torch
     """Operations inside PyTorch: emulated operands, and `meta` allocations made for them."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch.compile runs programs as written on the emulated GPU (`cuda_api`): Dynamo never
+        # traces under this mode, and hiding each dispatch from it cost a fifth of a small step.
+        return False
+
     def __torch_dispatch__(
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
@@ -561,6 +567,8 @@ class _DeviceArguments(TorchFunctionMode):
     def __init__(self, machine: EmulatedMachine) -> None:
         super().__init__()
         self.machine = machine
+        # The read-before-sync check, handed each call first, as the program made it.
+        self.race: HostCopyRaceMode | None = None
         self._handlers: dict[Callable[..., Any], Callable[..., Any]] = {
             torch.device: lambda func, args, kwargs: func(*args, **kwargs),
             Tensor.to: self._to,
@@ -749,8 +757,12 @@ class _DeviceArguments(TorchFunctionMode):
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
-        kwargs = kwargs or {}
-        arguments = tuple(args)
+        race = self.race
+        if race is not None and race.watches(func):
+            return race.observed(func, tuple(args), kwargs or {}, self._on_the_gpu)
+        return self._on_the_gpu(func, tuple(args), kwargs or {})
+
+    def _on_the_gpu(self, func: Callable[..., Any], arguments: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         handler = self._handlers.get(func)
         if handler is None and getattr(func, "__self__", None) is _DATA and func.__name__ == "__set__":
             handler = self._set_data
@@ -1053,8 +1065,11 @@ def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedMachine]:
         stack.callback(allocations._destroy)
         stack.enter_context(_Allocations())  # type: ignore[no-untyped-call]  # torch leaves this untyped
         stack.enter_context(arguments)
-        # Entered last, so it sees each call before the emulation turns CUDA devices emulated.
-        stack.enter_context(host_copy_race_check("emulated GPU", (EmulatedStream, EmulatedEvent)))
+        # Handed each call before the emulation turns CUDA devices emulated.
+        race = stack.enter_context(host_copy_race_check("emulated GPU", (EmulatedStream, EmulatedEvent), as_mode=False))
+        race.parse_to = lambda *args, **kwargs: arguments._parse_to(torch._C._nn._parse_to, args, kwargs)
+        arguments.race = race
+        stack.callback(setattr, arguments, "race", None)
         yield machine
 
 

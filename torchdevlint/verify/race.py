@@ -105,6 +105,8 @@ def _blocking_reads() -> frozenset[object]:
 
 _METADATA = _metadata_functions()
 _SYNCHRONISING_READS = _blocking_reads()
+# The calls the check acts on even while no copy is pending.
+_TRANSFERS_AND_READS = frozenset({Tensor.to, Tensor.cuda, Tensor.copy_}) | _SYNCHRONISING_READS
 
 
 def _on_accelerator(value: Any) -> bool:
@@ -128,6 +130,8 @@ class HostCopyRaceMode(TorchFunctionMode):
         self._note = note
         # Keyed by identity, held weakly: a copy that is dropped unread is no longer pending.
         self._pending: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        # Reads `.to`'s arguments; the emulated GPU's own where it hands calls over itself.
+        self.parse_to: Callable[..., Any] = torch._C._nn._parse_to
 
     def is_pending(self, tensor: Tensor) -> bool:
         return tensor in self._pending
@@ -152,7 +156,7 @@ class HostCopyRaceMode(TorchFunctionMode):
                 non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
             else:
                 parse_kwargs = {key: value for key, value in kwargs.items() if key != "copy"}
-                non_blocking = bool(torch._C._nn._parse_to(*args[1:], **parse_kwargs)[2])
+                non_blocking = bool(self.parse_to(*args[1:], **parse_kwargs)[2])
         if _on_accelerator(source) and _on_host(destination):
             if non_blocking:
                 self._pending[destination] = True
@@ -161,18 +165,26 @@ class HostCopyRaceMode(TorchFunctionMode):
         elif _on_host(source) and _on_accelerator(destination) and not non_blocking:
             self.arrived()  # from pageable memory too: the copy is queued, then the host waits
 
-    def __torch_function__(
-        self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
-        kwargs = kwargs or {}
+    def watches(self, func: Callable[..., Any]) -> bool:
+        """Whether `observed` would do anything about the call (most calls: no)."""
+        return bool(self._pending.data) or func in _TRANSFERS_AND_READS
+
+    def observed(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 call: Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]) -> Any:
+        """`call(func, args, kwargs)`, the program's call as the device runs it, checked and noted."""
         if self._pending and func not in _METADATA:
-            self._check_read(func, tuple(args), kwargs)
-        result = func(*args, **kwargs)
+            self._check_read(func, args, kwargs)
+        result = call(func, args, kwargs)
         if func is Tensor.to or func is Tensor.cuda or func is Tensor.copy_:
-            self._transfer(func, tuple(args), kwargs, result)
+            self._transfer(func, args, kwargs, result)
         elif func in _SYNCHRONISING_READS and any(_on_accelerator(t) for t in tensors_in(args)):
             self.arrived()
         return result
+
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        return self.observed(func, tuple(args), kwargs or {}, _call)
 
 
 def _patch_synchronisations(patches: Patches, race: HostCopyRaceMode, classes: tuple[type, ...]) -> None:
@@ -216,9 +228,17 @@ def _patch_synchronisations(patches: Patches, race: HostCopyRaceMode, classes: t
             patches.set(cls, "query", arriving_when_done(own["query"]))
 
 
+def _call(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return func(*args, **kwargs)
+
+
 @contextmanager
-def host_copy_race_check(who: str = "CUDA", emulated: tuple[type, ...] = ()) -> Iterator[HostCopyRaceMode]:
-    """The read-before-sync check on a real GPU, or (given its stream and event classes) the emulated one."""
+def host_copy_race_check(who: str = "CUDA", emulated: tuple[type, ...] = (), *,
+                         as_mode: bool = True) -> Iterator[HostCopyRaceMode]:
+    """The read-before-sync check on a real GPU, or (given its stream and event classes) the emulated one.
+
+    With `as_mode=False` it is not entered as a mode of its own: the caller's mode hands it each
+    call (`observed`), which saves a second pass through Python for every operation."""
     if emulated:
         race = HostCopyRaceMode(who, _EMULATED_RACE_NOTE)
         classes = emulated
@@ -229,5 +249,6 @@ def host_copy_race_check(who: str = "CUDA", emulated: tuple[type, ...] = ()) -> 
     with ExitStack() as stack:
         stack.callback(patches.undo)
         _patch_synchronisations(patches, race, classes)
-        stack.enter_context(race)
+        if as_mode:
+            stack.enter_context(race)
         yield race
