@@ -6,6 +6,7 @@ project's own files, every version compared with a fresh parse.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,12 +32,19 @@ def mismatch(parser: IncrementalParser, source: str) -> str | None:
     return difference(outcome(parser, source), source)
 
 
+@functools.lru_cache(maxsize=8)
+def fresh_parse(source: str) -> cst.Module | BaseException:
+    """parse_module's outcome (trees are immutable: the exhaustive edit tests compare each
+    version with the same base again and again, and parse it once)."""
+    try:
+        return cst.parse_module(source)
+    except Exception as error:  # noqa: BLE001
+        return error
+
+
 def difference(got: cst.Module | BaseException, source: str) -> str | None:
     """How `got` differs from parse_module's outcome for `source`; None if it does not."""
-    try:
-        expected: cst.Module | BaseException = cst.parse_module(source)
-    except Exception as error:  # noqa: BLE001
-        expected = error
+    expected = fresh_parse(source)
     if isinstance(expected, BaseException) or isinstance(got, BaseException):
         if type(got) is not type(expected) or str(got) != str(expected):
             return f"outcome: got {got!r:.200}, expected {expected!r:.200}"
@@ -567,19 +575,21 @@ def test_random_edits_of_project_files_match_a_fresh_parse() -> None:
     assert checked > 400
 
 
-# Characters each file's versions may cost the fresh parses that check them.
-_PARSED_PER_FILE = 80_000
+# Characters all files' versions may cost the fresh parses that check them, shared among the
+# files: the suite's time stays bounded as the package grows.
+_PARSED_IN_ALL = 7_000_000
 
 
 @pytest.mark.slow
 def test_many_random_edits_of_project_files_match_a_fresh_parse() -> None:
     paths = sorted((ROOT / "torchdevlint").rglob("*.py")) + sorted(FIXTURES.glob("*.py"))
     problems: list[str] = []
+    per_file = _PARSED_IN_ALL // len(paths)
     for seed, (name, source) in enumerate(_sources(paths)):
         # Every file of the package and the fixtures, each edited at random; each version is
         # checked against a fresh parse, so the edits per file fall with its size (a small
-        # file 40, the interpreter 4): the suite's time stays bounded as the package grows.
-        count = max(4, min(40, _PARSED_PER_FILE // max(1, len(source))))
+        # file 40, the interpreter 4) and with the number of files.
+        count = max(4, min(40, per_file // max(1, len(source))))
         _, found = check_random_edits(source, 1000 + seed, count, inside_bodies=seed % 3 != 0)
         problems.extend(f"{name}: {problem}" for problem in found)
     assert not problems, problems[:5]
