@@ -127,10 +127,11 @@ class DeprecatedPinMemoryDevice(Rule):
             if device is not None and not (self.context.flow.value_of(func.value).kinds & _NOT_TENSORS):
                 self.report(device, fix=self._without(node, device))
             return
-        if self.context.names.qualified_name(func, among=torch_api.DATALOADERS) is not None:
-            for arg in node.args:
-                if arg.keyword is not None and arg.keyword.value == _LOADER_KEYWORD:
-                    self.report(arg, fix=self._without(node, arg))
+        passed = [arg for arg in node.args if arg.keyword is not None and arg.keyword.value == _LOADER_KEYWORD]
+        # Whose call it is, asked only of calls passing the keyword: names cost more than keywords.
+        if passed and self.context.names.qualified_name(func, among=torch_api.DATALOADERS) is not None:
+            for arg in passed:
+                self.report(arg, fix=self._without(node, arg))
 
     @staticmethod
     def _tensor_device_argument(call: cst.Call) -> cst.Arg | None:
