@@ -37,6 +37,8 @@ DEVICE_MISMATCH = re.compile(
     )
 )
 CUDA_CHECKPOINT_ON_CPU_HOST = re.compile(r"Attempting to deserialize object on a CUDA device")
+# `.cuda(device)` handed the CPU, on a CPU-only build and on a CUDA one alike.
+CUDA_GIVEN_THE_CPU = re.compile(r"Invalid device, must be cuda device")
 # CUDA used on a machine without a GPU, as a CPU-only build and a driverless machine say it.
 NO_GPU = re.compile(
     "|".join(

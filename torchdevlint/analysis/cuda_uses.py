@@ -64,12 +64,16 @@ class CudaUse:
     index: int | None = None
 
 
-def cuda_uses(call: cst.Call, names: NameResolver, constructor_aliases: frozenset[str] | set[str]) -> list[CudaUse]:
-    """The CUDA uses a call makes: the call itself, or `"cuda"` handed to it."""
+def cuda_uses(call: cst.Call, names: NameResolver, constructor_aliases: frozenset[str] | set[str],
+              flow: FlowQueries, ancestors: Sequence[cst.CSTNode]) -> list[CudaUse]:
+    """The CUDA uses a call makes: the call itself, or `"cuda"` handed to it (`ancestors`:
+    the call's, nearest first)."""
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
         if isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super":
             return []
+        if call.args and device_that_may_be_the_cpu(call, flow, ancestors) is not None:
+            return []  # fails where the device is the CPU, GPU or none (TDL027)
         return [CudaUse(call, UseKind.MOVE)]
     needing_a_gpu = names.qualified_name(func, among=_NEEDING_A_GPU)
     if needing_a_gpu in LEGACY_CUDA_TENSOR_TYPES:
@@ -97,6 +101,35 @@ def cuda_uses(call: cst.Call, names: NameResolver, constructor_aliases: frozense
             if literal is not None and literal.type == "cuda":
                 uses.append(CudaUse(arg.value, UseKind.DEVICE_ARGUMENT, literal.index))
     return uses
+
+
+def device_that_may_be_the_cpu(call: cst.Call, flow: FlowQueries,
+                               ancestors: Sequence[cst.CSTNode]) -> cst.BaseExpression | None:
+    """The device handed to `.cuda(device)` where it may be the CPU (TDL027): one with a CPU
+    fallback, or one the CPU mode sets to "cpu" (another tensor's `.device`, `args.device`, a
+    parameter named as a device), in code the CPU mode reaches (`ancestors`: the call's,
+    nearest first). None for other calls, for GPU indices, GPU settings and devices that are
+    GPUs on every path, and under a test the CPU mode fails (`if device.type == "cuda":`).
+    Such a call is no CUDA use: where the device is the CPU it raises for another reason than
+    a missing GPU."""
+    func = call.func
+    if type(func) is not cst.Attribute or func.attr.value != "cuda":
+        return None
+    if type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super":
+        return None  # an override of `cuda` handing its argument on
+    device = next((arg.value for arg in call.args if arg.keyword is None and not arg.star), None)
+    if device is None:
+        device = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "device"),
+                      None)
+    if device is None:
+        return None
+    value = flow.value_of(device)
+    if value.device is not None and value.device.types is not None:
+        if "cpu" not in value.device.types:
+            return None
+    elif value.in_cpu_mode != "cpu":
+        return None
+    return device if flow.reached_in_cpu_mode(call, ancestors) else None
 
 
 def _hands_cuda(arg: cst.Arg, position: int, is_move: bool, names: NameResolver) -> bool:
@@ -393,10 +426,10 @@ class CudaProgram:
             self.says_it_needs_a_gpu = True
 
     def _record_cuda_uses(self, node: cst.Call) -> None:
-        uses = cuda_uses(node, self._context.names, self.constructor_aliases)
+        ancestors = tuple(self._context.ancestors(node))
+        uses = cuda_uses(node, self._context.names, self.constructor_aliases, self._context.flow, ancestors)
         if not uses:
             return
-        ancestors = tuple(self._context.ancestors(node))
         device = self._context.binding_scope(DEVICE_VARIABLE)
         shadowed = device is not None and not isinstance(device, cst.Module)
         for use in uses:

@@ -529,7 +529,8 @@ class UnguardedCuda(Rule):
         self._sites.append(_Site(node, visited, tuple(self.context.ancestors(visited)), fix, alias, moved))
 
     def visit_Call(self, node: cst.Call) -> None:
-        for use in cuda_uses(node, self.context.names, self._program.constructor_aliases):
+        for use in cuda_uses(node, self.context.names, self._program.constructor_aliases, self.context.flow,
+                             self.context.ancestors(node)):
             if use.kind is UseKind.LEGACY_CONSTRUCTOR and self._program.model_method_here() is not None:
                 continue  # made on the current GPU, not the model's: TDL022 reports it with its fix
             moved = node.func.value if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("cuda", "to") \
