@@ -596,6 +596,22 @@ class TargetNotMoved(Rule):
             count=2,
             name="batch-items-moved-one-by-one-target-left-behind",
         ),
+        Invalid(
+            """
+            import unittest
+            import torch
+            from models import Autoencoder
+
+            class TestAutoencoder(unittest.TestCase):
+                def setUp(self):
+                    self.model = Autoencoder(in_channels=3).cuda()
+
+                def test_reconstruction_shape(self):
+                    images = torch.randn(2, 3, 32, 32)
+                    self.assertEqual(self.model(images).shape, images.shape)
+            """,
+            name="model-from-another-file-moved-then-called-on-host-data",
+        ),
     ]
 
     def leave_Module(self, node: cst.Module) -> None:

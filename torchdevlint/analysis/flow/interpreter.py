@@ -77,6 +77,7 @@ _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 _CHECKED = frozenset({DeviceCheck.SAME, DeviceCheck.ITERATOR})
 _HOST_ONLY = frozenset({HOST_PLACE})
 _UNKNOWN_ONLY = frozenset({Kind.UNKNOWN})
+_MODULE_ONLY = frozenset({Kind.MODULE})
 _SCALAR_ONLY = frozenset({Kind.SCALAR})
 # The key of a container's items that stands for each of its elements.
 _ANY_ITEM = "*"
@@ -160,6 +161,15 @@ def _join_env(left: Env | None, right: Env | None) -> Env | None:
         del joined[CPU_MODE_UNREACHED]
     return joined
 
+
+
+def _moved_then_called(value: Value) -> Value | None:
+    """A value of unknown kind moved to a device, now called: a Module there (`Net().cuda()`
+    of a class from another file, `torch.load(path).to(device)`): only a Module both moves
+    and calls. None for any other value."""
+    if value.kinds == _UNKNOWN_ONLY and value.places is not None and value.on_accelerator:
+        return replace(value, kinds=_MODULE_ONLY)
+    return None
 
 class Interpreter:
     """Interprets one body; `run` returns its FunctionFlow."""
@@ -1186,6 +1196,9 @@ class Interpreter:
             return _on_default_device(self._same_file_call(node, callee, arguments), env)
         if callee.is_module_like:
             return self._module_call(node, callee, arguments)
+        moved_module = _moved_then_called(callee)
+        if moved_module is not None:
+            return self._module_call(node, moved_module, arguments)
         if type(callee_node) is cst.Name:
             name = callee_node.value
             if name in _BUILTIN_SCALARS and callee.kinds == {Kind.UNKNOWN}:
@@ -1339,6 +1352,8 @@ class Interpreter:
             key = place_key(node.func)
             attribute = env.get(key) if key is not None and key in env else \
                 self.oracle.attribute_value(receiver.instance_of, method, receiver)
+            if attribute is not None and not attribute.is_module_like:
+                attribute = _moved_then_called(attribute) or attribute
             if attribute is not None and attribute.is_module_like:
                 self.flow.values[id(node.func)] = attribute
                 return self._module_call(node, attribute, arguments)
