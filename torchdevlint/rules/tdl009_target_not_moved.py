@@ -82,6 +82,19 @@ class TargetNotMoved(Rule):
         Valid(
             """
             import torch
+            from tinylm import TinyLM
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = TinyLM.load("checkpoints/tiny").to(device)
+            start = torch.zeros((1, 1), dtype=torch.long, device=device)
+            tokens = model.generate(start, max_new_tokens=50)
+            words = [model.vocab[i] for i in model.decode(tokens)]
+            """,
+            name="model-method-handed-a-prompt-on-its-device",
+        ),
+        Valid(
+            """
+            import torch
             import torch.nn as nn
 
             class GanTrainer:
@@ -611,6 +624,18 @@ class TargetNotMoved(Rule):
                     self.assertEqual(self.model(images).shape, images.shape)
             """,
             name="model-from-another-file-moved-then-called-on-host-data",
+        ),
+        Invalid(
+            """
+            import torch
+            from tinylm import TinyLM
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = TinyLM.load("checkpoints/tiny").to(device)
+            start = torch.zeros((1, 1), dtype=torch.long)
+            tokens = model.generate(start, max_new_tokens=50)
+            """,
+            name="model-method-handed-a-host-prompt",
         ),
     ]
 

@@ -1375,6 +1375,14 @@ class Interpreter:
                 # file with such a method, wherever the model was moved.
                 instance = Value(frozenset({Kind.MODULE}), receiver.places, instance_of=class_id)
                 return self.oracle.call_result(definition, node, arguments, instance)
+        moved_module = _moved_then_called(receiver)
+        if moved_module is not None and method not in _MODULE_API and torch_api.method_op(method) is None \
+                and any(argument.is_tensor_like for argument in arguments):
+            # `model.generate(prompt)` on a model moved to a device: no Tensor has the method,
+            # so the receiver is a Module, and what it computes from its tensors is done there.
+            # What it returns is its own affair (a list of tokens, a string, a tensor).
+            self._module_call(node, moved_module, arguments)
+            return UNKNOWN
         if receiver.is_tensor_like:
             return self._tensor_method(node, method, receiver, arguments)
         either = receiver.number_or_tensor
