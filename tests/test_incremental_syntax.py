@@ -70,6 +70,8 @@ def test_typing_inside_a_function_parses_only_that_function(monkeypatch: pytest.
         "import torch\n\n\n" + functions(3).replace("\n\ndef f1", "\nelse:\n    pass\ndef f1"),
         "import torch\n\n\n" + functions(3).replace("    return y\n", "    return y; x = 1\n", 1),
         "import torch; import os\n\n\n" + functions(3),
+        # a header above a first line of two statements, edited on that line
+        "# header\n\nimport torch; import os\n\n\n" + functions(3),
         "import torch\n\n\n" + functions(3).replace("def f2(x):", "    def f2(x):"),
         "import torch\n\n\n" + functions(3).replace("def f2(x):", "def f2(x:"),
         "import torch\n\n\n" + functions(3).replace("    return y\n", "    return (y\n", 1),
@@ -89,6 +91,12 @@ def test_typing_inside_a_function_parses_only_that_function(monkeypatch: pytest.
 def test_edits_give_what_a_whole_parse_gives(new: str) -> None:
     old = "import torch\n\n\n" + functions(3)
     assert_same_sequence([old, new, old, new])
+
+
+def test_statements_sharing_the_first_line_below_a_header_stay_one_unit() -> None:
+    old = "# header\n\nimport torch; import os\n\n\n" + functions(3)
+    assert_same_sequence([old, old.replace("import os", "import sys"), old.replace("import torch;", "import re;"),
+                          old, old.replace("import os\n\n", "import os\n# typed\n"), old])
 
 
 def test_unchanged_text_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:

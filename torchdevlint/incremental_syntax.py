@@ -64,14 +64,16 @@ def _units(statements: list[ast.stmt], first_line: int, last_line: int) -> list[
     """The statements grouped by the line they start on (`a = 1; b = 2` is one unit), covering
     lines first_line..last_line."""
     units: list[_Unit] = []
+    previous = 0  # the line the last unit's statements start on (the first unit may start above it)
     for statement in statements:
         line = _first_line(statement)
-        if units and line <= units[-1].first_line:
+        if units and line <= previous:
             units[-1].statements.append(statement)
             continue
         if units:
             units[-1].last_line = line - 1
         units.append(_Unit(first_line if not units else line, last_line, [statement]))
+        previous = line
     return units
 
 

@@ -73,7 +73,7 @@ def cuda_uses(call: cst.Call, names: NameResolver, constructor_aliases: frozense
         if isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super":
             return []
         if call.args and device_that_may_be_the_cpu(call, flow, ancestors) is not None:
-            return []  # fails where the device is the CPU, GPU or none (TDL027)
+            return []  # no CUDA use: where the device is the CPU it fails otherwise (TDL027)
         return [CudaUse(call, UseKind.MOVE)]
     needing_a_gpu = names.qualified_name(func, among=_NEEDING_A_GPU)
     if needing_a_gpu in LEGACY_CUDA_TENSOR_TYPES:

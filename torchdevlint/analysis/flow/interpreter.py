@@ -162,7 +162,6 @@ def _join_env(left: Env | None, right: Env | None) -> Env | None:
     return joined
 
 
-
 def _moved_then_called(value: Value) -> Value | None:
     """A value of unknown kind moved to a device, now called: a Module there (`Net().cuda()`
     of a class from another file, `torch.load(path).to(device)`): only a Module both moves
@@ -170,6 +169,7 @@ def _moved_then_called(value: Value) -> Value | None:
     if value.kinds == _UNKNOWN_ONLY and value.places is not None and value.on_accelerator:
         return replace(value, kinds=_MODULE_ONLY)
     return None
+
 
 class Interpreter:
     """Interprets one body; `run` returns its FunctionFlow."""
