@@ -120,6 +120,34 @@ def test_a_changed_class_changes_the_findings_on_its_attributes() -> None:
     assert buffer.memory.reused >= 2  # the class's methods
 
 
+def test_what_a_method_s_own_text_says_is_read_again_only_once_it_is_edited(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchdevlint.analysis.flow import model
+
+    read: list[str] = []
+    original = model._assigns_own_attributes
+
+    def reading(method: object, self_name: str | None) -> bool:
+        read.append(method.name.value)  # type: ignore[attr-defined]  # a FunctionDef
+        return original(method, self_name)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(model, "_assigns_own_attributes", reading)
+    buffer = Buffer()
+
+    def lint_kept(source: str) -> list[Diagnostic]:
+        return lint_source(source, "buffer.py", RULES, parse=buffer.parser.parse, flow_memory=buffer.memory)
+
+    first = lint_kept(MODEL_AND_TRAINING)
+    assert read == ["forward"]
+    read.clear()
+    edited = MODEL_AND_TRAINING.replace("x = x.cuda()", "x = x.cuda()\n        x = x * 2")
+    assert found(lint_kept(edited)) == found(first)
+    assert read == []  # the class is the same node: its methods' text is not read again
+    edited = MODEL_AND_TRAINING.replace("return self.proj(x) * self.scale", "return self.proj(x) * self.scale * 2")
+    assert found(lint_kept(edited)) == found(first)
+    assert read == ["forward"]
+
+
 def test_a_version_that_does_not_parse_keeps_what_the_last_one_did() -> None:
     buffer = Buffer()
     buffer.lint(HELPER_AND_CALLER)

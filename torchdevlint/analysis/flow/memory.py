@@ -21,7 +21,7 @@ names, with no ids, good as long as the statement is the same node.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -142,6 +142,9 @@ class FlowMemory:
         # Each top-level statement's name uses, with the statement they are about.
         self._kept_uses: dict[int, tuple[cst.BaseStatement, StatementNameUses]] = {}
         self._used_uses: dict[int, tuple[cst.BaseStatement, StatementNameUses]] = {}
+        # Facts read from a function's own text (`kept_text_fact`), with the function.
+        self._kept_facts: dict[tuple[str, int], tuple[cst.FunctionDef, bool]] = {}
+        self._used_facts: dict[tuple[str, int], tuple[cst.FunctionDef, bool]] = {}
         # The tree the kept records were checked against (see the module's docstring).
         self._anchor: cst.Module | None = None
         # Of the last version analysed: functions whose kept flow was reused, and interpreted.
@@ -153,6 +156,7 @@ class FlowMemory:
         collection: a class's methods run once more while its attributes are gathered)."""
         self._checked = {}
         self._used_uses = {}
+        self._used_facts = {}
         self.reused = self.interpreted = 0
 
     def recall(self, function: cst.FunctionDef, attributes_only: bool) -> FlowRecord | None:
@@ -169,8 +173,18 @@ class FlowMemory:
         self._used_uses[id(statement)] = (statement, uses)
         return uses
 
+    def kept_text_fact(self, fact: str, function: cst.FunctionDef, read: Callable[[cst.FunctionDef], bool]) -> bool:
+        """`read(function)`, a fact of the function's own text (`_assigns_own_attributes`), kept
+        while the function is the same node."""
+        key = (fact, id(function))
+        kept = self._kept_facts.get(key)
+        answer = kept[1] if kept is not None and kept[0] is function else read(function)
+        self._used_facts[key] = (function, answer)
+        return answer
+
     def finish(self, module: cst.Module) -> None:
         """The version's analysis ended: its records are the ones kept from now on."""
         self._kept, self._checked = self._checked, {}
         self._kept_uses, self._used_uses = self._used_uses, {}
+        self._kept_facts, self._used_facts = self._used_facts, {}
         self._anchor = module

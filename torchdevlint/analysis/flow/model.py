@@ -976,6 +976,10 @@ class FlowModel:
         self._memory.keep(record, attributes_only)
         return record.flow
 
+    def _text_fact(self, fact: str, function: cst.FunctionDef, read: Callable[[cst.FunctionDef], bool]) -> bool:
+        """`read(function)`; an editor's buffer keeps it while the function is unchanged."""
+        return self._memory.kept_text_fact(fact, function, read) if self._memory is not None else read(function)
+
     def keep_in_memory(self) -> None:
         """The analysis of this version is complete: its flows are the ones to reuse next."""
         if self._memory is not None:
@@ -1239,7 +1243,7 @@ class FlowModel:
         summary = self._classes[class_id] = _ClassSummary(node, False, methods, False)
         summary.is_module = self._bases_make_module(node, definition.enclosing)
         init = methods.get("__init__")
-        summary.moves_itself = init is not None and _moves_self(init)
+        summary.moves_itself = init is not None and self._text_fact("moves itself", init, _moves_self)
         return summary
 
     def _bases_make_module(self, node: cst.ClassDef, enclosing: Scope) -> bool:
@@ -1301,7 +1305,8 @@ class FlowModel:
             method_definition = self._definitions[id(method)]
             flow = self._flows.get(id(method))
             if flow is None:
-                if id(method) in self._in_progress or not _assigns_own_attributes(method, self._self_name(method)):
+                if id(method) in self._in_progress or not self._text_fact(
+                        "assigns own attributes", method, lambda m: _assigns_own_attributes(m, self._self_name(m))):
                     continue
                 # Reads of this class's attributes by an earlier method must not hide this one's.
                 self._provisional_reads.discard(id(summary.node))
