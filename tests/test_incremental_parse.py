@@ -6,6 +6,7 @@ project's own files, every version compared with a fresh parse.
 
 from __future__ import annotations
 
+import copy
 import functools
 import random
 from collections.abc import Sequence
@@ -697,12 +698,21 @@ def single_line_edits(source: str) -> list[str]:
 
 def check_single_line_edits(base: str, *, inside_bodies: bool, both_ways: bool) -> list[str]:
     problems = []
+    # Every edit of `base` starts from the same parser state: parsed once, then copied (the
+    # copies share the previous version, whose cuts are worked out once, on first use).
+    from_base = IncrementalParser(inside_bodies=inside_bodies)
+    base_parses = not isinstance(outcome(from_base, base), BaseException)
     for new in single_line_edits(base):
         pairs = [(base, new), (new, base)] if both_ways else [(base, new)]
         for old, text in pairs:
-            parser = IncrementalParser(inside_bodies=inside_bodies)
-            if isinstance(outcome(parser, old), BaseException):
-                continue
+            if old is base:
+                if not base_parses:
+                    continue
+                parser = copy.copy(from_base)
+            else:
+                parser = IncrementalParser(inside_bodies=inside_bodies)
+                if isinstance(outcome(parser, old), BaseException):
+                    continue
             problem = mismatch(parser, text)
             if problem is None and (parser.last_fallback or "").startswith("internal error"):
                 problem = parser.last_fallback
