@@ -12,9 +12,8 @@ which started a top-level statement at the region's first line, so the tokenizer
 region must parse alone, so it also ends clean: an unclosed bracket or string, a dangling
 decorator or `if x:`, a trailing backslash all fail at its end. The text after it is the
 previous version's from a line that started a top-level statement (never `else:`, `except` or an
-indented line), at column 0. Where the region does not parse alone, or the text has lone
-carriage returns or the one `__future__` import that changes the grammar, the whole text is
-parsed instead, so errors are always Python's own. The region is parsed after as many blank
+indented line), at column 0. Where the region does not parse alone, or the text has the one
+`__future__` import that changes the grammar, the whole text is parsed instead, so errors are always Python's own. The region is parsed after as many blank
 lines as precede it, so its line numbers come out right without walking its tree; reused units
 after it are moved by `ast.increment_lineno` when lines were added or removed.
 """
@@ -22,17 +21,14 @@ after it are moved by `ast.increment_lineno` when lines were added or removed.
 from __future__ import annotations
 
 import ast
-import re
 import warnings
 from bisect import bisect_right
 from dataclasses import dataclass
 
 from torchdevlint.engine import check_syntax
+from torchdevlint.sourcefile import LINE_BREAK
 
 __all__ = ["IncrementalSyntaxCheck"]
-
-# Python's tokenizer counts these as line ends in a str; a lone "\r" forces a whole parse.
-_LINE_END = re.compile(r"\r\n|\n")
 
 
 @dataclass
@@ -46,7 +42,7 @@ def _lines(text: str) -> list[str]:
     """The text's lines, each with its line end (the last may have none)."""
     lines: list[str] = []
     start = 0
-    for end in _LINE_END.finditer(text):
+    for end in LINE_BREAK.finditer(text):
         lines.append(text[start : end.end()])
         start = end.end()
     if start < len(text):
@@ -151,4 +147,4 @@ class IncrementalSyntaxCheck:
 
 
 def _splices_safely(source: str) -> bool:
-    return "barry_as_FLUFL" not in source and "\r" not in source.replace("\r\n", "")
+    return "barry_as_FLUFL" not in source
