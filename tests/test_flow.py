@@ -10,6 +10,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from torchdevlint.analysis.flow.results import Held
 from torchdevlint.analysis.flow.values import Value
 from torchdevlint.debug import flow_lines, model_for
 
@@ -575,3 +576,41 @@ def test_operators_cuda_checks_for_one_device_take_no_0_dim_host_tensor() -> Non
     )
     meetings = [fact for fact in facts if "meets" in fact]
     assert meetings == ["host data `first` meets accelerator data `table.weight` (call checked for one device)"]
+
+
+def test_the_global_rank_is_traced_through_names_int_and_functions_and_lost_in_arithmetic() -> None:
+    source = textwrap.dedent(
+        """
+        import os
+        import torch
+        import torch.distributed as dist
+        import horovod.torch as hvd
+        def launcher_rank():
+            return int(os.environ.get("RANK", 0))
+        rank = dist.get_rank()
+        probe(rank)
+        probe(int(os.environ["RANK"]))
+        probe(launcher_rank())
+        probe(hvd.rank())
+        probe(int(os.environ["LOCAL_RANK"]))
+        probe(hvd.local_rank())
+        probe(rank % torch.cuda.device_count())
+        probe(os.environ.get("MASTER_ADDR"))
+        """
+    )
+    module = cst.parse_module(source)
+    model = model_for(module)
+    probes = [node.args[0].value for node in _calls_named(module, "probe")]
+    traced = [model.holds(model.value_of(probe), Held.GLOBAL_RANK) for probe in probes]
+    assert traced == [True, True, True, True, False, False, False, False]
+
+
+def _calls_named(module: cst.Module, name: str) -> list[cst.Call]:
+    found: list[cst.Call] = []
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name:
+            found.append(node)
+        stack.extend(reversed(node.children))
+    return found

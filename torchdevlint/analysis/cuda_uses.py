@@ -389,8 +389,8 @@ class CudaProgram:
     def _unavoidable_cuda_uses(self) -> list[UnavoidableCudaUse]:
         if not self._cuda_uses or self.shows_cpu_mode:
             return []
-        if self._context.imports.imports_from("torch.distributed"):
-            # Written for several GPU processes (NCCL): portable by another road (the backend).
+        if any(self._context.imports.imports_from(package) for package in torch_api.DISTRIBUTED_PACKAGES):
+            # Written for several GPU processes (NCCL, Horovod): portable by another road (the backend).
             return []
         flow = self._context.flow
         if flow.offers_cpu_mode(by_gpu_settings=True):

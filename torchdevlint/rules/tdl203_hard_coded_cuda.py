@@ -32,7 +32,7 @@ class HardCodedCuda(Rule):
     code kept for the GPU as TDL007 reads it (a test about the device, a function named for
     the GPU or decorated with a GPU condition such as `@RunIf(min_cuda_gpus=1)`, a `try` with
     a handler, decorators and defaults), and distributed programs (they import
-    `torch.distributed`), which NCCL runs on GPUs.
+    `torch.distributed` or Horovod), which run one process per GPU.
 
     It is a portability rule, off by default: a GPU-only notebook, a benchmark or utilities
     ported from an old code base are right as they are on the machine they were written
@@ -107,6 +107,16 @@ class HardCodedCuda(Rule):
                 torch.backends.cudnn.benchmark = True
             """,
             name="device-neutral-code",
+        ),
+        Valid(
+            """
+            import torch
+            import horovod.torch as hvd
+            hvd.init()
+            torch.cuda.set_device(hvd.local_rank())
+            model = torch.nn.Linear(8, 2).cuda()
+            """,
+            name="a-horovod-program-one-process-per-gpu",
         ),
     ]
     INVALID = [

@@ -421,6 +421,19 @@ CPU_MODE_ANSWERS: dict[str, bool | int] = {
     "torch.distributed.get_world_size": 1,
     "torch.distributed.get_rank": 0,
 }
+# The process's rank among every process of every machine: a GPU index only on the first machine,
+# where the local rank (`LOCAL_RANK`, `hvd.local_rank()`) is one on every machine.
+GLOBAL_RANK_CALLS: frozenset[str] = frozenset(
+    {"torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank", "horovod.torch.rank"}
+)
+# The environment variables launchers set to it: torchrun and torch.distributed.launch, Slurm,
+# Open MPI, MPICH.
+GLOBAL_RANK_VARIABLES: frozenset[str] = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+ENVIRONMENT_MAPPING = "os.environ"
+# Packages of programs written to run as several processes, one per GPU, with a backend for
+# hosts without one (gloo, MPI).
+DISTRIBUTED_PACKAGES: tuple[str, ...] = ("torch.distributed", "horovod")
+ENVIRONMENT_READS: frozenset[str] = frozenset({"os.environ.get", "os.getenv"})
 LEGACY_HOST_TENSOR_TYPES: frozenset[str] = frozenset(
     f"torch.{name}Tensor" for name in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte",
                                        "Bool", "")
@@ -434,6 +447,8 @@ class CallRole(Enum):
 
     CURRENT_ACCELERATOR = "the accelerator's device, or None"
     CPU_MODE_CHECK = "a check whose answer the CPU mode knows"
+    GLOBAL_RANK = "the process's rank on all machines"
+    ENVIRONMENT_READ = "reads an environment variable"
     MEMORY_BUFFER = "an in-memory byte stream"
     DEVICE = "a device"
     SET_DEFAULT_DEVICE = "sets where factories put tensors"
@@ -458,6 +473,8 @@ class CallRole(Enum):
 _CALL_ROLES: dict[str, CallRole] = {
     CURRENT_ACCELERATOR: CallRole.CURRENT_ACCELERATOR,
     **dict.fromkeys(CPU_MODE_ANSWERS, CallRole.CPU_MODE_CHECK),
+    **dict.fromkeys(GLOBAL_RANK_CALLS, CallRole.GLOBAL_RANK),
+    **dict.fromkeys(ENVIRONMENT_READS, CallRole.ENVIRONMENT_READ),
     "io.BytesIO": CallRole.MEMORY_BUFFER,
     TORCH_DEVICE: CallRole.DEVICE,
     **dict.fromkeys(SET_DEFAULT_DEVICE, CallRole.SET_DEFAULT_DEVICE),

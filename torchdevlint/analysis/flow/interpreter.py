@@ -1075,6 +1075,9 @@ class Interpreter:
                     if part is not None:
                         self._evaluate(part, env)
         index = _constant_index(node)
+        if base.reference is not None and base.reference.qualified == torch_api.ENVIRONMENT_MAPPING \
+                and index in torch_api.GLOBAL_RANK_VARIABLES:
+            return self._global_rank(node, None)
         if index is not None:
             known = base.item(index)
             if known is None and base.kinds == {Kind.CONTAINER}:
@@ -1203,7 +1206,14 @@ class Interpreter:
             name = callee_node.value
             if name in _BUILTIN_SCALARS and callee.kinds == {Kind.UNKNOWN}:
                 of_tensors = self._builtin_of_tensors(name, node, arguments)
-                return of_tensors if of_tensors is not None else self._builtin_scalar(name, node)
+                if of_tensors is not None:
+                    return of_tensors
+                number = self._builtin_scalar(name, node)
+                if name in ("int", "str") and len(arguments) == 1 and arguments[0].holds \
+                        and arguments[0].kinds == {Kind.SCALAR}:
+                    # `int(os.environ["RANK"])` is still the rank it read.
+                    return replace(number, holds=arguments[0].holds)
+                return number
             if name == "next" and arguments and callee.kinds == {Kind.UNKNOWN}:
                 return self._element_of(node.args[0].value, arguments[0])
             if name in ("enumerate", "zip", "iter", "list", "tuple", "sorted", "reversed") and callee.kinds == {Kind.UNKNOWN}:
@@ -1720,6 +1730,11 @@ class Interpreter:
                          holds=frozenset({id(node)}), in_cpu_mode=SWITCHED_OFF)
         if role is Role.CPU_MODE_CHECK:
             return replace(SCALAR, in_cpu_mode=torch_api.CPU_MODE_ANSWERS[call.qualified])
+        if role is Role.GLOBAL_RANK:
+            return self._global_rank(node, torch_api.CPU_MODE_ANSWERS.get(call.qualified))
+        if role is Role.ENVIRONMENT_READ:
+            named = self._constant(node.args[0].value) if node.args and not node.args[0].star else None
+            return self._global_rank(node, None) if named in torch_api.GLOBAL_RANK_VARIABLES else None
         if role is Role.MEMORY_BUFFER:
             return Value.of(Kind.MEMORY_BUFFER)
         if role is Role.DEVICE:
@@ -1816,6 +1831,11 @@ class Interpreter:
             return SCALAR
         assert role is Role.PYTHON_NUMBER
         return SCALAR
+
+    def _global_rank(self, node: cst.BaseExpression, in_cpu_mode: ModeConstant | None) -> Value:
+        """A number that rules trace to where it was read (see `Held.GLOBAL_RANK`)."""
+        self.flow.held[id(node)] = (Held.GLOBAL_RANK, node)
+        return replace(SCALAR, holds=frozenset({id(node)}), in_cpu_mode=in_cpu_mode)
 
     def _dataset_element(self, dataset: Value) -> Value:
         known = dataset.item("*")

@@ -139,7 +139,7 @@ class FlowModel:
         self._host_meetings: list[HostMeeting] | None = None
         self._origins: dict[int, tuple[cst.Call, cst.CSTNode]] = {}
         # Checkpoint calls by id (see `Value.holds`), from every body interpreted.
-        self._held: dict[int, tuple[Held, cst.Call]] = {}
+        self._held: dict[int, tuple[Held, cst.BaseExpression]] = {}
         self._host_argument_losses: dict[int, tuple[tuple[int, str], ...]] = {}
         self._forward_host_arguments: dict[int, tuple[tuple[int, str], ...]] = {}
         # class id -> the parameters its `forward` hands, as they are, where the host is required.
@@ -635,7 +635,11 @@ class FlowModel:
     def held_calls(self, value: Value, kind: Held) -> list[cst.Call]:
         """The calls of that kind whose result the value is or contains."""
         return [call for held_kind, call in (self._held[key] for key in value.holds if key in self._held)
-                if held_kind is kind]
+                if held_kind is kind and type(call) is cst.Call]
+
+    def holds(self, value: Value, kind: Held) -> bool:
+        """Whether the value is or contains what an expression of that kind gave."""
+        return any(self._held[key][0] is kind for key in value.holds if key in self._held)
 
     def origin(self, origin_id: int) -> tuple[cst.Call, Scope] | None:
         """The call that put host data into a value (see `Value.origins`), and its body."""

@@ -86,6 +86,9 @@ class Held(Enum):
     DATALOADER = "DataLoader"
     # `torch.accelerator.current_accelerator()`: None on a CPU-only build.
     CURRENT_ACCELERATOR = "current_accelerator()"
+    # The process's rank among all machines' processes (`dist.get_rank()`, `$RANK`): a GPU
+    # index only on the first machine.
+    GLOBAL_RANK = "global rank"
 
 
 @dataclass
@@ -113,8 +116,8 @@ class FunctionFlow:
     # or a `.cpu()`/`.to("cpu")` call (values brought back on purpose).
     origins: dict[int, cst.Call] = field(default_factory=dict)
     # Checkpoint calls made in this body (see `Value.holds`), and each `torch.save` with the
-    # value it saves.
-    held: dict[int, tuple[Held, cst.Call]] = field(default_factory=dict)
+    # value it saves. A call, or the `os.environ[...]` read of a global rank.
+    held: dict[int, tuple[Held, cst.BaseExpression]] = field(default_factory=dict)
     # Losses made here that take some arguments on the host (`torch_api.HOST_ARGUMENT_LOSSES`):
     # the constructor call's id -> (position, keyword) of each.
     host_argument_losses: dict[int, tuple[tuple[int, str], ...]] = field(default_factory=dict)
@@ -252,6 +255,8 @@ class FlowQueries(Protocol):
     def arguments_forward_needs_on_host(self, call: cst.Call) -> list[cst.Arg]: ...
 
     def held_calls(self, value: Value, kind: Held) -> list[cst.Call]: ...
+
+    def holds(self, value: Value, kind: Held) -> bool: ...
 
     def origin_site(self, origin_id: int) -> OriginSite | None: ...
 
