@@ -64,3 +64,20 @@ def test_a_line_without_a_value_has_only_its_statement() -> None:
     source = "import torch\ntorch.cuda.set_device(0)\nprint(1)\n"
     found = uses_of_lines(cst.parse_module(source), [2])[2]
     assert (found.statement, found.uses) == ({2}, set())
+
+
+def test_a_test_surfaces_where_the_variables_it_reads_are_used_next() -> None:
+    source = textwrap.dedent("""\
+        import torch
+
+
+        def forward(self, x):
+            if isinstance(x, torch.LongTensor):
+                x = self.embed(x)
+            y = self.head(x)
+            return torch.relu(y)
+        """)
+    found = uses_of_lines(cst.parse_module(source), [5])[5]
+    assert found.statement == {5}
+    # `x` is read on 6 and 7 (and what 7 makes, on 8); `torch`, an import, is no variable.
+    assert found.uses == {6, 7, 8}

@@ -64,6 +64,13 @@ NO_ACCELERATOR_DEVICE = re.compile(r"'NoneType' object has no attribute '(type|i
 MPS_FLOAT64 = re.compile(r"MPS framework doesn't support float64")
 # The lengths of a packed sequence anywhere but on the CPU (PyTorch 1.7 on; the emulated GPU too).
 PACKED_LENGTHS_ON_DEVICE = re.compile(r"'lengths' argument should be a 1D CPU int64 tensor")
+# A tensor of the wrong dtype where a test of its legacy type failed on the GPU (ids taken for
+# features, features for ids): the errors of the ops it then reaches.
+DTYPE_MISMATCH = re.compile(
+    r"must have the same dtype|expected scalar type \w+ but found \w+|to have the same dtype"
+    r"|Expected tensor for argument #\d+ 'indices' to have one of the following scalar types"
+    r"|Input dtype must be either a floating point or complex dtype"
+)
 # A device string torch.device does not parse (`"auto"`, `"gpu"`, `"0"`, `""`).
 DEVICE_STRING_REJECTED = re.compile(
     r"device type at start of device string|Invalid device string|Device string must not be empty"

@@ -54,6 +54,12 @@ class _Statements(cst.CSTVisitor):
     def visit_With(self, node: cst.With) -> None:
         self._add(node, header_only=True)
 
+    def visit_If(self, node: cst.If) -> None:
+        self._add(node, header_only=True)
+
+    def visit_While(self, node: cst.While) -> None:
+        self._add(node, header_only=True)
+
     def holding(self, line: int) -> list[cst.CSTNode]:
         """The innermost statements on `line` (those starting latest among those spanning it)."""
         spanning = [(first, node) for first, last, node in self.spans if first <= line <= last]
@@ -91,6 +97,20 @@ def _moved_receiver(statement: cst.CSTNode) -> cst.Name | None:
         if isinstance(function, cst.Attribute) and isinstance(function.value, cst.Name):
             return function.value
     return None
+
+
+def _names_in(expression: cst.BaseExpression) -> list[cst.Name]:
+    found: list[cst.Name] = []
+    stack: list[cst.CSTNode] = [expression]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Name:
+            found.append(node)
+        elif type(node) is cst.Attribute:
+            stack.append(node.value)  # `x.y` reads `x`; `y` is no variable
+        else:
+            stack.extend(child_nodes(node))
+    return found
 
 
 def _parents(module: cst.Module) -> dict[cst.CSTNode, cst.CSTNode]:
@@ -209,6 +229,13 @@ class _Uses:
         receiver = _moved_receiver(statement)
         if receiver is not None:
             lines |= {used for used in self.after(self.assignments_read_by(receiver), line, depth) if used > line}
+        if isinstance(statement, (cst.If, cst.While)):
+            # A test decides what happens to the variables it reads (`if isinstance(x, ...)`): a
+            # wrong answer surfaces where they are used next.
+            for name in _names_in(statement.test):
+                read = [found for found in self.assignments_read_by(name)
+                        if not isinstance(found.node, (cst.Import, cst.ImportFrom))]
+                lines |= {used for used in self.after(read, line, depth) if used > line}
         if isinstance(statement, cst.Return) and depth > 0:
             lines |= self.callers_of(statement, depth - 1)
         return lines - {line}
@@ -267,7 +294,7 @@ def uses_of_lines(module: cst.Module, lines: Iterable[int]) -> dict[int, ValueUs
         found: set[int] = set()
         for statement in uses.holding(line):
             first = uses.line(statement)
-            last = first if isinstance(statement, (cst.For, cst.With)) else uses.positions[statement].end.line
+            last = first if isinstance(statement, (cst.For, cst.With, cst.If, cst.While)) else uses.positions[statement].end.line
             statement_lines |= set(range(first, last + 1))
             found |= uses.of_statement(statement, first, depth=_DEPTH)
         answer[line] = ValueUses(frozenset(statement_lines), frozenset(found - statement_lines))
