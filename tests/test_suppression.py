@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
 
-from torchdevlint.suppression import add_noqa, file_exemption
+from torchdevlint.suppression import _tokenize, _Tokens, _tokens, add_noqa, file_exemption
 
 MOVE = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device='cuda')\n"
 MOVE_AND_LOAD = MOVE + "state = torch.load('model.pt')\n"
@@ -158,3 +159,37 @@ def test_fixing_unused_noqa_removes_only_what_suppresses_nothing(tmp_path: Path)
     # The non-enabled TDL203 may serve another run: its removal is an unsafe fix, not applied.
     assert program.read_text() == "import torch\nx = torch.zeros(3)\nz = x  # noqa: E501\nw = z  # noqa: TDL203\n"
     assert result.returncode == 1 and "TDL900" in result.stdout
+
+
+# ---- the tokenizer's answers, chunk by chunk -----------------------------------------------
+
+_TOKENIZER_SHAPES = [
+    'import torch  # noqa: F401\n"""\nUsage:\n  python train.py  # not a comment\n"""\nx = 1  # noqa\n',
+    "x = [\n1,  # noqa: TDL001\n]\ny = 2 \\\n+ 3  # noqa\n",
+    "def f():\n    if x:\n        y = 1\n# a comment at column 0\n    z = '''\nstill # text\n'''  # noqa\n",
+    "def f():\n      a = 1\n    b = 2  # noqa\nc = 3  # noqa\n",
+    "x = f'''{1}\n# in an f-string\n'''\ns = '''never closed\n# noqa\n",
+    "class A:\n    pass\n# noqa\n\n\n@decorator\ndef g(\n    a,  # noqa: TDL002\n): ...\n",
+]
+
+
+@pytest.mark.parametrize("source", _TOKENIZER_SHAPES)
+def test_tokenizing_by_chunks_answers_as_one_pass(source: str) -> None:
+    assert _answers(_tokens(source)) == _answers(_tokenize(source))
+
+
+def test_tokenizing_by_chunks_answers_as_one_pass_over_edits_of_the_fixtures() -> None:
+    rng = random.Random(7)
+    fixtures = sorted((Path(__file__).parent.parent / "fixtures").glob("*.py"))
+    for path in fixtures:
+        text = path.read_text()
+        for _ in range(6):
+            # Typing, deleting, or opening a string or a bracket somewhere (one version after another).
+            at = rng.randrange(len(text))
+            edit = rng.choice(['"""', "(", "#", "\\\n", "", "x", "'"])
+            text = text[:at] + edit + text[at + rng.choice([0, 0, 1, 3]):]
+            assert _answers(_tokens(text)) == _answers(_tokenize(text)), (path.name, at, edit)
+
+
+def _answers(tokens: _Tokens) -> tuple[object, ...]:
+    return tokens.comments, tokens.string_lines, tokens.refused

@@ -4,6 +4,7 @@ line of its own, bare or naming codes. Also where `--add-noqa` writes them."""
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import re
@@ -77,23 +78,12 @@ def noqa_lines(source: str) -> dict[int, int] | None:
     line itself: a line continued by a backslash, or one a multi-line string runs on from,
     takes its comment on the last line of that run (no comment can end the line before).
     None when the tokenizer refuses the source."""
-    lines = source_lines(source)
-    joins_next: set[int] = set()
-    commented: set[int] = set()
-    try:
-        # Where each f-string still open started (they nest on Python 3.12).
-        open_fstrings: list[int] = []
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.COMMENT:
-                commented.add(token.start[0])
-            elif token.type == tokenize.STRING:
-                joins_next.update(range(token.start[0], token.end[0]))
-            elif token.type == _FSTRING_START:
-                open_fstrings.append(token.start[0])
-            elif token.type == _FSTRING_END and open_fstrings:
-                joins_next.update(range(open_fstrings.pop(), token.end[0]))
-    except (tokenize.TokenError, SyntaxError):
+    tokens = _tokens(source)
+    if tokens.refused:
         return None
+    lines = source_lines(source)
+    joins_next = set(tokens.string_lines)
+    commented = {line for line, _, _ in tokens.comments}
     for number, text in enumerate(lines, start=1):
         if number not in commented and text.endswith("\\") and number not in joins_next:
             joins_next.add(number)
@@ -143,14 +133,106 @@ def file_exemption(source: str) -> FileExemption:
     return FileExemption(codes=tuple(codes)) if codes else NO_EXEMPTION
 
 
+@dataclass(frozen=True)
+class _Tokens:
+    """What the tokenizer says of a source, as the readers of `# noqa` ask it."""
+
+    # (line, column, text) of each comment, up to any point the tokenizer refuses.
+    comments: tuple[tuple[int, int, str], ...]
+    # Lines a string token runs on from (a multi-line string, a multi-line f-string).
+    string_lines: frozenset[int]
+    refused: bool
+    # Refused for good (an indentation error), not for ending inside a string or brackets.
+    refused_inside: bool = False
+    # The tokenizer recovered from something it could not read (an unclosed quote): how it
+    # goes on depends on what came before, so a chunk's answer is not the whole text's.
+    recovered: bool = False
+
+
+# A line that starts a statement at column 0 where the tokenizer is clean: nothing before it
+# can continue into it, and the indentation is back to none.
+_CHUNK_START = re.compile(r"[^\s#]")
+# Each chunk of the last source tokenized, by its text (see `_tokens`).
+_chunk_tokens: dict[str, _Tokens] = {}
+
+
+@functools.lru_cache(maxsize=2)
+def _tokens(source: str) -> _Tokens:
+    """The tokenizer's comments and string lines of a source, one pass shared by every reader.
+
+    A pass over a 1,000-line buffer costs about 30 ms, and the language server asks after each
+    keystroke. So the source is tokenized in chunks, each from a line that starts at column 0
+    (no blank, no comment) to the next, and a chunk whose text is unchanged since the last
+    source is not tokenized again. A chunk that ends inside a string, brackets or a backslash
+    continuation (a docstring line at column 0) is refused alone and joined with the next ones
+    until it is not; one that tokenizes alone ends clean, so the next starts as a whole-file
+    pass would, and comments and strings come out the same. Where the tokenizer had to recover
+    from text it could not read (an unclosed quote), the whole source is tokenized in one pass:
+    how it recovers depends on what came before."""
+    lines = io.StringIO(source).readlines()
+    kept, used = dict(_chunk_tokens), dict[str, _Tokens]()
+    comments: list[tuple[int, int, str]] = []
+    string_lines: set[int] = set()
+    start = 0
+    while start < len(lines):
+        end, more = start + 1, 1
+        while True:
+            while end < len(lines) and not _CHUNK_START.match(lines[end]):
+                end += 1
+            text = "".join(lines[start:end])
+            found = used.get(text) or kept.get(text) or _tokenize(text)
+            if found.recovered:
+                _keep_chunks({})
+                return _tokenize(source)
+            if not found.refused or found.refused_inside or end >= len(lines):
+                break
+            # Join the next chunks, by twice as many lines each time (a docstring of column-0 lines).
+            end, more = min(len(lines), end + more), more * 2
+        used[text] = found
+        comments.extend((line + start, column, comment) for line, column, comment in found.comments)
+        string_lines.update(line + start for line in found.string_lines)
+        if found.refused:
+            _keep_chunks(used)
+            return _Tokens(tuple(comments), frozenset(string_lines), refused=True)
+        start = end
+    _keep_chunks(used)
+    return _Tokens(tuple(comments), frozenset(string_lines), refused=False)
+
+
+def _keep_chunks(used: dict[str, _Tokens]) -> None:
+    """Keep only the chunks of the source just tokenized: memory stays one source's worth."""
+    _chunk_tokens.clear()
+    _chunk_tokens.update(used)
+
+
+def _tokenize(text: str) -> _Tokens:
+    comments: list[tuple[int, int, str]] = []
+    string_lines: set[int] = set()
+    # Where each f-string still open started (they nest on Python 3.12).
+    open_fstrings: list[int] = []
+    recovered = False
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.ERRORTOKEN:
+                recovered = True
+            elif token.type == tokenize.COMMENT:
+                comments.append((token.start[0], token.start[1], token.string))
+            elif token.type == tokenize.STRING:
+                string_lines.update(range(token.start[0], token.end[0]))
+            elif token.type == _FSTRING_START:
+                open_fstrings.append(token.start[0])
+            elif token.type == _FSTRING_END and open_fstrings:
+                string_lines.update(range(open_fstrings.pop(), token.end[0]))
+    except tokenize.TokenError:
+        return _Tokens(tuple(comments), frozenset(string_lines), refused=True, recovered=recovered)
+    except SyntaxError:
+        return _Tokens(tuple(comments), frozenset(string_lines), refused=True, refused_inside=True, recovered=recovered)
+    return _Tokens(tuple(comments), frozenset(string_lines), refused=False, recovered=recovered)
+
+
 def _comments(source: str) -> Iterable[tuple[int, int, str]]:
     """(line, column, text) of each comment token; nothing past a point the tokenizer refuses."""
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.COMMENT:
-                yield token.start[0], token.start[1], token.string
-    except (tokenize.TokenError, SyntaxError):
-        return
+    return _tokens(source).comments
 
 
 @dataclass(frozen=True)
