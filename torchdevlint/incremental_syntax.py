@@ -85,7 +85,9 @@ class IncrementalSyntaxCheck:
     def __call__(self, source: str, path: str, *, newer_syntax: bool | None = None) -> ast.Module | None:
         lines = _lines(source)
         tree = None
-        if not newer_syntax and self._tree is not None and _splices_safely(source):
+        # Whether the code may use newer syntax matters only where Python refuses it, and a
+        # spliced tree is one Python accepted (many f-strings hold quotes: `may` is often set).
+        if self._tree is not None and _splices_safely(source):
             tree = self._reuse(lines)
         if tree is None:
             # A syntax error raises here, keeping the last good version to splice into next.

@@ -151,11 +151,15 @@ def _join_env(left: Env | None, right: Env | None) -> Env | None:
         return None if right is None else dict(right)
     if right is None:
         return dict(left)
-    joined: Env = {}
-    for key in left.keys() | right.keys():
-        a, b = left.get(key), right.get(key)
-        # A name bound on one path only: where it is read, that path was taken (or it raises).
-        joined[key] = b if a is None else a if b is None else a.join(b)  # type: ignore[assignment]  # a join keeps the kind
+    # A name bound on one path only keeps that path's value: where it is read, that path was
+    # taken (or it raises). Most names hold the same object on both paths.
+    joined: Env = dict(left)
+    for key, b in right.items():
+        a = joined.get(key)
+        if a is None:
+            joined[key] = b
+        elif a is not b:
+            joined[key] = a.join(b)  # type: ignore[assignment]  # a join keeps the kind
     if (CPU_MODE_UNREACHED in left) != (CPU_MODE_UNREACHED in right):
         # Reached in the CPU mode along one of the two paths.
         del joined[CPU_MODE_UNREACHED]

@@ -160,7 +160,7 @@ class Value:
     # ---- lattice --------------------------------------------------------------------
 
     def join(self, other: Value) -> Value:
-        if self == other:
+        if self is other or self == other:
             return self
         # An empty list literal holds nothing to place: joined with a list of tensors (one
         # that a loop appended to), the elements are where those tensors are.
