@@ -145,7 +145,7 @@ def test_config_select_ignore_exclude_and_rule_options(tmp_path: Path) -> None:
         '[tool.torchdevlint.load-without-map-location]\nmap-location = "meta"\n',
     )
     write(tmp_path, "legacy/old.py", "import torch\ntorch.load('a')\n")
-    path = write(tmp_path, "train.py", BUGGY + "state = torch.load('a.pt')\n")
+    path = write(tmp_path, "train.py", BUGGY + "model = torch.load('a.pt')\nmodel.cuda()\n")
     items = json.loads(run_cli("check", "--format", "json", ".", cwd=tmp_path).stdout)
     assert [(item["path"], item["code"]) for item in items] == [("train.py", "TDL003")]
     run_cli("check", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
@@ -487,7 +487,8 @@ def test_fixed_and_remaining_add_up_to_the_findings_check_reports(tmp_path: Path
     assert f"Found {remaining} error" in after.stdout
 
 
-BUGGY_AND_LOAD = BUGGY + "state = torch.load('model.pt')\n"
+# A whole model loaded and then moved: `map_location="cpu"` is its unsafe fix.
+BUGGY_AND_LOAD = BUGGY + "model = torch.load('model.pt')\nmodel.cuda()\n"
 
 
 def test_unfixable_codes_are_reported_without_a_fix_and_never_fixed(tmp_path: Path) -> None:

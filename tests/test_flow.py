@@ -614,3 +614,18 @@ def _calls_named(module: cst.Module, name: str) -> list[cst.Call]:
             found.append(node)
         stack.extend(reversed(node.children))
     return found
+
+
+def test_assigning_a_tensors_data_moves_the_tensor() -> None:
+    facts = _facts(
+        """
+        import torch
+        x = torch.zeros(1, 1).long()
+        if torch.cuda.is_available():
+            x.data = x.data.cuda()
+        model = torch.nn.Embedding(4, 2).cuda()
+        y = model(x)
+        """
+    )
+    assert "x: tensor, on device 'cuda' (cuda:0)" in facts
+    assert not any("meets" in fact for fact in facts)

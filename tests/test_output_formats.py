@@ -24,6 +24,7 @@ BUGGY = (
     "state = torch.load(\n"
     "    'a.pt',\n"
     ")\n"
+    "state.cuda()\n"
 )
 
 

@@ -54,6 +54,9 @@ class UseKind(Enum):
     # A device variable bound to CUDA (`device = torch.device("cuda")`, `device = "cuda"`):
     # every use of the variable then allocates there.
     DEVICE_VARIABLE = "a device variable bound to `\"cuda\"`"
+    # `x.pin_memory()`: page-locked memory for an accelerator, which a CPU-only build refuses
+    # ("Cannot access accelerator device when none is available").
+    PIN_MEMORY = "`.pin_memory()`"
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,10 @@ def cuda_uses(call: cst.Call, names: NameResolver, constructor_aliases: frozense
         if call.args and device_that_may_be_the_cpu(call, flow, ancestors) is not None:
             return []  # no CUDA use: where the device is the CPU it fails otherwise (TDL027)
         return [CudaUse(call, UseKind.MOVE)]
+    if isinstance(func, cst.Attribute) and func.attr.value == "pin_memory" and not call.args \
+            and not _inside_method_named("pin_memory", ancestors):
+        # A batch class's own `pin_memory()` runs only where the DataLoader pins, with a GPU.
+        return [CudaUse(call, UseKind.PIN_MEMORY)]
     needing_a_gpu = names.qualified_name(func, among=_NEEDING_A_GPU)
     if needing_a_gpu in LEGACY_CUDA_TENSOR_TYPES:
         return [CudaUse(call, UseKind.LEGACY_CONSTRUCTOR)]
@@ -101,6 +108,11 @@ def cuda_uses(call: cst.Call, names: NameResolver, constructor_aliases: frozense
             if literal is not None and literal.type == "cuda":
                 uses.append(CudaUse(arg.value, UseKind.DEVICE_ARGUMENT, literal.index))
     return uses
+
+
+def _inside_method_named(name: str, ancestors: Sequence[cst.CSTNode]) -> bool:
+    function = next((node for node in ancestors if type(node) is cst.FunctionDef), None)
+    return function is not None and function.name.value == name
 
 
 def device_that_may_be_the_cpu(call: cst.Call, flow: FlowQueries,

@@ -11,8 +11,9 @@ from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.cuda_uses import CudaProgram
 from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.flow.values import Kind
-from torchdevlint.analysis.local_names import function_bindings
+from torchdevlint.analysis.local_names import function_bindings, target_names
 from torchdevlint.analysis.test_code import is_test_code
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -62,6 +63,10 @@ class LoadWithoutMapLocation(Rule):
     body, in a same-file function called earlier, or before every call of the function that
     loads. A resume that loads before the script saves anything is still reported.
 
+    Nor loads the CPU mode does not reach, such as one in the branch a `--cuda` setting takes
+    (`if args.cuda: model = torch.load(f)`): they run only where the program has chosen the
+    GPU.
+
     Nor in a program that says it cannot run without a GPU: `assert torch.cuda.is_available()`,
     a module-level `if not torch.cuda.is_available(): sys.exit(...)`, or an NCCL process group
     set up whatever its settings. It stops on a machine without a GPU before its loads matter.
@@ -81,7 +86,10 @@ class LoadWithoutMapLocation(Rule):
     `load_state_dict` copies each value onto the model's own device, and mapping the weights
     to the GPU first would hold a second copy of them there. A whole model, or tensors used
     as they are, are mapped to the device variable in scope (a name containing "device"
-    bound to a `torch.device` or a device string), or else to the configured location. When the loaded object is assigned and then used, the device-flow model
+    bound to a `torch.device` or a device string), or else to the configured location, but
+    only where the flow model shows that choice agrees with how the program uses it, or the
+    load is read on the host at once (`torch.load(path).numpy()`): a pickled model mapped to
+    the CPU that a GPU run then feeds GPU data, never moving it, would break that run. When the loaded object is assigned and then used, the device-flow model
     checks each choice: one under which the loaded object then meets only data on that same
     device (a whole pickled model fed inputs moved to `device`) is chosen, and the fix is
     safe. A choice under which it would meet data elsewhere (a model mapped to the CPU fed
@@ -110,6 +118,21 @@ class LoadWithoutMapLocation(Rule):
     options: LoadOptions
 
     VALID = [
+        Valid(
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", action="store_true")
+            args = parser.parse_args()
+            with open("model.pt", "rb") as f:
+                if args.cuda:
+                    model = torch.load(f)
+                else:
+                    model = torch.load(f, map_location=lambda storage, location: storage)
+            """,
+            name="a-load-only-the-gpu-branch-runs",
+        ),
         Valid(
             """
             import torch
@@ -327,6 +350,21 @@ class LoadWithoutMapLocation(Rule):
     INVALID = [
         Invalid(
             """
+            import argparse
+            import torch
+            from corpus import batches
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", action="store_true")
+            args = parser.parse_args()
+            with open("model.pt", "rb") as f:
+                model = torch.load(f)
+            for inputs in batches(args):
+                print(model(inputs).argmax(-1))
+            """,
+            name="no-fix-for-a-whole-model-used-where-the-flow-cannot-see",
+        ),
+        Invalid(
+            """
             from helpers import *
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             checkpoint = torch.load("detector_checkpoint.pth.tar")
@@ -375,7 +413,8 @@ class LoadWithoutMapLocation(Rule):
             def load_weights(filepath):
                 return torch.load(filepath)
             mine = load_weights("checkpoint.pth")
-            released = load_weights("released.pth")
+            model = nn.Linear(4, 2)
+            model.load_state_dict(load_weights("released.pth"))
             """,
             fixed="""
             import torch
@@ -384,7 +423,8 @@ class LoadWithoutMapLocation(Rule):
             def load_weights(filepath):
                 return torch.load(filepath, map_location="cpu")
             mine = load_weights("checkpoint.pth")
-            released = load_weights("released.pth")
+            model = nn.Linear(4, 2)
+            model.load_state_dict(load_weights("released.pth"))
             """,
             applicability=Applicability.UNSAFE,
             name="a-helper-also-called-with-a-file-another-run-saved",
@@ -463,13 +503,17 @@ class LoadWithoutMapLocation(Rule):
         Invalid(
             """
             from torch import load
-            state = load("ckpt.pt", map_location=None)
+            import torch.nn as nn
+            model = nn.Linear(4, 2)
+            model.load_state_dict(load("ckpt.pt", map_location=None))
             """,
             fixed="""
             from torch import load
-            state = load("ckpt.pt", map_location="cpu")
+            import torch.nn as nn
+            model = nn.Linear(4, 2)
+            model.load_state_dict(load("ckpt.pt", map_location="cpu"))
             """,
-            applicability=Applicability.UNSAFE,
+            applicability=Applicability.SAFE,
             name="from-import-map-location-none",
         ),        Invalid(
             """
@@ -616,6 +660,8 @@ class LoadWithoutMapLocation(Rule):
             return
         if flow.written_earlier_in_run(node):
             return  # the device that saved it is the one loading it
+        if not flow.reached_in_cpu_mode(node, self.context.ancestors(node)):
+            return  # only where the program has chosen the GPU (`if args.cuda:`)
         keyword = next((arg for arg in node.args if arg.keyword is not None and arg.keyword.value == "map_location"), None)
         if keyword is not None and not (isinstance(keyword.value, cst.Name) and keyword.value.value == "None"):
             return
@@ -628,7 +674,8 @@ class LoadWithoutMapLocation(Rule):
     def _fix(self, node: cst.Call, keyword: cst.Arg | None) -> PendingFix | None:
         into_load_state_dict = self._flows_into_load_state_dict(node)
         configured = f'"{self.options.map_location}"'
-        if into_load_state_dict or self.context.flow.loaded_into_state_dict(node):
+        into_state_dict = into_load_state_dict or self.context.flow.loaded_into_state_dict(node)
+        if into_state_dict:
             # Weights bound for `load_state_dict` are copied onto the model's device there:
             # mapping them to the GPU first would hold a second copy of the model on it.
             candidates = [configured, *self._device_variables(node)]
@@ -640,12 +687,47 @@ class LoadWithoutMapLocation(Rule):
             agreement = self._agreement(node, keyword, location)
             if agreement is FixAgreement.AGREES:
                 return self._edit(node, keyword, location, Applicability.SAFE)
-            if agreement is FixAgreement.NO_EVIDENCE and offered is None:
+            # A whole model mapped to the configured location with nothing to show where the
+            # program then uses it: a GPU run that feeds it GPU data would break.
+            guessed = location == configured and not into_state_dict and not (
+                self._read_on_the_host(node) or self.context.flow.names_no_accelerator() or self._moved_later(node))
+            if agreement is FixAgreement.NO_EVIDENCE and offered is None and not guessed:
                 offered = location
         if offered is None:
             return None
         return self._edit(node, keyword, offered,
                           Applicability.SAFE if into_load_state_dict else Applicability.UNSAFE)
+
+    def _moved_later(self, node: cst.Call) -> bool:
+        """`model = torch.load(f)`, and later in the same body `model.to(device)` (or
+        `.cuda()`): the program puts what it loaded where it computes, wherever it was mapped."""
+        ancestors = self.context.ancestors(node)
+        assign = ancestors[0] if ancestors else None
+        if type(assign) is not cst.Assign:
+            return False
+        names = {name.value for target in assign.targets for name in target_names(target.target)}
+        body = next((a for a in ancestors if isinstance(a, (cst.FunctionDef, cst.Module))), None)
+        if body is None:
+            return False
+        statements = body.body.body if isinstance(body, cst.FunctionDef) and isinstance(body.body, cst.IndentedBlock) \
+            else body.body if isinstance(body, cst.Module) else ()
+        holding = next((index for index, statement in enumerate(statements) if statement in ancestors), None)
+        if holding is None:
+            return False
+        stack: list[cst.CSTNode] = list(statements[holding + 1:])
+        while stack:
+            current = stack.pop()
+            if type(current) is cst.Call and type(current.func) is cst.Attribute \
+                    and current.func.attr.value in torch_api.PLACING_METHODS \
+                    and type(current.func.value) is cst.Name and current.func.value.value in names:
+                return True
+            stack.extend(child_nodes(current))
+        return False
+
+    def _read_on_the_host(self, node: cst.Call) -> bool:
+        """`torch.load(path).numpy()`: what was loaded is read on the host at once."""
+        parent = self.context.parent(node)
+        return type(parent) is cst.Attribute and parent.attr.value in torch_api.HOST_READ_METHODS
 
     def _edit(self, node: cst.Call, keyword: cst.Arg | None, location: str,
               applicability: Applicability) -> PendingFix:

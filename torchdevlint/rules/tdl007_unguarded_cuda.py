@@ -61,7 +61,10 @@ class UnguardedCuda(Rule):
     `map_location="cuda"`), legacy `torch.cuda.FloatTensor(...)` constructors (also through a
     name such as `Tensor = torch.cuda.FloatTensor`), and the `torch.cuda` calls that fail
     without a GPU (`set_device`, `synchronize`, `get_device_name`, `Event`, `Stream`,
-    `torch.cuda.device(n)`; seeding, `empty_cache` and memory counters do not fail).
+    `torch.cuda.device(n)`; seeding, `empty_cache` and memory counters do not fail), and
+    `x.pin_memory()`, which a CPU-only build refuses ("Cannot access accelerator device when
+    none is available"; a batch class's own `pin_memory()` method is called only where the
+    DataLoader pins).
 
     Not reached by the CPU mode: a branch its tests do not take (`if use_cuda:`, the
     `else` of `if args.cpu:`, `x.cuda() if use_cuda else x`, `use_cuda and x.cuda()`), code
@@ -326,6 +329,28 @@ class UnguardedCuda(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import numpy as np
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            def get_batch(rows):
+                x = torch.stack([torch.from_numpy(np.asarray(row)) for row in rows])
+                return x.pin_memory().to(device, non_blocking=True)
+            def get_batch_pinned_on_the_gpu(rows):
+                x = torch.stack([torch.from_numpy(np.asarray(row)) for row in rows])
+                if device == "cuda":
+                    x = x.pin_memory().to(device, non_blocking=True)
+                return x
+            class Batch:
+                def __init__(self, x):
+                    self.x = x
+                def pin_memory(self):
+                    self.x = self.x.pin_memory()
+                    return self
+            """,
+            name="pinned-memory-in-the-cpu-mode",
+        ),
         Invalid(
             """
             import torch

@@ -159,7 +159,7 @@ def _join_env(left: Env | None, right: Env | None) -> Env | None:
         if a is None:
             joined[key] = b
         elif a is not b:
-            joined[key] = a.join(b)  # type: ignore[assignment]  # a join keeps the kind
+            joined[key] = a.join(b)
     if (CPU_MODE_UNREACHED in left) != (CPU_MODE_UNREACHED in right):
         # Reached in the CPU mode along one of the two paths.
         del joined[CPU_MODE_UNREACHED]
@@ -648,6 +648,12 @@ class Interpreter:
         key = place_key(target)
         if key is not None:
             self._set(key, value, env)
+            if type(target) is cst.Attribute and target.attr.value == "data" and value.is_tensor_like:
+                # `x.data = x.data.cuda()` swaps the tensor's data, device included: `x` moves.
+                owner_key = place_key(target.value)
+                owner = env.get(owner_key) if owner_key is not None else None
+                if owner_key is not None and owner is not None and owner.is_tensor_like:
+                    self._set(owner_key, replace(owner, places=value.places, origins=value.origins), env)
             if type(target) is cst.Attribute and self.self_name is not None and type(target.value) is cst.Name \
                     and target.value.value == self.self_name:
                 attribute = target.attr.value

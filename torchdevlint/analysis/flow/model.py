@@ -117,6 +117,7 @@ class FlowModel:
         self._entry_cuda_devices = {index: device_value(cuda_place("'cuda'", index)) for index in (0, None)}
         self._entry_default_device: tuple[Value | None] | None = None
         self._trains_only_on_the_host: bool | None = None
+        self._names_no_accelerator: bool | None = None
         self._enclosing_scope = enclosing_scope
         self.deadline = deadline if deadline is not None else NoDeadline()
         self._definitions: dict[int, _Definition] = {}
@@ -194,10 +195,19 @@ class FlowModel:
         parallel wrapper anywhere (`naming.ACCELERATOR_TEXT`). Model code in it meets no GPU
         data; the same class in a file of models that another program moves may."""
         if self._trains_only_on_the_host is None:
-            text = (self._source if self._source is not None else self.module.code).lower()
-            self._trains_only_on_the_host = ".backward(" in text and not any(
-                word in text for word in naming.ACCELERATOR_TEXT)
+            self._trains_only_on_the_host = ".backward(" in self._lower_text() and self.names_no_accelerator()
         return self._trains_only_on_the_host
+
+    def names_no_accelerator(self) -> bool:
+        """The file's text names no accelerator, device, move or parallel wrapper anywhere
+        (`naming.ACCELERATOR_TEXT`): nothing in it runs on a GPU."""
+        if self._names_no_accelerator is None:
+            text = self._lower_text()
+            self._names_no_accelerator = not any(word in text for word in naming.ACCELERATOR_TEXT)
+        return self._names_no_accelerator
+
+    def _lower_text(self) -> str:
+        return (self._source if self._source is not None else self.module.code).lower()
 
     @property
     def entry_default_device(self) -> Value | None:

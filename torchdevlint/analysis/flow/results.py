@@ -12,7 +12,7 @@ from typing import Protocol
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Place, Value
+from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Kind, Place, Value
 
 Env = dict[str, Value]
 # A body the model interprets: a module's, or a function's.
@@ -65,16 +65,22 @@ class Meeting:
 
     def agrees(self) -> bool:
         """Every tensor and module here is in one place (the host, or one device the code
-        names), on every path."""
+        names), on every path; and nothing here may be one of those unseen (data of unknown
+        kind from a function of another file). A module alone, called on what the model cannot
+        see (a module's arguments of unknown kind are no operands), shows no agreement."""
         places: set[Place] = set()
+        placed = 0
         for operand in self.operands:
             value = operand.value
+            if Kind.UNKNOWN in value.kinds:
+                return False
             if not (value.is_tensor_like or value.is_module_like):
                 continue
             if value.places is None:
                 return False
             places |= value.places - {ANYWHERE_PLACE}
-        return len(places) == 1
+            placed += 1
+        return len(places) == 1 and placed > 1
 
 
 class Held(Enum):
@@ -255,6 +261,8 @@ class FlowQueries(Protocol):
     def arguments_forward_needs_on_host(self, call: cst.Call) -> list[cst.Arg]: ...
 
     def held_calls(self, value: Value, kind: Held) -> list[cst.Call]: ...
+
+    def names_no_accelerator(self) -> bool: ...
 
     def holds(self, value: Value, kind: Held) -> bool: ...
 
