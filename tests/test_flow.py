@@ -578,7 +578,7 @@ def test_operators_cuda_checks_for_one_device_take_no_0_dim_host_tensor() -> Non
     assert meetings == ["host data `first` meets accelerator data `table.weight` (call checked for one device)"]
 
 
-def test_the_global_rank_is_traced_through_names_int_and_functions_and_lost_in_arithmetic() -> None:
+def test_global_and_local_ranks_are_traced_through_names_int_and_functions_and_lost_in_arithmetic() -> None:
     source = textwrap.dedent(
         """
         import os
@@ -603,6 +603,8 @@ def test_the_global_rank_is_traced_through_names_int_and_functions_and_lost_in_a
     probes = [node.args[0].value for node in _calls_named(module, "probe")]
     traced = [model.holds(model.value_of(probe), Held.GLOBAL_RANK) for probe in probes]
     assert traced == [True, True, True, True, False, False, False, False]
+    local = [model.holds(model.value_of(probe), Held.LOCAL_RANK) for probe in probes]
+    assert local == [False, False, False, False, True, True, False, False]
 
 
 def _calls_named(module: cst.Module, name: str) -> list[cst.Call]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from functools import cache
+from typing import Literal
 
 from torchdevlint.analysis.brains import numpy_conversions, torch_ops
 from torchdevlint.analysis.devices import AVAILABILITY_CHECKS, LEGACY_CUDA_TENSOR_TYPES
@@ -429,6 +430,16 @@ GLOBAL_RANK_CALLS: frozenset[str] = frozenset(
 # The environment variables launchers set to it: torchrun and torch.distributed.launch, Slurm,
 # Open MPI, MPICH.
 GLOBAL_RANK_VARIABLES: frozenset[str] = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+# The process's rank among the processes of its own machine: a GPU index, but the same numbers
+# on every machine, so no rank in a job of several machines.
+LOCAL_RANK_CALLS: frozenset[str] = frozenset({"horovod.torch.local_rank"})
+LOCAL_RANK_VARIABLES: frozenset[str] = frozenset(
+    {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}
+)
+# Where each is read by the name of the variable: the rank a machine's launcher sets.
+RankScope = Literal["global", "local"]
+RANK_VARIABLES: dict[str, RankScope] = {**dict.fromkeys(GLOBAL_RANK_VARIABLES, "global"),
+                                  **dict.fromkeys(LOCAL_RANK_VARIABLES, "local")}
 ENVIRONMENT_MAPPING = "os.environ"
 # Packages of programs written to run as several processes, one per GPU, with a backend for
 # hosts without one (gloo, MPI).
@@ -448,6 +459,7 @@ class CallRole(Enum):
     CURRENT_ACCELERATOR = "the accelerator's device, or None"
     CPU_MODE_CHECK = "a check whose answer the CPU mode knows"
     GLOBAL_RANK = "the process's rank on all machines"
+    LOCAL_RANK = "the process's rank on its own machine"
     ENVIRONMENT_READ = "reads an environment variable"
     MEMORY_BUFFER = "an in-memory byte stream"
     DEVICE = "a device"
@@ -474,6 +486,7 @@ _CALL_ROLES: dict[str, CallRole] = {
     CURRENT_ACCELERATOR: CallRole.CURRENT_ACCELERATOR,
     **dict.fromkeys(CPU_MODE_ANSWERS, CallRole.CPU_MODE_CHECK),
     **dict.fromkeys(GLOBAL_RANK_CALLS, CallRole.GLOBAL_RANK),
+    **dict.fromkeys(LOCAL_RANK_CALLS, CallRole.LOCAL_RANK),
     **dict.fromkeys(ENVIRONMENT_READS, CallRole.ENVIRONMENT_READ),
     "io.BytesIO": CallRole.MEMORY_BUFFER,
     TORCH_DEVICE: CallRole.DEVICE,

@@ -1086,8 +1086,8 @@ class Interpreter:
                         self._evaluate(part, env)
         index = _constant_index(node)
         if base.reference is not None and base.reference.qualified == torch_api.ENVIRONMENT_MAPPING \
-                and index in torch_api.GLOBAL_RANK_VARIABLES:
-            return self._global_rank(node, None)
+                and index in torch_api.RANK_VARIABLES:
+            return self._rank(node, torch_api.RANK_VARIABLES[index], None)
         if index is not None:
             known = base.item(index)
             if known is None and base.kinds == {Kind.CONTAINER}:
@@ -1741,10 +1741,14 @@ class Interpreter:
         if role is Role.CPU_MODE_CHECK:
             return replace(SCALAR, in_cpu_mode=torch_api.CPU_MODE_ANSWERS[call.qualified])
         if role is Role.GLOBAL_RANK:
-            return self._global_rank(node, torch_api.CPU_MODE_ANSWERS.get(call.qualified))
+            return self._rank(node, "global", torch_api.CPU_MODE_ANSWERS.get(call.qualified))
+        if role is Role.LOCAL_RANK:
+            return self._rank(node, "local", None)
         if role is Role.ENVIRONMENT_READ:
             named = self._constant(node.args[0].value) if node.args and not node.args[0].star else None
-            return self._global_rank(node, None) if named in torch_api.GLOBAL_RANK_VARIABLES else None
+            if not isinstance(named, str) or named not in torch_api.RANK_VARIABLES:
+                return None
+            return self._rank(node, torch_api.RANK_VARIABLES[named], None)
         if role is Role.MEMORY_BUFFER:
             return Value.of(Kind.MEMORY_BUFFER)
         if role is Role.DEVICE:
@@ -1842,9 +1846,10 @@ class Interpreter:
         assert role is Role.PYTHON_NUMBER
         return SCALAR
 
-    def _global_rank(self, node: cst.BaseExpression, in_cpu_mode: ModeConstant | None) -> Value:
-        """A number that rules trace to where it was read (see `Held.GLOBAL_RANK`)."""
-        self.flow.held[id(node)] = (Held.GLOBAL_RANK, node)
+    def _rank(self, node: cst.BaseExpression, scope: torch_api.RankScope, in_cpu_mode: ModeConstant | None) -> Value:
+        """A number that rules trace to where it was read (see `Held.GLOBAL_RANK`,
+        `Held.LOCAL_RANK`): `scope` is "global" or "local"."""
+        self.flow.held[id(node)] = (Held.GLOBAL_RANK if scope == "global" else Held.LOCAL_RANK, node)
         return replace(SCALAR, holds=frozenset({id(node)}), in_cpu_mode=in_cpu_mode)
 
     def _dataset_element(self, dataset: Value) -> Value:

@@ -647,6 +647,11 @@ class FlowModel:
         return [call for held_kind, call in (self._held[key] for key in value.holds if key in self._held)
                 if held_kind is kind and type(call) is cst.Call]
 
+    def held_expressions(self, value: Value, kind: Held) -> list[cst.BaseExpression]:
+        """The expressions of that kind (a call, an `os.environ[...]` read) the value holds."""
+        return [node for held_kind, node in (self._held[key] for key in value.holds if key in self._held)
+                if held_kind is kind]
+
     def holds(self, value: Value, kind: Held) -> bool:
         """Whether the value is or contains what an expression of that kind gave."""
         return any(self._held[key][0] is kind for key in value.holds if key in self._held)

@@ -95,6 +95,8 @@ class Held(Enum):
     # The process's rank among all machines' processes (`dist.get_rank()`, `$RANK`): a GPU
     # index only on the first machine.
     GLOBAL_RANK = "global rank"
+    # The process's rank on its own machine (`LOCAL_RANK`, `hvd.local_rank()`): no global rank.
+    LOCAL_RANK = "local rank"
 
 
 @dataclass
@@ -265,6 +267,8 @@ class FlowQueries(Protocol):
     def names_no_accelerator(self) -> bool: ...
 
     def holds(self, value: Value, kind: Held) -> bool: ...
+
+    def held_expressions(self, value: Value, kind: Held) -> list[cst.BaseExpression]: ...
 
     def origin_site(self, origin_id: int) -> OriginSite | None: ...
 
