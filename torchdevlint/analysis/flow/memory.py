@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis.flow.call_sites import StatementNameUses, statement_name_uses
+from torchdevlint.analysis.flow.device_settings import DeviceSettings, device_settings_in
 from torchdevlint.analysis.flow.interpreter import Oracle
 from torchdevlint.analysis.flow.results import Env, FunctionFlow
 from torchdevlint.analysis.flow.values import Value
@@ -145,6 +146,9 @@ class FlowMemory:
         # Facts read from a function's own text (`kept_text_fact`), with the function.
         self._kept_facts: dict[tuple[str, int], tuple[cst.FunctionDef, bool]] = {}
         self._used_facts: dict[tuple[str, int], tuple[cst.FunctionDef, bool]] = {}
+        # Which bodies of a top-level statement change the current CUDA device, with it.
+        self._kept_device_settings: dict[int, tuple[cst.BaseStatement, DeviceSettings]] = {}
+        self._used_device_settings: dict[int, tuple[cst.BaseStatement, DeviceSettings]] = {}
         # The tree the kept records were checked against (see the module's docstring).
         self._anchor: cst.Module | None = None
         # Of the last version analysed: functions whose kept flow was reused, and interpreted.
@@ -157,6 +161,7 @@ class FlowMemory:
         self._checked = {}
         self._used_uses = {}
         self._used_facts = {}
+        self._used_device_settings = {}
         self.reused = self.interpreted = 0
 
     def recall(self, function: cst.FunctionDef, attributes_only: bool) -> FlowRecord | None:
@@ -173,6 +178,14 @@ class FlowMemory:
         self._used_uses[id(statement)] = (statement, uses)
         return uses
 
+    def device_settings(self, statement: cst.BaseStatement) -> DeviceSettings:
+        """`device_settings_in(statement)`, kept while the statement is the same node (the ids
+        it holds are of nodes inside it)."""
+        kept = self._kept_device_settings.get(id(statement))
+        settings = kept[1] if kept is not None and kept[0] is statement else device_settings_in(statement)
+        self._used_device_settings[id(statement)] = (statement, settings)
+        return settings
+
     def kept_text_fact(self, fact: str, function: cst.FunctionDef, read: Callable[[cst.FunctionDef], bool]) -> bool:
         """`read(function)`, a fact of the function's own text (`_assigns_own_attributes`), kept
         while the function is the same node."""
@@ -187,4 +200,5 @@ class FlowMemory:
         self._kept, self._checked = self._checked, {}
         self._kept_uses, self._used_uses = self._used_uses, {}
         self._kept_facts, self._used_facts = self._used_facts, {}
+        self._kept_device_settings, self._used_device_settings = self._used_device_settings, {}
         self._anchor = module

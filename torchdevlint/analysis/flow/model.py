@@ -30,6 +30,7 @@ from torchdevlint.analysis.flow.call_sites import (
 )
 from torchdevlint.analysis.flow.checkpoint_files import CheckpointFiles
 from torchdevlint.analysis.flow.constants import ModuleConstants
+from torchdevlint.analysis.flow.device_settings import DeviceSettings, device_settings_in
 from torchdevlint.analysis.flow.interpreter import Interpreter, Oracle, names_used_as_tensors
 from torchdevlint.analysis.flow.memory import FlowMemory, FlowRecord, RecordingOracle, answers_again, recordable
 from torchdevlint.analysis.flow.results import (
@@ -185,7 +186,8 @@ class FlowModel:
         if self._device_setting_bodies is None:
             text = self._source if self._source is not None else self.module.code
             changes = "set_device" in text or "cuda.device(" in text
-            self._device_setting_bodies = _device_setting_bodies(self.module) if changes else frozenset()
+            reader = self._memory.device_settings if self._memory is not None else device_settings_in
+            self._device_setting_bodies = _device_setting_bodies(self.module, reader) if changes else frozenset()
         index = 0 if self._device_setting_bodies <= {id(scope)} else None
         return self._entry_cuda_devices[index]
 
@@ -1399,20 +1401,18 @@ def _moves_self(init: cst.FunctionDef) -> bool:
     return False
 
 
-def _device_setting_bodies(module: cst.Module) -> frozenset[int]:
+def _device_setting_bodies(module: cst.Module,
+                           settings: Callable[[cst.BaseStatement], DeviceSettings] = device_settings_in
+                           ) -> frozenset[int]:
     """The ids of the bodies (the module, functions, lambdas) whose own code calls something
-    that changes the current CUDA device."""
+    that changes the current CUDA device, statement by top-level statement (an editor's
+    memory keeps each unchanged statement's answer)."""
     found: set[int] = set()
-    stack: list[tuple[cst.CSTNode, int]] = [(module, id(module))]
-    while stack:
-        node, body = stack.pop()
-        if type(node) is cst.FunctionDef or type(node) is cst.Lambda:
-            body = id(node)
-        elif type(node) is cst.Call:
-            name = dotted_name(node.func)
-            if name is not None and name.endswith(torch_api.CURRENT_DEVICE_CHANGE_SUFFIXES):
-                found.add(body)
-        stack.extend((child, body) for child in child_nodes(node))
+    for statement in module.body:
+        at_module_level, inner = settings(statement)
+        if at_module_level:
+            found.add(id(module))
+        found |= inner
     return frozenset(found)
 
 
