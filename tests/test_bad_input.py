@@ -260,6 +260,7 @@ x = torch.zeros(2, device="cpu").to(torch.device("cuda:0"))
 if state is 1:
     print(x.numpy())
 state.cuda()
+import torch.distributed as dist
 """
 WARNING_PROGRAM_FINDINGS = ("train.py:15:9: TDL011", "train.py:19:12: TDL202", "train.py:23:9: TDL003")
 # With --diff the fixed findings show as the diff; the fixes compile the fixed code too.

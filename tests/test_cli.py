@@ -12,6 +12,8 @@ from conftest import FIXTURES, run_cli
 
 BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 CLEAN = "import torch\nx = torch.zeros(3)\nx = x.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
+# BUGGY has no CPU mode: a load in it is reported only where several processes run it (TDL003).
+SEVERAL_PROCESSES = "import torch.distributed as dist\n"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -90,7 +92,7 @@ def test_diff_prints_and_does_not_write(tmp_path: Path) -> None:
 
 
 def test_select_and_ignore(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", BUGGY + "torch.load('a.pt')\n")
+    write(tmp_path, "train.py", BUGGY + "torch.load('a.pt')\n" + SEVERAL_PROCESSES)
     only_load = run_cli("check", "--select", "TDL003", "--format", "json", "train.py", cwd=tmp_path)
     assert {item["code"] for item in json.loads(only_load.stdout)} == {"TDL003"}
     no_move = run_cli("check", "--ignore", "TDL001", "--format", "json", "train.py", cwd=tmp_path)
@@ -145,7 +147,7 @@ def test_config_select_ignore_exclude_and_rule_options(tmp_path: Path) -> None:
         '[tool.torchdevlint.load-without-map-location]\nmap-location = "meta"\n',
     )
     write(tmp_path, "legacy/old.py", "import torch\ntorch.load('a')\n")
-    path = write(tmp_path, "train.py", BUGGY + "model = torch.load('a.pt')\nmodel.cuda()\n")
+    path = write(tmp_path, "train.py", BUGGY + "model = torch.load('a.pt')\nmodel.cuda()\n" + SEVERAL_PROCESSES)
     items = json.loads(run_cli("check", "--format", "json", ".", cwd=tmp_path).stdout)
     assert [(item["path"], item["code"]) for item in items] == [("train.py", "TDL003")]
     run_cli("check", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
@@ -488,7 +490,7 @@ def test_fixed_and_remaining_add_up_to_the_findings_check_reports(tmp_path: Path
 
 
 # A whole model loaded and then moved: `map_location="cpu"` is its unsafe fix.
-BUGGY_AND_LOAD = BUGGY + "model = torch.load('model.pt')\nmodel.cuda()\n"
+BUGGY_AND_LOAD = BUGGY + "model = torch.load('model.pt')\nmodel.cuda()\n" + SEVERAL_PROCESSES
 
 
 def test_unfixable_codes_are_reported_without_a_fix_and_never_fixed(tmp_path: Path) -> None:

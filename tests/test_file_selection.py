@@ -18,7 +18,7 @@ from torchdevlint.gitignore import GitIgnores, compile_pattern
 BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device='cuda')\n"
 FIXED = "import torch\nx = torch.zeros(3)\nx = x.cuda()\ny = x + torch.ones(3, device='cuda')\n"
 # A TDL003 finding (torch.load without map_location) besides the TDL001 one.
-TWO_RULES = BUGGY + "state = torch.load('model.pt')\n"
+TWO_RULES = BUGGY + "state = torch.load('model.pt')\nimport torch.distributed as dist\n"
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:

@@ -25,6 +25,8 @@ BUGGY = (
     "    'a.pt',\n"
     ")\n"
     "state.cuda()\n"
+    # With no CPU mode, a load is reported only where several processes run the program (TDL003).
+    "import torch.distributed as dist\n"
 )
 
 

@@ -13,7 +13,8 @@ from conftest import run_cli
 from torchdevlint.suppression import _tokenize, _Tokens, _tokens, add_noqa, file_exemption
 
 MOVE = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device='cuda')\n"
-MOVE_AND_LOAD = MOVE + "state = torch.load('model.pt')\n"
+# With no CPU mode, a load is reported only where several processes run the program (TDL003).
+MOVE_AND_LOAD = MOVE + "state = torch.load('model.pt')\nimport torch.distributed as dist\n"
 
 
 def findings(result_stdout: str) -> list[tuple[int, str]]:
@@ -63,14 +64,14 @@ def test_add_noqa_suppresses_every_finding_and_a_second_run_adds_nothing(tmp_pat
 def test_add_noqa_puts_the_comment_where_the_statement_or_string_ends_as_ruff_does(tmp_path: Path) -> None:
     # No comment can end a line that a backslash continues or a string runs on from.
     source = ('import torch\nx = torch.zeros(3)\nx.cuda(); s = """\ntext\n"""\n'
-              "state = torch.load( \\\n    'model.pt')\n")
+              "state = torch.load( \\\n    'model.pt')\nimport torch.distributed as dist\n")
     (tmp_path / "a.py").write_text(source)
     result = run_cli("check", "--add-noqa", "--no-cache", "a.py", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Added 2 `# noqa` directives." in result.stderr
     assert (tmp_path / "a.py").read_text() == (
         'import torch\nx = torch.zeros(3)\nx.cuda(); s = """\ntext\n"""  # noqa: TDL001\n'
-        "state = torch.load( \\\n    'model.pt')  # noqa: TDL003\n")
+        "state = torch.load( \\\n    'model.pt')  # noqa: TDL003\nimport torch.distributed as dist\n")
     assert check_json(tmp_path, "a.py") == []
 
 

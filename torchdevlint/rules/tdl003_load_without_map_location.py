@@ -70,9 +70,12 @@ class LoadWithoutMapLocation(Rule):
     Nor in a program that says it cannot run without a GPU: `assert torch.cuda.is_available()`,
     a module-level `if not torch.cuda.is_available(): sys.exit(...)`, or an NCCL process group
     set up whatever its settings. It stops on a machine without a GPU before its loads matter.
-    Nor where a program that hard-codes CUDA with no CPU mode at all (which TDL203 reports) loads
-    a file it saves itself, as a resume does: it saved the file on a GPU machine, and it loads
-    it on one. Once TDL203's fix gives the program a CPU mode, those loads are reported too.
+    Nor in a program that hard-codes CUDA with no CPU mode at all (which TDL203 reports), in one
+    process (no `torch.distributed`): it runs only on a GPU machine, where a checkpoint saved
+    on the first GPU loads, and on a machine without one it fails at its first CUDA use
+    anyway. Once TDL203's fix gives the program a CPU mode, its loads are reported too. A
+    distributed program's loads are still reported: each of its processes would put the
+    checkpoint on the saving process's GPU.
 
     Also not reported, unless `include-tests` is set: loads in test code as pytest collects
     it (`conftest.py`, modules that import pytest or unittest, and files named `test_*.py`
@@ -638,8 +641,9 @@ class LoadWithoutMapLocation(Rule):
         if self._found and self._needs_a_gpu():
             return
         for call, fix in self._found:
-            if self._program.hard_coded_cuda() and self.context.flow.saved_by_the_program(call):
-                # Saved by this program, which runs only with CUDA: on a GPU machine, as the load.
+            if self._program.hard_coded_cuda():
+                # A program with no CPU mode, in one process: it runs only on a GPU machine, whose
+                # first GPU is there, and fails on any other before its loads matter.
                 continue
             self.report(call, fix=fix)
 
