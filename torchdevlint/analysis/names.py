@@ -58,6 +58,9 @@ class ImportTable:
 
     def __init__(self) -> None:
         self._aliases: dict[str, str] = {}
+        # Modules imported under their own top name (`import torch.distributed` binds `torch`):
+        # imported all the same, for `imports_from`.
+        self._submodules: set[str] = set()
         # Bumped by every change, so answers cached from the table know when they are stale.
         self.generation = 0
 
@@ -71,6 +74,8 @@ class ImportTable:
                 # `import torch.nn` binds `torch`.
                 top = full.split(".", 1)[0]
                 self._aliases[top] = top
+                if full != top:
+                    self._submodules.add(full)
 
     def record_import_from(self, node: cst.ImportFrom) -> None:
         if node.relative or isinstance(node.names, cst.ImportStar):
@@ -113,7 +118,8 @@ class ImportTable:
     def imports_from(self, package: str) -> bool:
         """Whether the file imports the package or anything from it (`unittest.TestCase`)."""
         prefix = package + "."
-        return any(qualified == package or qualified.startswith(prefix) for qualified in self._aliases.values())
+        return any(qualified == package or qualified.startswith(prefix)
+                   for qualified in (*self._aliases.values(), *self._submodules))
 
     def qualified_name(self, node: cst.BaseExpression, *, among: NameFilter | None = None) -> str | None:
         """`T.nn.Linear` -> `torch.nn.Linear` when `import torch as T`; None if not imported

@@ -118,6 +118,16 @@ class HardCodedCuda(Rule):
             """,
             name="a-horovod-program-one-process-per-gpu",
         ),
+        Valid(
+            """
+            import torch
+            import torch.distributed
+            model = torch.nn.Linear(8, 2).cuda()
+            if torch.distributed.is_initialized():
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            """,
+            name="a-distributed-program-importing-the-package-by-its-full-name",
+        ),
     ]
     INVALID = [
         Invalid(
