@@ -384,12 +384,15 @@ def test_a_fix_is_checked_on_the_machines_it_changes_the_program_on(tmp_path: Pa
     for report in reports:
         assert report["host"] == "cpu-loads-gpu-checkpoint"
         assert report["original"]["error"]["line"] in (3, 4)
-        assert report["fixed"]["status"] == "ok"
-        [gpu] = report["more_hosts"]
-        assert (gpu["host"], gpu["codes"], gpu["agreement"]) == ("gpu", ["TDL003"], True)
-        assert gpu["original"]["status"] == "ok"  # on a GPU box its own checkpoint loads
-    assert to_cpu["verdict"] == "fix failed"
-    assert "Expected all tensors to be on the same device" in to_cpu["more_hosts"][0]["fixed"]["error"]["message"]
+    # Mapped to the CPU, the statistics would meet the GPU's `x` on a GPU box: TDL003 offers no
+    # such fix (nothing shows where the program uses what it loaded), so there is none to run.
+    assert to_cpu["verdict"] == "bug reproduced"
+    assert to_cpu["note"].endswith("no fix is offered for it")
+    # Mapped to the program's own device, the fix runs on both machines and agrees.
+    assert to_device["fixed"]["status"] == "ok"
+    [gpu] = to_device["more_hosts"]
+    assert (gpu["host"], gpu["codes"], gpu["agreement"]) == ("gpu", ["TDL003"], True)
+    assert gpu["original"]["status"] == "ok"  # on a GPU box its own checkpoint loads
     assert to_device["verdict"] == "fix verified"
     assert to_device["note"].endswith("the fixed program runs and agrees")
 
