@@ -12,16 +12,15 @@ from torchdevlint.analysis.brains.torch_api import (
 )
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow.results import Held
+from torchdevlint.analysis.process_groups import ProcessGroups
 from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import RuntimeProof
 
-_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
-_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"})
 _INDEX_TAKERS = SET_CUDA_DEVICE | {CUDA_DEVICE_CONTEXT}
-_LOOKED_FOR = _INDEX_TAKERS | {TORCH_DEVICE} | WRAPPERS | _PROCESS_GROUP | _SPAWN
+_LOOKED_FOR = _INDEX_TAKERS | {TORCH_DEVICE} | WRAPPERS
 _CUDA_PREFIX = "cuda:"
 
 
@@ -222,10 +221,7 @@ class GlobalRankAsDeviceIndex(Rule):
     def setup(self) -> None:
         # Each global rank used as an index, and whether it is an operand (`"cuda:%d" % rank`).
         self._found: list[tuple[cst.BaseExpression, bool]] = []
-        # ids of the functions `mp.spawn` starts, and the process groups each function sets up
-        # with the rank it names.
-        self._spawned: set[int] = set()
-        self._ranked_groups: list[tuple[cst.FunctionDef | None, cst.BaseExpression]] = []
+        self._groups = self.context.shared(ProcessGroups)
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.context.names.qualified_name(node.func, among=_LOOKED_FOR)
@@ -242,14 +238,6 @@ class GlobalRankAsDeviceIndex(Rule):
                     self._check(element.value)
             output = keyword_argument(node, "output_device")
             self._check(output.value if output is not None else None)
-        elif qualified in _PROCESS_GROUP:
-            rank = keyword_argument(node, "rank")
-            if rank is not None:
-                self._ranked_groups.append((self.context.enclosing_function(), rank.value))
-        elif qualified in _SPAWN and node.args and node.args[0].keyword is None:
-            reference = self.context.flow.value_of(node.args[0].value).reference
-            if reference is not None and reference.definition is not None:
-                self._spawned.add(reference.definition)
         elif type(node.func) is cst.Attribute and node.func.attr.value in ("cuda", "to"):
             self._check(_first_argument(node, "device"))
         elif type(node.func) is cst.Attribute and node.func.attr.value == "format" \
@@ -282,22 +270,13 @@ class GlobalRankAsDeviceIndex(Rule):
             self._found.append((expression, operand))
 
     def leave_Module(self, node: cst.Module) -> None:
-        if self._one_machine_by_construction():
+        if self._groups.one_machine_by_construction():
             return
         reported: set[int] = set()
         for expression, operand in self._found:
             if id(expression) not in reported:
                 reported.add(id(expression))
                 self.report(expression, fix=self._fix(expression, operand))
-
-    def _one_machine_by_construction(self) -> bool:
-        """A process group whose rank is the index `mp.spawn` gives its function: each process
-        of the job is one of this machine's, and the global rank is the local one."""
-        for function, rank in self._ranked_groups:
-            if function is not None and id(function) in self._spawned and function.params.params \
-                    and type(rank) is cst.Name and rank.value == function.params.params[0].name.value:
-                return True
-        return False
 
     def _fix(self, expression: cst.BaseExpression, operand: bool) -> PendingFix:
         # `"cuda:" + str(rank)`: the number inside `str(...)` is the one to take modulo.

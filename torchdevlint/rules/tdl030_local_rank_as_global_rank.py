@@ -5,16 +5,15 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.flow.results import Held
+from torchdevlint.analysis.process_groups import INIT_PROCESS_GROUP, ProcessGroups
 from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import RuntimeProof
 
-_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
 _SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
-_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"})
-_LOOKED_FOR = _PROCESS_GROUP | _SAMPLERS | _SPAWN
+_LOOKED_FOR = INIT_PROCESS_GROUP | _SAMPLERS
 
 
 class LocalRankAsGlobalRank(Rule):
@@ -126,37 +125,22 @@ class LocalRankAsGlobalRank(Rule):
 
     def setup(self) -> None:
         self._found: list[cst.BaseExpression] = []
-        self._spawned: set[int] = set()
-        self._ranked_groups: list[tuple[cst.FunctionDef | None, cst.BaseExpression]] = []
+        self._groups = self.context.shared(ProcessGroups)
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.context.names.qualified_name(node.func, among=_LOOKED_FOR)
-        if qualified in _PROCESS_GROUP or qualified in _SAMPLERS:
-            rank = keyword_argument(node, "rank")
-            if rank is None:
-                return
-            if qualified in _PROCESS_GROUP:
-                self._ranked_groups.append((self.context.enclosing_function(), rank.value))
-            flow = self.context.flow
-            if flow.holds(flow.value_of(rank.value), Held.LOCAL_RANK):
-                self._found.append(rank.value)
-        elif qualified in _SPAWN and node.args and node.args[0].keyword is None:
-            reference = self.context.flow.value_of(node.args[0].value).reference
-            if reference is not None and reference.definition is not None:
-                self._spawned.add(reference.definition)
+        if qualified is None:
+            return
+        rank = keyword_argument(node, "rank")
+        flow = self.context.flow
+        if rank is not None and flow.holds(flow.value_of(rank.value), Held.LOCAL_RANK):
+            self._found.append(rank.value)
 
     def leave_Module(self, node: cst.Module) -> None:
-        if self._one_machine_by_construction():
+        if self._groups.one_machine_by_construction():
             return
         for expression in self._found:
             self.report(expression, fix=self._fix(expression))
-
-    def _one_machine_by_construction(self) -> bool:
-        for function, rank in self._ranked_groups:
-            if function is not None and id(function) in self._spawned and function.params.params \
-                    and type(rank) is cst.Name and rank.value == function.params.params[0].name.value:
-                return True
-        return False
 
     def _fix(self, expression: cst.BaseExpression) -> PendingFix | None:
         flow = self.context.flow
