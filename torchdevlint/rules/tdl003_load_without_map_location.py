@@ -90,9 +90,11 @@ class LoadWithoutMapLocation(Rule):
     to the GPU first would hold a second copy of them there. A whole model, or tensors used
     as they are, are mapped to the device variable in scope (a name containing "device"
     bound to a `torch.device` or a device string), or else to the configured location, but
-    only where the flow model shows that choice agrees with how the program uses it, or the
-    load is read on the host at once (`torch.load(path).numpy()`): a pickled model mapped to
-    the CPU that a GPU run then feeds GPU data, never moving it, would break that run. When the loaded object is assigned and then used, the device-flow model
+    only with evidence that the program does not rely on the load's own device: the flow model
+    shows that choice agrees with how the program uses it, the load is read on the host at
+    once (`torch.load(path).numpy()`), the name it is bound to is moved later in the same body
+    (`model.cuda()`), or the file names no accelerator at all. A pickled model mapped to the
+    CPU that a GPU run then feeds GPU data, never moving it, would break that run. When the loaded object is assigned and then used, the device-flow model
     checks each choice: one under which the loaded object then meets only data on that same
     device (a whole pickled model fed inputs moved to `device`) is chosen, and the fix is
     safe. A choice under which it would meet data elsewhere (a model mapped to the CPU fed

@@ -124,7 +124,7 @@ class FunctionFlow:
     # or a `.cpu()`/`.to("cpu")` call (values brought back on purpose).
     origins: dict[int, cst.Call] = field(default_factory=dict)
     # Checkpoint calls made in this body (see `Value.holds`), and each `torch.save` with the
-    # value it saves. A call, or the `os.environ[...]` read of a global rank.
+    # value it saves. A call, or the `os.environ[...]` read of a rank.
     held: dict[int, tuple[Held, cst.BaseExpression]] = field(default_factory=dict)
     # Losses made here that take some arguments on the host (`torch_api.HOST_ARGUMENT_LOSSES`):
     # the constructor call's id -> (position, keyword) of each.
