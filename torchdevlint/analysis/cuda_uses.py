@@ -26,7 +26,7 @@ from torchdevlint.analysis.devices import (
 from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, ImportTable, NameResolver
-from torchdevlint.analysis.tree import keyword_argument
+from torchdevlint.analysis.tree import first_argument, keyword_argument
 
 # Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
 CPU_FALLBACK_CHECKS = frozenset(
@@ -129,10 +129,7 @@ def device_that_may_be_the_cpu(call: cst.Call, flow: FlowQueries,
         return None
     if type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super":
         return None  # an override of `cuda` handing its argument on
-    device = next((arg.value for arg in call.args if arg.keyword is None and not arg.star), None)
-    if device is None:
-        device = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "device"),
-                      None)
+    device = first_argument(call, "device")
     if device is None:
         return None
     value = flow.value_of(device)

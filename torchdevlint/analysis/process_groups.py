@@ -8,13 +8,11 @@ from typing import Protocol
 
 import libcst as cst
 
+from torchdevlint.analysis.brains.torch_api import INIT_PROCESS_GROUP, SPAWN
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.names import NameResolver
 from torchdevlint.analysis.tree import keyword_argument
 
-INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group",
-                                "torch.distributed.distributed_c10d.init_process_group"})
-SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"})
 _LOOKED_FOR = INIT_PROCESS_GROUP | SPAWN
 
 

@@ -78,6 +78,16 @@ def keyword_argument(call: cst.Call, name: str) -> cst.Arg | None:
     return None
 
 
+def first_argument(call: cst.Call, keyword: str) -> cst.BaseExpression | None:
+    """The call's first positional argument, or else the one passed as `keyword`
+    (`x.cuda(rank)`, `x.cuda(device=rank)`); None for neither."""
+    positional = next((arg.value for arg in call.args if arg.keyword is None and not arg.star), None)
+    if positional is not None:
+        return positional
+    named = keyword_argument(call, keyword)
+    return named.value if named is not None else None
+
+
 def small_statements(body: Sequence[cst.BaseStatement]) -> Iterator[cst.CSTNode]:
     """The statements of a block in order, with `a; b` split into its small statements."""
     for statement in body:

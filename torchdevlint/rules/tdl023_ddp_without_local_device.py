@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis.brains.torch_api import DISTRIBUTED_DATA_PARALLEL
+from torchdevlint.analysis.brains.torch_api import DISTRIBUTED_DATA_PARALLEL, INIT_PROCESS_GROUP, SPAWN
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow.values import PlaceKind
 from torchdevlint.analysis.tree import keyword_argument
@@ -15,10 +15,8 @@ from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import RuntimeProof
 
-_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
-_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"})
 # Every call the rule looks at.
-_LOOKED_FOR = _PROCESS_GROUP | _SPAWN | DISTRIBUTED_DATA_PARALLEL
+_LOOKED_FOR = INIT_PROCESS_GROUP | SPAWN | DISTRIBUTED_DATA_PARALLEL
 # Text of a statement that may place a model before the process group is set up.
 _PLACING = (".cuda(", ".to(", "device")
 
@@ -235,12 +233,12 @@ class DdpWithoutLocalDevice(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.context.names.qualified_name(node.func, among=_LOOKED_FOR)
-        if qualified in _PROCESS_GROUP:
+        if qualified in INIT_PROCESS_GROUP:
             if keyword_argument(node, "device_id") is not None:
                 self._per_process = True
             else:
                 self._process_group(node)
-        elif qualified in _SPAWN and node.args and node.args[0].keyword is None:
+        elif qualified in SPAWN and node.args and node.args[0].keyword is None:
             reference = self.context.flow.value_of(node.args[0].value).reference
             if reference is not None and reference.definition is not None:
                 self._spawned.add(reference.definition)

@@ -13,7 +13,7 @@ from torchdevlint.analysis.brains.torch_api import (
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow.results import Held
 from torchdevlint.analysis.process_groups import ProcessGroups
-from torchdevlint.analysis.tree import keyword_argument
+from torchdevlint.analysis.tree import first_argument, keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -226,7 +226,7 @@ class GlobalRankAsDeviceIndex(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.context.names.qualified_name(node.func, among=_LOOKED_FOR)
         if qualified in _INDEX_TAKERS:
-            self._check(_first_argument(node, "device"))
+            self._check(first_argument(node, "device"))
         elif qualified == TORCH_DEVICE:
             positional = [arg for arg in node.args if arg.keyword is None and not arg.star]
             index = keyword_argument(node, "index")
@@ -239,7 +239,7 @@ class GlobalRankAsDeviceIndex(Rule):
             output = keyword_argument(node, "output_device")
             self._check(output.value if output is not None else None)
         elif type(node.func) is cst.Attribute and node.func.attr.value in ("cuda", "to"):
-            self._check(_first_argument(node, "device"))
+            self._check(first_argument(node, "device"))
         elif type(node.func) is cst.Attribute and node.func.attr.value == "format" \
                 and (string_value(node.func.value) or "").startswith(_CUDA_PREFIX):
             for arg in node.args:
@@ -298,13 +298,3 @@ class GlobalRankAsDeviceIndex(Rule):
         return self.make_fix(NodeEdit(target, modulo),
                              applicability=Applicability.UNSAFE, required_imports=imports)
 
-
-def _first_argument(call: cst.Call, keyword: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.star:
-            return None
-        if arg.keyword is None:
-            return arg.value
-        if arg.keyword.value == keyword:
-            return arg.value
-    return None

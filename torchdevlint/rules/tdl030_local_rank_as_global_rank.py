@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis.brains.torch_api import DISTRIBUTED_SAMPLERS, INIT_PROCESS_GROUP
 from torchdevlint.analysis.flow.results import Held
-from torchdevlint.analysis.process_groups import INIT_PROCESS_GROUP, ProcessGroups
+from torchdevlint.analysis.process_groups import ProcessGroups
 from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import RuntimeProof
 
-_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
-_LOOKED_FOR = INIT_PROCESS_GROUP | _SAMPLERS
+_LOOKED_FOR = INIT_PROCESS_GROUP | DISTRIBUTED_SAMPLERS
 
 
 class LocalRankAsGlobalRank(Rule):

@@ -277,6 +277,12 @@ RETURNS_ITS_TENSOR: frozenset[str] = frozenset({"torch.autograd.Variable", "torc
 INIT_PROCESS_GROUP: frozenset[str] = frozenset(
     {"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"}
 )
+# Starts one process per index, each calling the function with its index first.
+SPAWN: frozenset[str] = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"})
+# Shards a dataset by the rank it is given among `num_replicas`.
+DISTRIBUTED_SAMPLERS: frozenset[str] = frozenset(
+    {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
+)
 # Strips a prefix such as `module.` from a state dict's keys, in place.
 STRIP_STATE_DICT_PREFIX = "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"
 

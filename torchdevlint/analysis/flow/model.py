@@ -646,8 +646,7 @@ class FlowModel:
 
     def held_calls(self, value: Value, kind: Held) -> list[cst.Call]:
         """The calls of that kind whose result the value is or contains."""
-        return [call for held_kind, call in (self._held[key] for key in value.holds if key in self._held)
-                if held_kind is kind and type(call) is cst.Call]
+        return [node for node in self.held_expressions(value, kind) if type(node) is cst.Call]
 
     def held_expressions(self, value: Value, kind: Held) -> list[cst.BaseExpression]:
         """The expressions of that kind (a call, an `os.environ[...]` read) the value holds."""
@@ -656,7 +655,7 @@ class FlowModel:
 
     def holds(self, value: Value, kind: Held) -> bool:
         """Whether the value is or contains what an expression of that kind gave."""
-        return any(self._held[key][0] is kind for key in value.holds if key in self._held)
+        return bool(self.held_expressions(value, kind))
 
     def origin(self, origin_id: int) -> tuple[cst.Call, Scope] | None:
         """The call that put host data into a value (see `Value.origins`), and its body."""
