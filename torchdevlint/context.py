@@ -80,6 +80,13 @@ class FileContext:
         self._methods.clear()
 
     @property
+    def source(self) -> str:
+        """The file's text (printed from the tree once where the caller gave none)."""
+        if self._source is None:
+            self._source = self.module.code
+        return self._source
+
+    @property
     def flow(self) -> FlowQueries:
         """The device-flow model of the file, interpreted lazily, function by function."""
         return self._flow_model()

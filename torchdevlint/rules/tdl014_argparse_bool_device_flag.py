@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from torchdevlint.analysis.brains import naming
-from torchdevlint.analysis.brains.argparse_options import read_option
-from torchdevlint.analysis.devices import string_value
+from torchdevlint.analysis.brains.argparse_options import ArgparseOption, read_option
 from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
@@ -17,26 +18,50 @@ from torchdevlint.runtime_proof import NO_GPU, RuntimeProof
 _KEPT_KEYWORDS = frozenset({"type", "default", "help", "dest", "required"})
 
 
+_STUCK_ON_MESSAGE = 'argparse action="store_true" with default=True is always True: this device flag cannot be switched off'
+_STUCK_OFF_MESSAGE = 'argparse action="store_false" with default=False is always False: this device flag cannot be switched on'
+_INVERTED_MESSAGE = ('argparse action="store_false" turns the GPU off when this flag is given: it is on by default, '
+                     'the reverse of what its name says, so a machine without a GPU fails unless the flag is passed')
+
+
 class ArgparseBoolDeviceFlag(Rule):
     """
     ## What it does
     Finds argparse options that choose the device (`--cuda`, `--use-gpu`, `--no-cuda`,
-    `--cpu`, `--device-...`) declared with `type=bool`, in files that import argparse.
+    `--cpu`, `--device-...`), in files that import argparse, declared so that they do not
+    switch as their name says:
+    - `type=bool`: any value given on the command line is true;
+    - `action="store_true"` with `default=True` (always true) or `action="store_false"`
+      with `default=False` (always false);
+    - `action="store_false"` on a switch named for the GPU (`--cuda`, `--use-gpu`): the GPU
+      is on unless the flag is given, and giving it turns the GPU off.
 
     ## Why is this bad?
     argparse calls `bool` on the text given on the command line, and `bool` of any non-empty
     string is `True`: `--cuda False` and `--cuda 0` both turn CUDA *on*. With
     `default=True`, CUDA cannot be switched off at all, so a program that offers a CPU mode
     fails on a machine without a GPU however it is started: "Torch not compiled with CUDA
-    enabled", "Found no NVIDIA driver on your system". The flag also looks like a guard to a
-    reader (and to TDL007) while guarding nothing.
+    enabled", "Found no NVIDIA driver on your system". A `store_true` switch whose default
+    is already `True` can only set what is set, with the same result. The flag also looks
+    like a guard to a reader (and to TDL007) while guarding nothing.
+
+    `--cuda` declared `store_false` works, backwards: the program uses the GPU when run
+    without flags, fails on a machine without one, and `--cuda`, given by someone who
+    wants the GPU, trains on the CPU instead.
 
     ## Fix safety
     The fix declares the flag as a switch: `action=argparse.BooleanOptionalAction` where the
     default is `True` (giving `--cuda`/`--no-cuda`), `action="store_true"` where it is
-    `False` or absent. Unsafe: command lines that pass a value (`--cuda False`) stop
-    parsing, and scripts that launch the program must change with it. Options with other
-    settings (`nargs`, `choices`, `metavar`, a computed default) get no fix.
+    `False` or absent.
+    - For `type=bool` it is unsafe: command lines that pass a value (`--cuda False`) stop
+      parsing, and scripts that launch the program must change with it. Options with other
+      settings (`nargs`, `choices`, `metavar`, a computed default) get no fix.
+    - For `store_true` with `default=True` it is safe: every command line that parsed before
+      gives the same value, and `--no-cuda` is new.
+    - For a `store_false` GPU switch it is unsafe: the program still uses the GPU when run
+      without flags, but `--cuda` now means the GPU, and the CPU is `--no-cuda`.
+    No fix where the program already has an option named `--no-...` (argparse would refuse
+    the second), or for `store_false` with `default=False`, whose intent the code does not show.
 
     ## Options
     None.
@@ -75,6 +100,21 @@ class ArgparseBoolDeviceFlag(Rule):
             parser.add_argument("--cuda", type=bool, default=True)
             """,
             name="another-parser-library-that-reads-booleans",
+        ),
+        Valid(
+            """
+            import argparse
+
+            import torch
+
+            parser = argparse.ArgumentParser(description="sample from a trained model")
+            parser.add_argument("--no-cuda", dest="cuda", action="store_false", help="run on the CPU")
+            parser.add_argument("--cpu", action="store_true", default=False)
+            parser.add_argument("--distributed", action="store_false")
+            args = parser.parse_args()
+            device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+            """,
+            name="store-false-named-for-the-cpu",
         ),
     ]
     INVALID = [
@@ -132,28 +172,125 @@ class ArgparseBoolDeviceFlag(Rule):
             count=3,
             name="off-by-default-flags-in-a-group",
         ),
+        Invalid(
+            """
+            import argparse
+
+            import torch
+
+            parser = argparse.ArgumentParser(description="language model")
+            parser.add_argument("--epochs", type=int, default=40)
+            parser.add_argument("--cuda", action="store_true", default=True, help="use CUDA")
+            args = parser.parse_args()
+            device = torch.device("cuda" if args.cuda else "cpu")
+            """,
+            fixed="""
+            import argparse
+
+            import torch
+
+            parser = argparse.ArgumentParser(description="language model")
+            parser.add_argument("--epochs", type=int, default=40)
+            parser.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use CUDA")
+            args = parser.parse_args()
+            device = torch.device("cuda" if args.cuda else "cpu")
+            """,
+            applicability=Applicability.SAFE,
+            name="store-true-already-true",
+        ),
+        Invalid(
+            """
+            from argparse import ArgumentParser
+
+            import torch
+
+            def get_args():
+                parser = ArgumentParser()
+                parser.add_argument("--data", type=str, default="data/penn")
+                parser.add_argument("--cuda", action="store_false", help="use CUDA")
+                return parser.parse_args()
+
+            args = get_args()
+            model = torch.nn.LSTM(400, 1150)
+            if args.cuda:
+                model.cuda()
+            """,
+            fixed="""
+            from argparse import ArgumentParser
+
+            import torch
+            import argparse
+
+            def get_args():
+                parser = ArgumentParser()
+                parser.add_argument("--data", type=str, default="data/penn")
+                parser.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use CUDA")
+                return parser.parse_args()
+
+            args = get_args()
+            model = torch.nn.LSTM(400, 1150)
+            if args.cuda:
+                model.cuda()
+            """,
+            applicability=Applicability.UNSAFE,
+            name="store-false-gpu-switch",
+        ),
+        Invalid(
+            """
+            import argparse
+
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gpu", action="store_true", default=True)
+            parser.add_argument("--no-gpu", action="store_true")
+            parser.add_argument("--use-cpu", action="store_false", default=False)
+            """,
+            count=2,
+            name="stuck-switches-with-no-fix",
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
         option = read_option(node)
+        if option is None or not self.context.names.imports_from("argparse") or not self._is_device_flag(option):
+            return
         kind = keyword_argument(node, "type")
-        if option is None or kind is None or option.type_name != "bool":
-            return
-        if self.context.binding_scope("bool") is not None or not self.context.names.imports_from("argparse"):
-            return
-        if not self._is_device_flag(node):
-            return
-        self.report(node, fix=self._fix(node, kind))
+        if kind is not None and option.type_name == "bool":
+            if self.context.binding_scope("bool") is None:
+                self.report(node, fix=self._fix(node, kind))
+        elif kind is None and option.action == "store_true" and option.written_default is True:
+            self.report(node, message=_STUCK_ON_MESSAGE, fix=self._switch_fix(option, Applicability.SAFE))
+        elif kind is None and option.action == "store_false" and option.written_default is False:
+            self.report(node, message=_STUCK_OFF_MESSAGE)
+        elif kind is None and option.action == "store_false" and option.written_default is not False \
+                and naming.turns_the_gpu_on(option.name_words):
+            self.report(node, message=_INVERTED_MESSAGE, fix=self._switch_fix(option, Applicability.UNSAFE))
 
-    def _is_device_flag(self, call: cst.Call) -> bool:
-        option = read_option(call)
-        if option is None:
-            return False
-        names = list(option.names)
-        dest = option.keywords.get("dest")
-        if dest is not None:
-            names.append(string_value(dest))
+    @staticmethod
+    def _is_device_flag(option: ArgparseOption) -> bool:
+        names = [*option.names, option.dest]
         return any(name is not None and any(word in name.lower() for word in naming.DEVICE_FLAG_WORDS) for name in names)
+
+    def _switch_fix(self, option: ArgparseOption, applicability: Applicability) -> PendingFix | None:
+        """`action=argparse.BooleanOptionalAction`, on by default as before: `--cuda` turns
+        the GPU on and `--no-cuda` off. None where another option already has the `--no-`
+        name argparse would add, or settings a switch does not take."""
+        action = option.keywords.get("action")
+        if action is None or any(arg.star or arg.keyword is not None and arg.keyword.value not in _KEPT_KEYWORDS | {"action"}
+                                 for arg in option.call.args):
+            return None
+        long_names = [name for name in option.names if name is not None and name.startswith("--")]
+        if not long_names or any(re.search(rf"""(['"])--no-{re.escape(name[2:])}\1""", self.context.source) for name in long_names):
+            return None
+        module = self.context.names.local_name_for("argparse")
+        imports: tuple[tuple[str, str | None], ...] = ()
+        if module is None:
+            module, imports = "argparse", (("argparse", None),)
+        # BooleanOptionalAction has no default of its own: a switch that was on without the flag stays on.
+        default = "" if "default" in option.keywords else ", default=True"
+        return self.make_fix(NodeEdit(action, f"{module}.BooleanOptionalAction{default}"),
+                             applicability=applicability, required_imports=imports)
 
     def _fix(self, call: cst.Call, kind: cst.Arg) -> PendingFix | None:
         if any(arg.star or arg.keyword is not None and arg.keyword.value not in _KEPT_KEYWORDS for arg in call.args):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.devices import string_value
 
 
@@ -40,6 +41,23 @@ class ArgparseOption:
     def action(self) -> str | None:
         action = self.keywords.get("action")
         return string_value(action) if action is not None else None
+
+    @property
+    def written_default(self) -> bool | None:
+        """`default=True` -> True, `default=False` -> False; None where absent or anything else."""
+        default = self.keywords.get("default")
+        if type(default) is cst.Name and default.value in ("True", "False"):
+            return default.value == "True"
+        return None
+
+    @property
+    def name_words(self) -> set[str]:
+        """The words of its option strings and `dest=` (`--use-gpu`, dest `gpu`: use, gpu)."""
+        found: set[str] = set()
+        for name in [*self.names, self.dest]:
+            if name is not None:
+                found.update(naming.words(name))
+        return found
 
 
 def read_option(call: cst.Call) -> ArgparseOption | None:

@@ -3,6 +3,15 @@ where no type says it. One copy of each list, each used for one question."""
 
 from __future__ import annotations
 
+import re
+
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def words(name: str) -> list[str]:
+    """The lower-case words of a name or option (`--useGPU` -> use, gpu; `no_cuda` -> no, cuda)."""
+    return [word.lower() for word in _WORD.findall(name)]
+
 # What `from utils import *` brings where the module imported `torch` itself (a tutorial's
 # scripts sharing one helper module): names no other import of the file binds.
 STAR_IMPORTED_MODULES: dict[str, str] = {"torch": "torch", "nn": "torch.nn"}
@@ -41,6 +50,12 @@ ACCELERATOR_TEXT = ("cuda", "device", "gpu", "mps", "xpu", "accel", "distributed
 # Words that turn a GPU setting around (`--no-cuda`, `disable_gpu`).
 NEGATION_WORDS = frozenset({"no", "not", "disable", "disabled", "without", "nocuda", "nogpu"})
 
+
+def turns_the_gpu_on(name_words: set[str]) -> bool:
+    """Whether a switch so named means the GPU when true (`--cuda`, `use_gpu`), not the CPU
+    (`--cpu`, `--no-cuda`)."""
+    return bool(name_words & GPU_SETTING_WORDS) and "cpu" not in name_words and not name_words & NEGATION_WORDS
+
 # Words of a setting that names the device itself (`--device`, `args.dev`).
 DEVICE_SETTING_WORDS = frozenset({"device", "dev"})
 
@@ -54,6 +69,10 @@ GPU_SETTING_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", 
 # distributed run (`if dist.is_initialized():`, `world_size > 1`) counts too: multi-process
 # training code is written for NCCL, which needs GPUs.
 DEVICE_CONTEXT_WORDS = ("cuda", "gpu", "device", "accel", "cpu", "avail", "mps", "xpu", "dist", "world_size", "rank")
+
+# Words of the receiver of a `.step(action)` call that make it a simulated environment (gym's
+# `env.step`, `envs.step`): what it is handed must be on the host, every step.
+ENVIRONMENT_WORDS = frozenset({"env", "envs", "environment", "environments", "venv", "simulator", "sim", "game"})
 
 # Words in an option's names that make it a device flag (`--cuda`, `--use-gpu`, `--cpu-only`).
 DEVICE_FLAG_WORDS = ("cuda", "gpu", "cpu", "device", "mps", "xpu", "accelerator")

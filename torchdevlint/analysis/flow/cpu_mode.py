@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import re
 from collections.abc import Callable
 
 import libcst as cst
@@ -31,11 +30,7 @@ from torchdevlint.analysis.tree import child_nodes
 __all__ = ["Off", "compare", "conjunction", "device_type", "disjunction", "literal_constant", "names_a_gpu_setting", "names_the_cpu_mode",
            "negation", "option_offers_cpu_mode", "setting_in_cpu_mode", "stuck_switch", "truth"]
 
-_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
-
-
-def _words(name: str) -> list[str]:
-    return [word.lower() for word in _WORD.findall(name)]
+_words = naming.words
 
 
 @functools.lru_cache(maxsize=4096)
@@ -149,11 +144,12 @@ def option_offers_cpu_mode(call: cst.Call) -> bool:
 
 
 def stuck_switch(call: cst.Call) -> str | None:
-    """The attribute an argparse option `type=bool` with a true default sets, if it is about
-    the GPU: `bool("False")` is True, so no command line switches it off (`--cuda False`)."""
+    """The attribute an argparse option about the GPU sets that no command line switches off:
+    `type=bool` with a true default (`bool("False")` is True, so `--cuda False` is on), or
+    `action="store_true"` with a true default (the switch can only set what is already set)."""
     option = read_option(call)
     default = option.keywords.get("default") if option is not None else None
-    if option is None or option.type_name != "bool" or default is None:
+    if option is None or default is None or not (option.type_name == "bool" or option.action == "store_true"):
         return None
     if not truth(literal_constant(default)):
         return None

@@ -67,8 +67,9 @@ _HOST_PARAMETER_WORDS = ("size", "num", "count", "step", "dim", "idx", "index")
 # Sequence lengths: data, unless the function hands them to a function wanting them on the CPU.
 _LENGTH_WORDS = ("len",)
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "list", "tuple", "dict"})
-# `add_argument(..., type=bool ...)`: the text that makes a walk for stuck switches worth it.
-_BOOL_TYPED_OPTION = re.compile(r"\btype\s*=\s*bool\b")
+# `type=bool`, `store_true`: the text that makes a walk for stuck switches worth it
+# (`cpu_mode.stuck_switch`).
+_SWITCH_OPTION_TEXT = re.compile(r"\btype\s*=\s*bool\b|\bstore_true\b")
 # The kinds of ancestor that can keep the CPU mode out of what they hold.
 _GATING_KINDS = frozenset({cst.If, cst.IfExp, cst.While, cst.BooleanOperation, cst.For, cst.FunctionDef})
 # Interpretations of one function with a call's own arguments, at most.
@@ -227,12 +228,12 @@ class FlowModel:
 
     @property
     def stuck_switches(self) -> frozenset[str]:
-        """Attributes set by argparse GPU switches that nothing switches off (`type=bool`
-        with a true default, see `cpu_mode.stuck_switch`)."""
+        """Attributes set by argparse GPU switches that nothing switches off (`type=bool` or
+        `store_true` with a true default, see `cpu_mode.stuck_switch`)."""
         if self._stuck_switches is None:
             text = self._source if self._source is not None else self.module.code
             found: set[str] = set()
-            if _BOOL_TYPED_OPTION.search(text):
+            if _SWITCH_OPTION_TEXT.search(text):
                 stack: list[cst.CSTNode] = [self.module]
                 while stack:
                     node = stack.pop()
