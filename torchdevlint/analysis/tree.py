@@ -70,6 +70,17 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     return children
 
 
+def descendants(node: cst.CSTNode, *, into_definitions: bool = True) -> Iterator[cst.CSTNode]:
+    """The node and every node below it; not below a nested function, class or lambda
+    unless `into_definitions`."""
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if into_definitions or current is node or not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(child_nodes(current))
+
+
 def keyword_argument(call: cst.Call, name: str) -> cst.Arg | None:
     """The argument passed as `name=...`, if any."""
     for arg in call.args:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.flow.values import HOST_PLACE
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.training_loops import Loop, TrainingLoops
+from torchdevlint.analysis.tree import descendants
 from torchdevlint.rule import Invalid, Rule, Valid
 
 # Tensor methods that copy to the host and so wait for every queued kernel.
@@ -27,7 +29,9 @@ class HostSyncInLoop(Rule):
     also by a same-file helper handed device data (`accuracy(logits, y).item()`).
     A chain is reported at its first copy (`x.cpu().tolist()`). Calls under an
     `if` that tests a modulo (`if step % 100 == 0:`) are periodic logging, and calls in a
-    branch that raises, breaks or exits run once; neither is reported.
+    branch that raises, breaks or exits run once; neither is reported. Nor is a copy that
+    an environment's `step` is handed (`envs.step(actions.cpu().numpy())`, directly or
+    through a name bound in the loop): the simulator needs the actions on the host every step.
 
     Off by default: a per-step `loss.item()` is everywhere, and on small models the cost is
     hidden by other overheads. Enable it with `extend-select = ["TDL103"]` when profiling.
@@ -123,6 +127,26 @@ class HostSyncInLoop(Rule):
                 losses.append(loss.item())
             """,
             name="nothing-moved-to-a-device",
+        ),
+        Valid(
+            """
+            import gymnasium as gym
+            import torch
+
+            envs = gym.vector.SyncVectorEnv([make_env(i) for i in range(4)])
+            obs, _ = envs.reset(seed=1)
+            for global_step in range(total_timesteps):
+                with torch.no_grad():
+                    q_values = q_network(torch.as_tensor(obs, device=device))
+                actions = torch.argmax(q_values, dim=1).cpu().numpy()
+                next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+                loss = td_loss(q_network, target_network, replay.sample(batch_size))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                obs = next_obs
+            """,
+            name="actions-an-environment-steps-with",
         ),
     ]
     INVALID = [
@@ -279,7 +303,7 @@ class HostSyncInLoop(Rule):
             # `"{:.3f}".format(loss)` reads the value, as `loss.item()` does.
             reads = any(self._on_device(arg.value) for arg in node.args)
         else:
-            reads = self._is_sync_call(node)
+            reads = self._is_sync_call(node) and not self._feeds_an_environment_step(node, loop)
         if reads and self._loops.every_step(node, loop):
             self._add(node, loop)
 
@@ -319,6 +343,23 @@ class HostSyncInLoop(Rule):
                     and call.func.attr.value in {"append", "format"}
         return False
 
+    def _feeds_an_environment_step(self, sync: cst.Call, loop: Loop) -> bool:
+        """`envs.step(actions.cpu().numpy())`, or `actions = q.argmax(1).cpu().numpy()` and
+        then `envs.step(actions)` in the same loop: an environment takes host data, so the copy
+        is the step's own, not a read that could wait."""
+        statement = next((node for node in reversed(self.context.ancestors(sync))
+                          if isinstance(node, cst.BaseSmallStatement)), None)
+        if statement is None:
+            return False
+        steps = [call for call in descendants(loop.body, into_definitions=False)
+                 if isinstance(call, cst.Call) and _is_environment_step(call)]
+        if any(_holds(arg.value, sync) for call in steps for arg in call.args):
+            return True
+        if not isinstance(statement, cst.Assign) or not _holds(statement.value, sync):
+            return False
+        bound = {name.value for target in statement.targets for name in _names_in(target.target)}
+        return any(name.value in bound for call in steps for arg in call.args for name in _names_in(arg.value))
+
     def _on_device(self, node: cst.BaseExpression) -> bool:
         """Data the model shows on an accelerator on every path (not a module)."""
         value = self.context.flow.value_of(node)
@@ -330,3 +371,19 @@ class HostSyncInLoop(Rule):
             return False
         method = node.func.attr.value
         return method in _SYNC_METHODS or method == "to" and self.context.flow.move_destination(node) == HOST_PLACE
+
+
+def _is_environment_step(call: cst.Call) -> bool:
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and call.args):
+        return False
+    receiver = dotted_name(func.value)
+    return receiver is not None and bool(set(naming.words(receiver.rpartition(".")[2])) & naming.ENVIRONMENT_WORDS)
+
+
+def _holds(expression: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(current is node for current in descendants(expression))
+
+
+def _names_in(expression: cst.CSTNode) -> list[cst.Name]:
+    return [node for node in descendants(expression) if isinstance(node, cst.Name)]
