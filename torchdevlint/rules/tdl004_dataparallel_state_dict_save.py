@@ -44,7 +44,10 @@ class DataParallelStateDictSave(Rule):
     files may pass the bare model. The saved keys lose the `module.` prefix, which is what any
     loader of a bare model expects. Safe, unless the program also loads a state dict into a
     model wrapped on some paths only (wrapped with a GPU, bare on the CPU): that load expects
-    the prefix where the model is wrapped, so there the fix is unsafe.
+    the prefix where the model is wrapped, so the fix unwraps it too
+    (`getattr(model, "module", model).load_state_dict(...)`) and both sides agree on keys
+    without the prefix on every path. That fix is unsafe: checkpoints saved before it carry
+    the prefix. No fix where such a load goes through a helper the file cannot show.
 
     ## Options
     None.
@@ -225,7 +228,7 @@ class DataParallelStateDictSave(Rule):
             if device == "cuda":
                 net = nn.DataParallel(net)
             if resume:
-                net.load_state_dict(torch.load("ckpt.pth", map_location=device)["net"])
+                getattr(net, "module", net).load_state_dict(torch.load("ckpt.pth", map_location=device)["net"])
             torch.save({"net": getattr(net, "module", net).state_dict()}, "ckpt.pth")
             """,
             applicability=Applicability.UNSAFE,
@@ -361,19 +364,27 @@ class DataParallelStateDictSave(Rule):
         # path (its checkpoints are meant to carry the prefix), on some (a load the fix would
         # break where the model is wrapped), or not at all.
         self._loads_into = Wrapping.NO
+        # The models loaded into that are wrapped on some paths, which a fix must unwrap too;
+        # None once one of them is out of reach (a helper's, or no name).
+        self._loads_to_unwrap: list[cst.BaseExpression] | None = []
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict":
-            self._loaded_into(func.value)
+            self._loaded_into(func.value, unwrappable=dotted_name(func.value) is not None)
         elif node.args and self._names_a_checkpoint_reader(func):
             for arg in node.args:
-                self._loaded_into(arg.value)
+                self._loaded_into(arg.value, unwrappable=False)
 
-    def _loaded_into(self, model: cst.BaseExpression) -> None:
+    def _loaded_into(self, model: cst.BaseExpression, *, unwrappable: bool) -> None:
         wrapping = self.context.flow.value_of(model).wrapping
         if wrapping is Wrapping.YES or wrapping is Wrapping.MAYBE and self._loads_into is Wrapping.NO:
             self._loads_into = wrapping
+        if wrapping is Wrapping.MAYBE and self._loads_to_unwrap is not None:
+            if unwrappable:
+                self._loads_to_unwrap.append(model)
+            else:
+                self._loads_to_unwrap = None
 
     def _names_a_checkpoint_reader(self, func: cst.BaseExpression) -> bool:
         """A function out of sight named as a checkpoint reader (`load_checkpoint`)."""
@@ -398,9 +409,15 @@ class DataParallelStateDictSave(Rule):
             self.report(saved.call, fix=self._fix(receiver, wrapping, applicability))
 
     def _fix(self, receiver: cst.BaseExpression, wrapping: Wrapping, applicability: Applicability) -> PendingFix | None:
-        code = self.context.code_for_node(receiver)
+        if self._loads_into is Wrapping.MAYBE and self._loads_to_unwrap is None:
+            return None
+        loads = [self._unwrapped(model) for model in self._loads_to_unwrap or ()]
         if wrapping is Wrapping.YES:
-            return self.make_fix(NodeEdit.insert_after(receiver, ".module"), applicability=applicability)
+            return self.make_fix(NodeEdit.insert_after(receiver, ".module"), *loads, applicability=applicability)
         if dotted_name(receiver) is None:
             return None
-        return self.make_fix(NodeEdit(receiver, f'getattr({code}, "module", {code})'), applicability=applicability)
+        return self.make_fix(self._unwrapped(receiver), *loads, applicability=applicability)
+
+    def _unwrapped(self, model: cst.BaseExpression) -> NodeEdit:
+        code = self.context.code_for_node(model)
+        return NodeEdit(model, f'getattr({code}, "module", {code})')
