@@ -8,7 +8,8 @@ import libcst as cst
 
 from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.brains.argparse_options import ArgparseOption, read_option
-from torchdevlint.analysis.tree import keyword_argument
+from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.tree import child_nodes, descendants, keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -20,6 +21,8 @@ _KEPT_KEYWORDS = frozenset({"type", "default", "help", "dest", "required"})
 
 _STUCK_ON_MESSAGE = 'argparse action="store_true" with default=True is always True: this device flag cannot be switched off'
 _STUCK_OFF_MESSAGE = 'argparse action="store_false" with default=False is always False: this device flag cannot be switched on'
+_ON_WITHOUT_A_GPU_MESSAGE = ("this GPU switch is on by default and nothing turns it off where there is no GPU: "
+                             "the program checks for one, but fails on a machine without one unless switched off by hand")
 _INVERTED_MESSAGE = ('argparse action="store_false" turns the GPU off when this flag is given: it is on by default, '
                      'the reverse of what its name says, so a machine without a GPU fails unless the flag is passed')
 
@@ -34,7 +37,11 @@ class ArgparseBoolDeviceFlag(Rule):
     - `action="store_true"` with `default=True` (always true) or `action="store_false"`
       with `default=False` (always false);
     - `action="store_false"` on a switch named for the GPU (`--cuda`, `--use-gpu`): the GPU
-      is on unless the flag is given, and giving it turns the GPU off.
+      is on unless the flag is given, and giving it turns the GPU off;
+    - a GPU switch that does switch (`type=str2bool`, `BooleanOptionalAction`) on by default,
+      in a program that asks whether there is a GPU (`torch.cuda.is_available()`) but never
+      lets the answer change the switch: no test reads the two together
+      (`args.cuda and torch.cuda.is_available()`) and nothing assigns it (`args.cuda = False`).
 
     ## Why is this bad?
     argparse calls `bool` on the text given on the command line, and `bool` of any non-empty
@@ -44,6 +51,11 @@ class ArgparseBoolDeviceFlag(Rule):
     enabled", "Found no NVIDIA driver on your system". A `store_true` switch whose default
     is already `True` can only set what is set, with the same result. The flag also looks
     like a guard to a reader (and to TDL007) while guarding nothing.
+
+    A GPU switch on by default in a program that checks for a GPU elsewhere (to set a
+    default tensor type, to print a warning) has a CPU mode its author meant to reach, and
+    does not reach it: on a machine without a GPU it fails at the first `.cuda()` until the
+    user finds the switch.
 
     `--cuda` declared `store_false` works, backwards: the program uses the GPU when run
     without flags, fails on a machine without one, and `--cuda`, given by someone who
@@ -60,6 +72,10 @@ class ArgparseBoolDeviceFlag(Rule):
       gives the same value, and `--no-cuda` is new.
     - For a `store_false` GPU switch it is unsafe: the program still uses the GPU when run
       without flags, but `--cuda` now means the GPU, and the CPU is `--no-cuda`.
+    - For a switch on by default where there may be no GPU, the fix makes the default
+      `torch.cuda.is_available()`: the same on a machine with a GPU, off without one.
+      Unsafe: asking initialises CUDA's device count when the parser is built, so a
+      `CUDA_VISIBLE_DEVICES` the program sets later no longer applies.
     No fix where the program already has an option named `--no-...` (argparse would refuse
     the second), or for `store_false` with `default=False`, whose intent the code does not show.
 
@@ -115,6 +131,39 @@ class ArgparseBoolDeviceFlag(Rule):
             device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
             """,
             name="store-false-named-for-the-cpu",
+        ),
+        Valid(
+            """
+            import argparse
+
+            import torch
+
+            def str2bool(text):
+                return text.lower() in ("yes", "true", "1")
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", type=str2bool, default=True)
+            parser.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=True)
+            args = parser.parse_args()
+            args.cuda = args.cuda and torch.cuda.is_available()
+            device = torch.device("cuda" if args.gpu and torch.cuda.is_available() else "cpu")
+            """,
+            name="switches-on-by-default-that-availability-turns-off",
+        ),
+        Valid(
+            """
+            import argparse
+
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", type=lambda text: text == "true", default=True)
+            args = parser.parse_args()
+            model = torch.nn.Linear(4, 2)
+            if args.cuda:
+                model.cuda()
+            """,
+            name="gpu-by-default-in-a-program-that-never-asks",
         ),
     ]
     INVALID = [
@@ -249,7 +298,48 @@ class ArgparseBoolDeviceFlag(Rule):
             count=2,
             name="stuck-switches-with-no-fix",
         ),
+        Invalid(
+            """
+            import argparse
+
+            import torch
+
+            def str2bool(text):
+                return text.lower() in ("yes", "true", "t", "1")
+
+            parser = argparse.ArgumentParser(description="evaluate a detector")
+            parser.add_argument("--cuda", default=True, type=str2bool, help="use CUDA")
+            args = parser.parse_args()
+            if torch.cuda.is_available():
+                torch.backends.cudnn.benchmark = args.cuda
+            net = build_detector()
+            if args.cuda:
+                net = net.cuda()
+            """,
+            fixed="""
+            import argparse
+
+            import torch
+
+            def str2bool(text):
+                return text.lower() in ("yes", "true", "t", "1")
+
+            parser = argparse.ArgumentParser(description="evaluate a detector")
+            parser.add_argument("--cuda", default=torch.cuda.is_available(), type=str2bool, help="use CUDA")
+            args = parser.parse_args()
+            if torch.cuda.is_available():
+                torch.backends.cudnn.benchmark = args.cuda
+            net = build_detector()
+            if args.cuda:
+                net = net.cuda()
+            """,
+            applicability=Applicability.UNSAFE,
+            name="on-by-default-beside-an-availability-check",
+        ),
     ]
+
+    def setup(self) -> None:
+        self._availability_facts: tuple[bool, frozenset[str], frozenset[str]] | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
         option = read_option(node)
@@ -266,6 +356,51 @@ class ArgparseBoolDeviceFlag(Rule):
         elif kind is None and option.action == "store_false" and option.written_default is not False \
                 and naming.turns_the_gpu_on(option.name_words):
             self.report(node, message=_INVERTED_MESSAGE, fix=self._switch_fix(option, Applicability.UNSAFE))
+        elif self._on_where_there_is_no_gpu(option, kind):
+            self.report(node, message=_ON_WITHOUT_A_GPU_MESSAGE, fix=self._default_fix(option))
+
+    def _on_where_there_is_no_gpu(self, option: ArgparseOption, kind: cst.Arg | None) -> bool:
+        """A GPU switch that can be switched (`type=str2bool`, `BooleanOptionalAction`), on
+        by default, in a program that asks whether there is a GPU but never lets the answer
+        change the switch: no test reads the two together, and nothing assigns the switch."""
+        switchable = kind is not None or _names_boolean_optional_action(option.keywords.get("action"))
+        if not switchable or option.written_default is not True or not naming.turns_the_gpu_on(option.name_words):
+            return False
+        dest = option.dest
+        checks, tied, read = self._availability()
+        return dest is not None and checks and dest in read and dest not in tied
+
+    def _availability(self) -> tuple[bool, frozenset[str], frozenset[str]]:
+        """Whether the file asks `....is_available()`; the attributes it reads in one test
+        with that answer (`args.cuda and torch.cuda.is_available()`) or assigns (`args.cuda = ...`);
+        the attributes it names at all."""
+        if self._availability_facts is None:
+            checks = False
+            tied: set[str] = set()
+            read: set[str] = set()
+            for node in descendants(self.context.module):
+                if isinstance(node, cst.Attribute):
+                    read.add(node.attr.value)
+                if isinstance(node, cst.Call) and _is_availability_check(node):
+                    checks = True
+                elif isinstance(node, (cst.BooleanOperation, cst.IfExp)) \
+                        and any(isinstance(inner, cst.Call) and _is_availability_check(inner) for inner in descendants(node)):
+                    tied.update(_attributes_read_beside_the_check(node))
+                elif isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                    tied.update(target.attr.value for target in targets if isinstance(target, cst.Attribute))
+            self._availability_facts = (checks, frozenset(tied), frozenset(read))
+        return self._availability_facts
+
+    def _default_fix(self, option: ArgparseOption) -> PendingFix | None:
+        """`default=torch.cuda.is_available()`: the same on a machine with a GPU, off without."""
+        default = option.keywords.get("default")
+        torch = self.context.names.local_name_for("torch")
+        words = option.name_words
+        if default is None or torch is None or not words & {"cuda", "gpu", "gpus"}:
+            return None
+        return self.make_fix(NodeEdit(default, f"{torch}.cuda.is_available()"), applicability=Applicability.UNSAFE,
+                             title="Default to whether there is a GPU")
 
     @staticmethod
     def _is_device_flag(option: ArgparseOption) -> bool:
@@ -314,3 +449,29 @@ class ArgparseBoolDeviceFlag(Rule):
             applicability=Applicability.UNSAFE,
             required_imports=imports,
         )
+
+
+def _is_availability_check(call: cst.Call) -> bool:
+    """`torch.cuda.is_available()`, `torch.backends.mps.is_available()`, `cuda.is_available()`."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "is_available"
+
+
+def _names_boolean_optional_action(action: cst.BaseExpression | None) -> bool:
+    """`action=argparse.BooleanOptionalAction` (or the name imported alone)."""
+    name = dotted_name(action) if action is not None else None
+    return name is not None and name.rpartition(".")[2] == "BooleanOptionalAction"
+
+
+def _attributes_read_beside_the_check(test: cst.CSTNode) -> set[str]:
+    """`args.cuda and torch.cuda.is_available()` -> {"cuda"}: the attributes a test reads,
+    outside its availability checks."""
+    found: set[str] = set()
+    stack: list[cst.CSTNode] = [test]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and _is_availability_check(node):
+            continue
+        if isinstance(node, cst.Attribute):
+            found.add(node.attr.value)
+        stack.extend(child_nodes(node))
+    return found
