@@ -1,10 +1,16 @@
-"""Long literals of numbers are parsed blank: findings, fixes and bytes stay where they are."""
+"""Long literals of numbers and long generated expressions are parsed blank: findings, fixes and
+bytes stay where they are."""
 
 from __future__ import annotations
 
 import ast
 
-from torchdevlint.data_literals import MIN_BLANKED_CHARACTERS, blank_number_literals
+from torchdevlint.data_literals import (
+    MIN_BLANKED_CHARACTERS,
+    MIN_BLANKED_EXPRESSION,
+    blank_long_expressions,
+    blank_number_literals,
+)
 from torchdevlint.engine import lint_source
 from torchdevlint.registry import all_rules
 
@@ -50,4 +56,41 @@ def test_a_fix_that_would_edit_a_blanked_literal_is_withheld() -> None:
     source = f"import torch\nw = torch.tensor([{NUMBERS}], requires_grad=True).cuda()\n"
     (leaf,) = [d for d in lint_source(source, "data.py", list(all_rules())) if d.code == "TDL024"]
     assert leaf.fix is None
-    assert leaf.fix_withheld == "it would edit a long literal of numbers, which is not analysed"
+    assert leaf.fix_withheld == "it would edit a long literal or expression, which is not analysed"
+
+
+# A generated expression: calls, strings holding brackets and quotes, a comment, over lines.
+CALLS = ",\n    ".join(f"x.sum() * {i}  # ')' [\n    + len('[(\"')" for i in range(4_000))
+
+
+def test_a_generated_expression_is_blanked_with_its_lines_kept() -> None:
+    source = f"import torch\nx = torch.zeros(3)\nvalues = [\n    {CALLS}\n]\nprint(values)\n"
+    blanked = blank_long_expressions(source)
+    (span,) = blanked.spans
+    assert span[1] - span[0] >= MIN_BLANKED_EXPRESSION
+    assert len(blanked.text) == len(source)
+    assert blanked.text.count("\n") == source.count("\n")
+    assert blanked.text[:span[0]] == source[:span[0]] and blanked.text[span[1]:] == source[span[1]:]
+    assert set(blanked.text[span[0]:span[1]]) <= {"0", ",", " ", "\n"}
+    assert isinstance(ast.parse(blanked.text).body[2], ast.Assign)
+
+
+def test_short_or_unpaired_expressions_and_signatures_are_parsed_as_written() -> None:
+    long_parameters = ", ".join(f"p{i}=0" for i in range(20_000))
+    for source in (f"import torch\nvalues = [{CALLS[:5_000]}]\n",  # short
+                   f"import torch\nvalues = [\n    {CALLS}\n\n",  # never closed
+                   f"import torch\nvalues = [\n    {CALLS}\n] + ']\n",  # a string never closed
+                   f"import torch\ndef build({long_parameters}):\n    pass\n"):
+        assert blank_long_expressions(source).spans == ()
+
+
+def test_findings_after_a_generated_expression_keep_their_lines() -> None:
+    source = (f"import torch\nx = torch.zeros(3)\nvalues = [\n    {CALLS}\n]\n"
+              "x.cuda()\nweights = torch.load('w.pt')\n")
+    diagnostics = lint_source(source, "generated.py", list(all_rules()))
+    lines = source.count("\n")
+    assert sorted((d.code, d.start.line) for d in diagnostics if d.code in ("TDL001", "TDL003")) == \
+        [("TDL001", lines - 1)]
+    # The move's fix edits its own line, as written.
+    (move,) = [d for d in diagnostics if d.code == "TDL001"]
+    assert move.fix is not None and all(source[edit.start:edit.end] in ("x.cuda()", "") for edit in move.fix.edits)

@@ -21,7 +21,7 @@ from torchdevlint.analysis.flow.results import names_bound_by
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.context import FileContext
-from torchdevlint.data_literals import blank_number_literals
+from torchdevlint.data_literals import blank_for_parsing
 from torchdevlint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from torchdevlint.edits import to_text_fix
 from torchdevlint.positions import StatementPositions
@@ -454,21 +454,22 @@ def lint_source(
     selected_codes = frozenset(rule.code for rule in rule_classes)
     reviewers = [rule for rule in rule_classes if rule.reviews_suppressions]
     rule_classes = [rule for rule in rules_that_can_fire(source, rule_classes) if not rule.reviews_suppressions]
+    # Megabytes of numbers in a literal are data, and an expression of hundreds of kilobytes
+    # is generated: both are parsed blank (see `data_literals`), at the same offsets, so such a
+    # file costs what its code costs, Python's own parse included.
+    blanked = blank_for_parsing(source)
     if not rule_classes and not (reviewers and mentions_noqa(source)):
-        check_syntax(source, path)
+        check_syntax(blanked.text, path)
         return []
     # Parse once: LibCST agrees with the running Python on what is valid, except for syntax
     # newer than it, which the walk notes and LibCST alone then lints. The stdlib parser runs
     # where there are findings (their positions come from its tree), where the walk noted newer
     # syntax (a real syntax error beside it is still one) or where LibCST fails (for Python's
     # own message).
-    # Megabytes of numbers in a literal are data: parsed blank (see `data_literals`), at the
-    # same offsets, so a file holding a dataset costs what its code costs.
-    blanked = blank_number_literals(source)
     try:
         module = parse(blanked.text)
     except cst.ParserSyntaxError:
-        check_syntax(source, path, newer_syntax=False)  # LibCST cannot read it: not newer, wrong
+        check_syntax(blanked.text, path, newer_syntax=False)  # LibCST cannot read it: not newer, wrong
         raise
     diagnostics = lint_module(module, blanked.text, path, rule_classes, options, honor_noqa=honor_noqa,
                               judge_syntax=True, deadline=deadline, reviewers=reviewers,
@@ -476,7 +477,7 @@ def lint_source(
                               syntax_check=syntax_check)
     if not blanked.spans:
         return diagnostics
-    return [replace(d, fix=None, fix_withheld="it would edit a long literal of numbers, which is not analysed")
+    return [replace(d, fix=None, fix_withheld="it would edit a long literal or expression, which is not analysed")
             if d.fix is not None and any(blanked.touches(edit.start, edit.end) for edit in d.fix.edits) else d
             for d in diagnostics]
 
