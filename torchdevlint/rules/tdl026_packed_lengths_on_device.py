@@ -91,6 +91,37 @@ class PackedLengthsOnDevice(Rule):
             import torch
             import torch.nn as nn
 
+            class SpeechEncoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.rnn = nn.LSTM(64, 32, batch_first=True, bidirectional=True)
+
+                def forward(self, frames, input_lengths):
+                    input_lengths = input_lengths.cpu().numpy()
+                    packed = nn.utils.rnn.pack_padded_sequence(frames, input_lengths, batch_first=True)
+                    outputs, _ = self.rnn(packed)
+                    return nn.utils.rnn.pad_packed_sequence(outputs, batch_first=True)[0]
+
+            class Synthesizer(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.embedding = nn.Embedding(40, 64)
+                    self.encoder = SpeechEncoder()
+
+                def forward(self, text, text_lengths):
+                    return self.encoder(self.embedding(text), text_lengths)
+
+            model = Synthesizer().cuda()
+            text = torch.randint(0, 40, (2, 9)).cuda()
+            out = model(text, torch.tensor([9, 6]).cuda())
+            """,
+            name="a-part-that-rebinds-its-lengths-on-the-host",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
             class Tagger(nn.Module):

@@ -587,9 +587,11 @@ class FlowModel:
             return ()
         params = forward.params
         names = [param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)]
-        required = [name for name in names if _passed_as_host_argument(
-            forward, name, self._imports(), functions=torch_api.HOST_REQUIRED_BY_LAST_NAME)]
+        # A parameter the body binds again (`input_lengths = input_lengths.cpu().numpy()`) is not
+        # what reaches the call: the caller's lengths may be anywhere.
         handed_on = set(names[1:]) - rebound_parameters(forward)
+        required = [name for name in names if name in handed_on and _passed_as_host_argument(
+            forward, name, self._imports(), functions=torch_api.HOST_REQUIRED_BY_LAST_NAME)]
         self_name = self._self_name(forward)
         for part_call, attribute in _calls_of_own_attributes(forward, self_name):
             part = self._constructed_attribute(class_id, attribute)
