@@ -633,6 +633,45 @@ def train{n}(model, loader, device):
 """
 
 
+class _Written:
+    """Where an in-process server's messages go: kept, to count what it published."""
+
+    def __init__(self) -> None:
+        self.messages: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.messages.append(data)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_server_keeps_nothing_of_the_notifications_it_has_handled(tmp_path: Path) -> None:
+    """Each keystroke is a notification; pygls 2 kept one future per `didChange` for the life of
+    the server (about 1.4 KB a keystroke: 14 MB over 10,000 edits, issue 37's slow growth)."""
+    from torchdevlint.server import TorchDevLintServer
+
+    async def typing() -> tuple[int, int]:
+        server = TorchDevLintServer()
+        protocol = server.protocol
+        written = _Written()
+        protocol.set_writer(written)
+        uri = (tmp_path / "model.py").as_uri()
+        protocol._handle_notification(types.TEXT_DOCUMENT_DID_OPEN, types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=DEVICE_BUG)))
+        for version in range(2, 302):
+            protocol._handle_notification(types.TEXT_DOCUMENT_DID_CHANGE, types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[types.TextDocumentContentChangeWholeDocument(text=DEVICE_BUG + "#" * version)]))
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.5)
+        return len(protocol._request_futures), len(written.messages)
+
+    kept, published = asyncio.run(asyncio.wait_for(typing(), TEST_SECONDS))
+    assert published >= 2  # it linted and published as it went
+    assert kept == 0
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the server's memory from /proc")
 def test_the_server_s_memory_stays_flat_over_thousands_of_edits(tmp_path: Path) -> None:
