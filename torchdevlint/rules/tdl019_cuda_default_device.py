@@ -7,7 +7,7 @@ import libcst as cst
 from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.cuda_uses import CudaProgram, is_device_test
 from torchdevlint.analysis.devices import device_literal, mentions_any
-from torchdevlint.analysis.flow.values import CUDA_ONLY
+from torchdevlint.analysis.flow.values import PlaceKind
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -30,10 +30,12 @@ class CudaDefaultDevice(Rule):
     inputs it makes meet the model on the wrong device. Helpers like this are written once
     and called from other files, so the default is where the bug lives.
 
-    Also finds calls that leave such a default in place in a library helper:
-    `torchsummary.summary(model, (3, 32, 32))` makes its dummy inputs on CUDA, so it fails
-    wherever the model is not on the GPU (a model never moved, a CPU mode, a machine
-    without a GPU).
+    Also finds calls that leave such a default in place in a library helper, where the model
+    may be on the CPU: `torchsummary.summary(model, (3, 32, 32))` (1.5.1, the release on PyPI)
+    makes its dummy inputs on CUDA wherever there is a GPU, so a model left on the CPU (never
+    moved, or moved to `"cpu"`) fails on a machine with a GPU. A model placed on a device the
+    program chooses (`"cuda" if torch.cuda.is_available() else "cpu"`) is where the inputs
+    are, and is not reported.
 
     ## Not reported
     Not reported: functions named for the GPU (`to_cuda`, `gpu_benchmark`) or decorated with
@@ -94,25 +96,25 @@ class CudaDefaultDevice(Rule):
             import torch.nn as nn
             from torchsummary import summary
 
-            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).to(device)
+            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
             summary(model, (3, 32, 32))
-            summary(model.cuda(), (3, 32, 32))
-            summary(model, (3, 32, 32), device=device.type)
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = model.to(device)
+            summary(model, (3, 32, 32))
             """,
             fixed="""
             import torch
             import torch.nn as nn
             from torchsummary import summary
 
-            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).to(device)
+            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
             summary(model, (3, 32, 32), device=next(model.parameters()).device.type)
-            summary(model.cuda(), (3, 32, 32))
-            summary(model, (3, 32, 32), device=device.type)
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = model.to(device)
+            summary(model, (3, 32, 32))
             """,
             applicability=Applicability.UNSAFE,
-            name="torchsummary-with-its-cuda-default",
+            name="torchsummary-before-the-model-is-moved",
         ),
         Invalid(
             """
@@ -171,8 +173,10 @@ class CudaDefaultDevice(Rule):
         if model is None:
             return
         placed = self.context.flow.value_of(model)
-        if placed.places and all(place.types == CUDA_ONLY for place in placed.places):
-            return  # the model is on a GPU on every path: the default is where it is
+        if not any(place.kind is PlaceKind.HOST for place in placed.places):
+            # On a GPU on every path, on a device chosen elsewhere, or of unknown place: the
+            # helper makes its inputs on the GPU only where there is one, as such code does.
+            return
         fix = None
         if isinstance(model, (cst.Name, cst.Attribute)):
             text = self.context.code_for_node(model)
@@ -227,5 +231,5 @@ class CudaDefaultDevice(Rule):
             assert param.default is not None
             self.report(param.default, fix=fix)
         for call, fix in self._calls:
-            self.report(call, fix=fix, message="This helper's CUDA default device ignores where the model is: "
-                                               "it fails with the model on the CPU or without a GPU")
+            self.report(call, fix=fix, message="This helper makes its inputs on the GPU wherever there is one: "
+                                               "with the model left on the CPU it fails on a machine with a GPU")
