@@ -530,9 +530,9 @@ def call_role(qualified: str) -> CallRole | None:
 
 
 # Library helpers whose device parameter defaults to CUDA: (its position, its keyword). Read
-# from their signatures: torchsummary 1.5's `summary(model, input_size, batch_size=-1,
-# device="cuda")` builds its dummy inputs there, whatever device the model is on, and accepts
-# only "cuda" or "cpu".
+# from their signatures: torchsummary 1.5.1's `summary(model, input_size, batch_size=-1,
+# device="cuda")` builds its dummy inputs on CUDA wherever a GPU is available (on the CPU
+# elsewhere), whatever device the model is on, and accepts only "cuda" or "cpu".
 CUDA_DEFAULT_DEVICE_CALLS: dict[str, tuple[int, str]] = {
     "torchsummary.summary": (3, "device"),
     "torchsummary.torchsummary.summary": (3, "device"),
