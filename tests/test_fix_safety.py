@@ -19,6 +19,7 @@ BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, devic
 FIXED = "import torch\nx = torch.zeros(3)\nx = x.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 
 
+@pytest.mark.slow
 def test_round_trip_over_the_shipped_code(tmp_path: Path) -> None:
     source = tmp_path / "source"
     source.mkdir()

@@ -210,6 +210,7 @@ def _type_into(paths: list[str], seed: int, versions: int) -> int:
 _PYTHON_FIXTURES = sorted(path.name for path in FIXTURES.glob("*.py"))
 
 
+@pytest.mark.slow
 def test_random_edits_of_the_fixtures_find_what_a_fresh_lint_finds() -> None:
     assert _type_into(_PYTHON_FIXTURES[::3], seed=0, versions=6) > 0
 

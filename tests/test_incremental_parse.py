@@ -563,6 +563,7 @@ def _sources(paths: Sequence[Path]) -> list[tuple[str, str]]:
     return [(path.name, path.read_text(encoding="utf-8")) for path in paths if path.exists()]
 
 
+@pytest.mark.slow
 def test_random_edits_of_project_files_match_a_fresh_parse() -> None:
     problems: list[str] = []
     checked = 0

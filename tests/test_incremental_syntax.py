@@ -151,6 +151,7 @@ def check_random_edits(source: str, seed: int, count: int, whole: list[str]) -> 
     return problems, valid, valid_parsed_whole
 
 
+@pytest.mark.slow
 def test_random_edits_of_project_files_match_a_whole_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     whole: list[str] = []
 

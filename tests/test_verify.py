@@ -227,6 +227,7 @@ def test_every_fixture_with_findings_is_fix_verified_and_the_exit_code_is_0(corp
     assert result.returncode == (1 if unrunnable else 0), result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FIXTURE_ERRORS))
 def test_fixture_original_fails_with_cudas_error(corpus: Corpus, name: str) -> None:
     report = corpus.reports[name]
@@ -237,6 +238,7 @@ def test_fixture_original_fails_with_cudas_error(corpus: Corpus, name: str) -> N
     assert report["fixed"]["status"] == "ok" and report["fixed"]["error"] is None
 
 
+@pytest.mark.slow
 def test_non_blocking_copy_read_early_fails_on_the_emulated_gpu_and_its_fix_runs(corpus: Corpus) -> None:
     report = corpus.reports["tdl013_anomaly_scores_read_before_sync.py"]
     assert [(f["code"], f["line"]) for f in proven_findings_in(report)] == [("TDL013", 55), ("TDL013", 68)]
@@ -255,6 +257,7 @@ def test_non_blocking_copy_read_early_fails_on_the_emulated_gpu_and_its_fix_runs
     assert report["fixed"]["result"] == report["reference"]["result"] == "epochs=3 scored=512 codes_shape=(512, 4)"
 
 
+@pytest.mark.slow
 def test_future_rule_fixture_is_no_finding_until_its_rule_exists(corpus: Corpus) -> None:
     from torchdevlint.registry import rule_by_code
 
@@ -265,6 +268,7 @@ def test_future_rule_fixture_is_no_finding_until_its_rule_exists(corpus: Corpus)
         assert report["verdict"] == "fix verified"
 
 
+@pytest.mark.slow
 def test_results_are_compared_with_the_original_on_the_cpu(corpus: Corpus) -> None:
     reports = corpus.reports
     rnn = reports["tdl002_rnn_hidden_state.py"]
@@ -284,6 +288,7 @@ DERIVED_HOSTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(DERIVED_HOSTS))
 def test_without_a_directive_the_host_comes_from_the_findings(corpus: Corpus, name: str) -> None:
     report = corpus.reports[f"derived_{name}"]
@@ -292,6 +297,7 @@ def test_without_a_directive_the_host_comes_from_the_findings(corpus: Corpus, na
     assert "host chosen from the findings" in report["note"]
 
 
+@pytest.mark.slow
 def test_directives_choose_the_host(corpus: Corpus) -> None:
     reports = corpus.reports
     checkpoint = reports["tdl003_gpu_checkpoint_on_cpu_host.py"]
@@ -303,6 +309,7 @@ def test_directives_choose_the_host(corpus: Corpus) -> None:
     assert wrapped["verdict"] == "fix verified"
 
 
+@pytest.mark.slow
 def test_json_report_shape(corpus: Corpus) -> None:
     report = corpus.reports["tdl001_discarded_move_train_loop.py"]
     assert set(report) >= {"path", "device", "findings", "original", "fixed", "verdict"}
@@ -318,6 +325,7 @@ def test_json_report_shape(corpus: Corpus) -> None:
 # -- a program nobody wrote for the fixtures ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fresh_program_with_a_device_bug_is_verified(corpus: Corpus, tmp_path: Path) -> None:
     report = corpus.reports["tagger.py"]
     assert [f["code"] for f in proven_findings_in(report)] == ["TDL002"]
@@ -328,6 +336,7 @@ def test_fresh_program_with_a_device_bug_is_verified(corpus: Corpus, tmp_path: P
     assert report["fixed"]["result"] == "batches=8 logits_shape=(8, 9, 4)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HOLE_PROGRAMS))
 def test_discarded_move_into_an_op_that_checks_devices_in_its_kernel_fails(corpus: Corpus, name: str) -> None:
     report = corpus.reports[f"{name}.py"]
