@@ -88,6 +88,18 @@ class CudaDefaultDevice(Rule):
             """,
             name="a-program-that-needs-gpus",
         ),
+        Valid(
+            """
+            import torch
+            from torchsummary import summary
+
+            from detector.models import load_model
+
+            model = load_model("yolov3.cfg")
+            summary(model, input_size=(3, 416, 416))
+            """,
+            name="torchsummary-on-a-model-placed-elsewhere",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -173,7 +185,7 @@ class CudaDefaultDevice(Rule):
         if model is None:
             return
         placed = self.context.flow.value_of(model)
-        if not any(place.kind is PlaceKind.HOST for place in placed.places):
+        if not any(place.kind is PlaceKind.HOST for place in placed.places or ()):
             # On a GPU on every path, on a device chosen elsewhere, or of unknown place: the
             # helper makes its inputs on the GPU only where there is one, as such code does.
             return
