@@ -56,18 +56,43 @@ def test_branches_join_and_do_not_leak_into_each_other() -> None:
     values = _probes(
         """
         import torch
-        if flag:
-            h = torch.zeros(2)
+        if use_gpu:
+            h = torch.zeros(2).cuda()
             probe(h)
         else:
             probe(h)
-            h = torch.zeros(2).cuda()
+            h = torch.zeros(2)
         probe(h)
         """
     )
-    assert values[0].on_host
+    assert values[0].on_accelerator
     assert not values[1].is_known  # the `if` branch's binding is not visible in `else`
     assert values[2].is_tensor and not values[2].on_host and not values[2].on_accelerator
+
+
+def test_a_tensor_moved_on_one_side_of_a_test_not_about_the_device_is_the_host_side() -> None:
+    values = _probes(
+        """
+        import torch
+        if prompt is None:
+            h = torch.zeros(2)
+        else:
+            h = torch.tensor(prompt).cuda()
+        probe(h)
+        if flag:
+            g = torch.zeros(2).cuda()
+        else:
+            g = torch.zeros(2, device="cuda")
+        probe(g)
+        k = torch.zeros(2)
+        if flag:
+            k = k.cuda()
+        probe(k)
+        """
+    )
+    assert values[0].is_tensor and values[0].on_host
+    assert values[1].on_accelerator  # placed on both sides
+    assert not values[2].on_host  # bound before the test: one side keeps what was there
 
 
 def test_one_line_suites_are_interpreted_like_blocks() -> None:

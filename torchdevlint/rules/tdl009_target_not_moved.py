@@ -49,6 +49,11 @@ class TargetNotMoved(Rule):
     the model's output) is reported too: the reverse, device data indexed from the host, is
     allowed.
 
+    A name that the two sides of a test not about the device bind to a tensor moved to the
+    device on one side and made on the host on the other (`if prompt is None: x =
+    torch.zeros(1, 4)`, `else: x = encode(prompt).to(device)`) is read as the host side: on a
+    GPU machine that side still runs, and the author moved the tensor only where they thought of it.
+
     ## Why is this bad?
     The model's output is on the GPU and the target is not: the loss fails with "Expected all
     tensors to be on the same device, but found at least two devices, cuda:0 and cpu!". On a
@@ -79,6 +84,31 @@ class TargetNotMoved(Rule):
     requires_any_text = (".to", ".cuda")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            use_cuda = torch.cuda.is_available()
+            device = torch.device("cuda" if use_cuda else "cpu")
+            decoder = nn.Embedding(100, 16).to(device)
+
+            def sample(prompt_ids, on_gpu=use_cuda):
+                if on_gpu:
+                    start = torch.tensor([prompt_ids]).to(device)
+                else:
+                    start = torch.tensor([prompt_ids])
+                return decoder(start)
+
+            def greedy(prompt_ids=None):
+                if prompt_ids is None:
+                    start = torch.zeros(1, 1, dtype=torch.long, device=device)
+                else:
+                    start = torch.tensor([prompt_ids]).to(device)
+                return decoder(start)
+            """,
+            name="sides-that-test-the-device-or-both-place",
+        ),
         Valid(
             """
             import torch
@@ -359,6 +389,23 @@ class TargetNotMoved(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            decoder = nn.Embedding(100, 16).to(device)
+
+            def sample(prompt_ids=None):
+                if prompt_ids is None:
+                    start = torch.zeros(1, 1, dtype=torch.long)
+                else:
+                    start = torch.tensor([prompt_ids]).to(device)
+                return decoder(start)
+            """,
+            name="moved-on-one-side-of-a-test-only",
+        ),
         Invalid(
             """
             import torch

@@ -60,7 +60,7 @@ from torchdevlint.analysis.flow.values import (
     tensor,
 )
 from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, dotted_name
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.tree import child_nodes, descendants
 from torchdevlint.budget import Deadline
 
 # Rounds of a loop body before the names still changing are given up as unknown.
@@ -164,6 +164,37 @@ def _join_env(left: Env | None, right: Env | None) -> Env | None:
         # Reached in the CPU mode along one of the two paths.
         del joined[CPU_MODE_UNREACHED]
     return joined
+
+
+def _keep_the_side_left_on_the_host(joined: Env, before: Env, body: Env, other: Env, taken: ModeConstant | None) -> None:
+    """`if prompt is None: x = torch.zeros(1, 4)` / `else: x = tokens.to(device)`: a name each
+    side of a test that is not about the device binds anew, to a tensor moved to the device on
+    one side and made on the host on the other. The author moved it where they thought of it;
+    on a GPU machine the other side still runs, with the tensor on the host. What follows sees
+    that side (the move is where it was meant to be). A test that is a constant (`if
+    use_mingpt:` of a module's `use_mingpt = True`) runs one side only: that one must be it."""
+    for name, left in body.items():
+        right = other.get(name)
+        if right is None or left is right or left is before.get(name) or right is before.get(name):
+            continue
+        runs = cpu_mode.truth(taken)
+        sides = ((left, right), (right, left)) if runs is None else ((right, left),) if runs else ((left, right),)
+        for moved, kept in sides:
+            if (moved.is_tensor or moved.kinds == _UNKNOWN_ONLY) and moved.on_accelerator and kept.is_tensor and kept.on_host:
+                joined[name] = kept
+
+
+def _mentions_the_device(test: cst.BaseExpression) -> bool:
+    """A test that reads a device, a GPU setting or the CPU mode (`args.cuda`, `x.is_cuda`,
+    `device.type == "cpu"`): its sides are meant to place data differently."""
+    return cpu_mode.names_the_cpu_mode(test) or cpu_mode.names_a_gpu_setting(test) \
+        or any(word in dotted.lower() for dotted in _texts_in(test) for word in naming.DEVICE_CONTEXT_WORDS)
+
+
+def _texts_in(test: cst.BaseExpression) -> list[str]:
+    return [node.value for node in descendants(test) if type(node) is cst.Name] + \
+        [value for node in descendants(test) if type(node) is cst.SimpleString
+         for value in (string_value(node),) if value is not None]
 
 
 def _moved_then_called(value: Value) -> Value | None:
@@ -327,7 +358,11 @@ class Interpreter:
                 self._no_gpu_depth -= gpu_when_true is True
             if taken is not None and CPU_MODE_UNREACHED not in env:
                 self._record_cpu_mode_test(node.test, (body if taken else other) is not None)
-            return _join_env(body, other)
+            joined = _join_env(body, other)
+            if joined is not None and body is not None and other is not None \
+                    and gpu_when_true is None and not _mentions_the_device(node.test):
+                _keep_the_side_left_on_the_host(joined, env, body, other, taken)
+            return joined
         if type(node) is cst.For or type(node) is cst.While:
             return self._loop(node, env)
         if type(node) is cst.Try or type(node) is cst.TryStar:
