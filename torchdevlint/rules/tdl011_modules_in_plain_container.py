@@ -6,6 +6,7 @@ import libcst as cst
 
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.module_attributes import attributes_read_after_construction
+from torchdevlint.analysis.tree import descendants
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -62,7 +63,10 @@ class ModulesInPlainContainer(Rule):
     on the first GPU run), `model.parameters()` does not list them (the optimizer never
     trains them), and the state dict does not save them.
 
-    Lists of modules that are registered elsewhere (`[self.conv1, self.conv2]`) are fine, and
+    Lists of modules that are registered elsewhere (`[self.conv1, self.conv2]`), or one by one
+    in a loop over the container (`for i, m in enumerate(self.layers): self.add_module(f"l{i}",
+    m)`, or their parameters handed to a method of the module, `self.register_parameter(...)`
+    or a helper of its own), are fine, and
     so is a table of candidates that only `__init__` (and the helpers only it calls) reads to
     pick the one it registers (`self.backbone = self.backbones[name]`): the others are never
     used.
@@ -137,6 +141,31 @@ class ModulesInPlainContainer(Rule):
                     self.acts = [nn.ReLU(), nn.GELU()]
             """,
             name="parameter-free-modules-have-nothing-to-move",
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class Highway(nn.Module):
+                def __init__(self, size, layers):
+                    super().__init__()
+                    self.gates = [nn.Linear(size, size) for _ in range(layers)]
+                    for i, gate in enumerate(self.gates):
+                        self._register_all(gate.parameters(), f"gate_{i}")
+                    self.blocks = [nn.Linear(size, size) for _ in range(layers)]
+                    for i, block in enumerate(self.blocks):
+                        self.add_module(f"block_{i}", block)
+
+                def _register_all(self, parameters, prefix):
+                    for j, parameter in enumerate(parameters):
+                        self.register_parameter(f"{prefix}_{j}", parameter)
+
+                def forward(self, x):
+                    for gate, block in zip(self.gates, self.blocks):
+                        x = gate(x).sigmoid() * block(x)
+                    return x
+            """,
+            name="registered-one-by-one-in-a-loop",
         ),
     ]
     INVALID = [
@@ -264,7 +293,7 @@ class ModulesInPlainContainer(Rule):
         if node.name.value != "__init__" or not self._candidates:
             return
         # `nn.Sequential(*self.layers)`, `nn.ModuleList(self.layers)`: registered after all.
-        registered = self.context.flow.attributes_handed_to_modules(node)
+        registered = self.context.flow.attributes_handed_to_modules(node) | _registered_one_by_one(node)
         method = self.context.enclosing_method()
         used = attributes_read_after_construction(method.owner) if method is not None else None
         # (None: no method besides the constructor shows what the instance uses.)
@@ -329,3 +358,26 @@ class ModulesInPlainContainer(Rule):
             return nn
         torch = names.local_name_for("torch")
         return f"{torch}.nn" if torch is not None else None
+
+
+def _registered_one_by_one(init: cst.FunctionDef) -> frozenset[str]:
+    """`for i, module in enumerate(self.layers): self._add_to_parameters(module.parameters(),
+    ...)` (or `self.add_module(name, module)`): the attributes of `self` a loop of `__init__`
+    walks, handing each element (or what it holds) to a method of `self`."""
+    self_name = init.params.params[0].name.value if init.params.params else None
+    found: set[str] = set()
+    for loop in descendants(init.body, into_definitions=False):
+        if not isinstance(loop, cst.For) or self_name is None:
+            continue
+        walked = [node.attr.value for node in descendants(loop.iter) if isinstance(node, cst.Attribute)
+                  and isinstance(node.value, cst.Name) and node.value.value == self_name]
+        elements = {node.value for node in descendants(loop.target) if isinstance(node, cst.Name)}
+        if not walked or not elements:
+            continue
+        for call in descendants(loop.body, into_definitions=False):
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
+                    and isinstance(call.func.value, cst.Name) and call.func.value.value == self_name \
+                    and any(isinstance(name, cst.Name) and name.value in elements
+                            for arg in call.args for name in descendants(arg.value)):
+                found.update(walked)
+    return frozenset(found)
