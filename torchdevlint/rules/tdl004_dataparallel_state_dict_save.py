@@ -13,6 +13,10 @@ from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import PREFIXED_STATE_DICT, RuntimeProof
 
 
+
+_WHOLE_WRAPPER_MESSAGE = ("a DataParallel/DDP wrapper is saved whole: loading it gives the wrapper, "
+                          "with its GPU ids, not the model")
+
 class DataParallelStateDictSave(Rule):
     """
     ## What it does
@@ -37,6 +41,12 @@ class DataParallelStateDictSave(Rule):
     `restart_from_checkpoint(path, state_dict=model)`): its reader expects the prefix, and
     such projects strip it where a bare model loads (`k.replace("module.", "")`).
 
+    Also finds the wrapper itself saved whole (`torch.save(model, "model.pt")` where `model`
+    is, or may be, the DataParallel/DDP object). Loading that file gives the wrapper back:
+    code that wraps what it loads wraps it twice (`model.module` is then the inner wrapper),
+    code that reads the model's attributes fails, and DataParallel's forward scatters to the
+    GPU ids it was saved with, which a CPU machine or a smaller one lacks.
+
     ## Fix safety
     A surely wrapped model gets `.module`; a maybe wrapped one gets
     `getattr(model, "module", model)`, which is the bare model in both cases. A parameter
@@ -48,6 +58,8 @@ class DataParallelStateDictSave(Rule):
     (`getattr(model, "module", model).load_state_dict(...)`) and both sides agree on keys
     without the prefix on every path. That fix is unsafe: checkpoints saved before it carry
     the prefix. No fix where such a load goes through a helper the file cannot show.
+    A wrapper saved whole gets `.module` (or `getattr(model, "module", model)`), unsafe: a
+    reader that expects the wrapper back (and unwraps it itself) must change with it.
 
     ## Options
     None.
@@ -60,9 +72,20 @@ class DataParallelStateDictSave(Rule):
     # DataParallel is commonly taken only where there are two GPUs or more; the prefixed keys
     # fail where the checkpoint is loaded, perhaps much later.
     proof = RuntimeProof(PREFIXED_STATE_DICT, gpus=2, surfaces_away=True)
-    requires_any_text = ("state_dict",)
+    requires_any_text = ("state_dict", "Parallel")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            net = nn.DataParallel(build_detector()).cuda()
+            torch.save(net.module, "detector.pt")
+            torch.save(build_detector(), "untrained.pt")
+            """,
+            name="the-unwrapped-model-saved-whole",
+        ),
         Valid(
             """
             import torch
@@ -125,6 +148,36 @@ class DataParallelStateDictSave(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def train(loader, epochs):
+                net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1))
+                if torch.cuda.device_count() > 1:
+                    net = nn.DataParallel(net)
+                net = net.cuda()
+                for epoch in range(epochs):
+                    fit_one_epoch(net, loader)
+                torch.save(net, "detector_final.pt")
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def train(loader, epochs):
+                net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1))
+                if torch.cuda.device_count() > 1:
+                    net = nn.DataParallel(net)
+                net = net.cuda()
+                for epoch in range(epochs):
+                    fit_one_epoch(net, loader)
+                torch.save(getattr(net, "module", net), "detector_final.pt")
+            """,
+            applicability=Applicability.UNSAFE,
+            name="the-wrapper-saved-whole",
+        ),
         Invalid(
             """
             import torch
@@ -399,6 +452,13 @@ class DataParallelStateDictSave(Rule):
         return reference is None or reference.definition is None  # the file's own shows what it loads into
 
     def leave_Module(self, node: cst.Module) -> None:
+        for whole in self.context.flow.saved_wrappers():
+            fix = None
+            if dotted_name(whole.saved) is not None:
+                fix = self.make_fix(NodeEdit.insert_after(whole.saved, ".module") if whole.wrapping is Wrapping.YES
+                                    else self._unwrapped(whole.saved), applicability=Applicability.UNSAFE,
+                                    title="Save the unwrapped model")
+            self.report(whole.saved, fix=fix, message=_WHOLE_WRAPPER_MESSAGE)
         if self._loads_into is Wrapping.YES:
             return
         applicability = Applicability.UNSAFE if self._loads_into is Wrapping.MAYBE else Applicability.SAFE

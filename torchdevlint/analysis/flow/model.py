@@ -42,6 +42,7 @@ from torchdevlint.analysis.flow.results import (
     Meeting,
     OriginSite,
     SavedStateDict,
+    SavedWrapper,
     Scope,
 )
 from torchdevlint.analysis.flow.values import (
@@ -53,13 +54,14 @@ from torchdevlint.analysis.flow.values import (
     Off,
     Place,
     Value,
+    Wrapping,
     cuda_place,
     device_value,
     tensor,
 )
 from torchdevlint.analysis.local_names import rebound_parameters
 from torchdevlint.analysis.names import ImportTable, dotted_name, module_import_table
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.tree import child_nodes, first_argument
 from torchdevlint.budget import Deadline, NoDeadline
 
 # Names of `forward` parameters that are numbers, not data.
@@ -445,6 +447,19 @@ class FlowModel:
                         found.setdefault((id(held), id(save)), SavedStateDict(held, save, id(held) in flow.held))
             self._saved_state_dicts = list(found.values())
         return self._saved_state_dicts
+
+    def saved_wrappers(self) -> list[SavedWrapper]:
+        """Every `torch.save(model, path)` whose first argument is a model wrapped in
+        DataParallel/DDP, on every path or on some: the wrapper object pickled whole."""
+        found: dict[int, SavedWrapper] = {}
+        for flow in self.all_flows():
+            for save, saved in flow.saves:
+                argument = first_argument(save, "obj")
+                if argument is None or id(save) in found:
+                    continue
+                if saved.wrapping is Wrapping.YES or saved.wrapping is Wrapping.MAYBE:
+                    found[id(save)] = SavedWrapper(save, argument, saved.wrapping)
+        return list(found.values())
 
     def constant_truth(self, test: cst.BaseExpression) -> bool | None:
         """Whether a test holds on every run because the names it reads are module constants

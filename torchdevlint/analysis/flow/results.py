@@ -12,7 +12,7 @@ from typing import Protocol
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Kind, Place, Value
+from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Kind, Place, Value, Wrapping
 
 Env = dict[str, Value]
 # A body the model interprets: a module's, or a function's.
@@ -207,6 +207,16 @@ class SavedStateDict:
     saved_where_made: bool
 
 
+@dataclass(frozen=True)
+class SavedWrapper:
+    """`torch.save(model, path)` of a wrapped model itself: the DataParallel/DDP object pickled
+    whole (`saved`, the argument), wrapped on every path or on some (`wrapping`)."""
+
+    save: cst.Call
+    saved: cst.BaseExpression
+    wrapping: Wrapping
+
+
 class FixAgreement(Enum):
     """What rewriting one statement would do to the places where tensors must meet."""
 
@@ -248,6 +258,8 @@ class FlowQueries(Protocol):
     def host_meetings(self) -> list[HostMeeting]: ...
 
     def saved_state_dicts(self) -> list[SavedStateDict]: ...
+
+    def saved_wrappers(self) -> list[SavedWrapper]: ...
 
     def constant_truth(self, test: cst.BaseExpression) -> bool | None: ...
 
