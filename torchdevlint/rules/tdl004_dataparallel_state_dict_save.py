@@ -12,10 +12,9 @@ from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import PREFIXED_STATE_DICT, RuntimeProof
 
-
-
 _WHOLE_WRAPPER_MESSAGE = ("a DataParallel/DDP wrapper is saved whole: loading it gives the wrapper, "
                           "with its GPU ids, not the model")
+
 
 class DataParallelStateDictSave(Rule):
     """
