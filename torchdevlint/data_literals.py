@@ -20,6 +20,7 @@ this long; generated code and embedded data do.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # Only literals at least this long are blanked: below it LibCST's cost is nothing to save.
@@ -58,14 +59,7 @@ def blank_number_literals(source: str) -> BlankedSource:
         spans.extend(_literals_in(source, run.start(), run.end()))
     if not spans:
         return BlankedSource(source, ())
-    parts: list[str] = []
-    last = 0
-    for start, end in spans:
-        parts.append(source[last:start])
-        parts.append(_blank(end - start))
-        last = end
-    parts.append(source[last:])
-    return BlankedSource("".join(parts), tuple(spans))
+    return _blanked(source, spans, lambda inside: _blank(len(inside)))
 
 
 def _blank(length: int) -> str:
@@ -159,11 +153,16 @@ def blank_long_expressions(source: str) -> BlankedSource:
     spans = _long_brackets(source)
     if not spans:
         return BlankedSource(source, ())
+    return _blanked(source, spans, _blank_keeping_lines)
+
+
+def _blanked(source: str, spans: list[tuple[int, int]], blank: Callable[[str], str]) -> BlankedSource:
+    """`source` with each span's text replaced by `blank` of it (text of the same length)."""
     parts: list[str] = []
     last = 0
     for start, end in spans:
         parts.append(source[last:start])
-        parts.append(_blank_keeping_lines(source[start:end]))
+        parts.append(blank(source[start:end]))
         last = end
     parts.append(source[last:])
     return BlankedSource("".join(parts), tuple(spans))
