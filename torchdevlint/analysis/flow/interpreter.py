@@ -166,22 +166,28 @@ def _join_env(left: Env | None, right: Env | None) -> Env | None:
     return joined
 
 
-def _keep_the_side_left_on_the_host(joined: Env, before: Env, body: Env, other: Env, taken: ModeConstant | None) -> None:
+def _keep_the_side_left_on_the_host(joined: Env, before: Env, body: Env, other: Env, taken: ModeConstant | None,
+                                    test: cst.BaseExpression) -> None:
     """`if prompt is None: x = torch.zeros(1, 4)` / `else: x = tokens.to(device)`: a name each
     side of a test that is not about the device binds anew, to a tensor moved to the device on
     one side and made on the host on the other. The author moved it where they thought of it;
     on a GPU machine the other side still runs, with the tensor on the host. What follows sees
     that side (the move is where it was meant to be). A test that is a constant (`if
     use_mingpt:` of a module's `use_mingpt = True`) runs one side only: that one must be it."""
+    runs = cpu_mode.truth(taken)
+    found: dict[str, Value] = {}
     for name, left in body.items():
         right = other.get(name)
         if right is None or left is right or left is before.get(name) or right is before.get(name):
             continue
-        runs = cpu_mode.truth(taken)
+        # (moved, kept): the side kept on the host must be one that runs.
         sides = ((left, right), (right, left)) if runs is None else ((right, left),) if runs else ((left, right),)
         for moved, kept in sides:
             if (moved.is_tensor or moved.kinds == _UNKNOWN_ONLY) and moved.on_accelerator and kept.is_tensor and kept.on_host:
-                joined[name] = kept
+                found[name] = kept
+    # Asked last, of the few tests whose sides place a name differently.
+    if found and not _mentions_the_device(test):
+        joined.update(found)
 
 
 def _mentions_the_device(test: cst.BaseExpression) -> bool:
@@ -359,9 +365,8 @@ class Interpreter:
             if taken is not None and CPU_MODE_UNREACHED not in env:
                 self._record_cpu_mode_test(node.test, (body if taken else other) is not None)
             joined = _join_env(body, other)
-            if joined is not None and body is not None and other is not None \
-                    and gpu_when_true is None and not _mentions_the_device(node.test):
-                _keep_the_side_left_on_the_host(joined, env, body, other, taken)
+            if joined is not None and body is not None and other is not None and gpu_when_true is None:
+                _keep_the_side_left_on_the_host(joined, env, body, other, taken, node.test)
             return joined
         if type(node) is cst.For or type(node) is cst.While:
             return self._loop(node, env)
