@@ -50,12 +50,6 @@ ACCELERATOR_TEXT = ("cuda", "device", "gpu", "mps", "xpu", "accel", "distributed
 # Words that turn a GPU setting around (`--no-cuda`, `disable_gpu`).
 NEGATION_WORDS = frozenset({"no", "not", "disable", "disabled", "without", "nocuda", "nogpu"})
 
-
-def turns_the_gpu_on(name_words: set[str]) -> bool:
-    """Whether a switch so named means the GPU when true (`--cuda`, `use_gpu`), not the CPU
-    (`--cpu`, `--no-cuda`)."""
-    return bool(name_words & GPU_SETTING_WORDS) and "cpu" not in name_words and not name_words & NEGATION_WORDS
-
 # Words of a setting that names the device itself (`--device`, `args.dev`).
 DEVICE_SETTING_WORDS = frozenset({"device", "dev"})
 
@@ -64,6 +58,13 @@ CPU_MODE_WORDS = frozenset({"cpu", "available"})
 
 # Words of a setting read as a GPU switch (`opt.use_gpu`, `x.is_cuda`).
 GPU_SETTING_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu"})
+
+
+def turns_the_gpu_on(name_words: set[str]) -> bool:
+    """Whether a switch so named means the GPU when true (`--cuda`, `use_gpu`), not the CPU
+    (`--cpu`, `--no-cuda`)."""
+    return bool(name_words & GPU_SETTING_WORDS) and "cpu" not in name_words and not name_words & NEGATION_WORDS
+
 
 # Words in a test, a flag, a decorator or a helper's name that make it about the device. A
 # distributed run (`if dist.is_initialized():`, `world_size > 1`) counts too: multi-process
