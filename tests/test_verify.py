@@ -1569,3 +1569,23 @@ def test_a_dataloader_workers_error_is_reported_where_the_worker_raised_it() -> 
     assert (info.type, info.line, info.trace) == ("RuntimeError", 28, (28,))
     assert info.message.startswith("Cannot re-initialize CUDA in forked subprocess")
     assert info.message.endswith("(in DataLoader worker process 1)")
+
+
+@pytest.mark.slow
+def test_a_temporary_folder_inside_the_programs_folder_is_left_out_of_its_mirror(tmp_path: Path) -> None:
+    """Issue 37: with `TMPDIR` inside the program's folder (`TMPDIR=./tmp`), each run's mirror of
+    the folder held its own scratch folder, without end: "File name too long", a traceback,
+    and the scratch folders left behind; and the run could not write its own report there.
+    Now the runs go as they go elsewhere, and leave nothing behind, whatever the programs do."""
+    programs = tmp_path / "programs"
+    programs.mkdir()
+    (programs / "fails.py").write_text("import torch\nx = torch.zeros(2)\nx.cuda()\nraise SystemExit(3)\n")
+    (programs / "sleeps.py").write_text("import time\nimport torch\nx = torch.zeros(2)\nx.cuda()\ntime.sleep(60)\n")
+    (programs / "moves.py").write_text("import torch\nx = torch.ones(2)\nx.cuda()\ny = x + torch.ones(2, device='cuda')\n")
+    temporary = programs / "tmp"
+    temporary.mkdir()
+    result = run_cli("verify", "--timeout", "5", "--format", "json", str(programs), env={"TMPDIR": str(temporary)})
+    assert "Traceback" not in result.stderr, result.stderr
+    reports = {Path(report["path"]).name: report for report in json.loads(result.stdout)}
+    assert reports["moves.py"]["verdict"] == "fix verified", reports["moves.py"]
+    assert [path.name for path in temporary.iterdir() if path.name.startswith("torchdevlint-verify-")] == []

@@ -54,7 +54,7 @@ from torchdevlint.verify.sites import (
     program_line,
     shown_by,
 )
-from torchdevlint.verify.workspace import mirror, mirrored
+from torchdevlint.verify.workspace import SCRATCH_PREFIX, mirror, mirrored
 
 DEFAULT_TIMEOUT = 300.0
 # TDL0xx rules find bugs that fail at run time; TDL1xx (performance) and TDL2xx (portability)
@@ -483,7 +483,7 @@ class Launcher:
         started = time.monotonic()
         program = Path(path).resolve()
         folder = (place.cwd or program.parent).resolve()
-        with tempfile.TemporaryDirectory(prefix="torchdevlint-verify-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as scratch:
             files = {name: str(Path(scratch, name)) for name in ("source.py", "stdout", "stderr", "outcome.json")}
             work = mirror(folder, Path(scratch, "work"))
             Path(files["source.py"]).write_text(source, encoding="utf-8")

@@ -27,6 +27,10 @@ from pathlib import Path
 
 # Entries mirrored one by one before the remaining folders are linked whole.
 MIRROR_ENTRIES = 20_000
+# How a run's scratch folder is named: where the temporary folder lies inside the program's
+# folder (`TMPDIR=./tmp`), the scratch folders of this run and of others are left out of the
+# mirror, which would otherwise hold itself without end.
+SCRATCH_PREFIX = "torchdevlint-verify-"
 # Folders that hold tooling, not the program's data: linked whole.
 _LINKED_WHOLE = frozenset({
     ".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", "venv", ".tox", ".nox",
@@ -39,6 +43,7 @@ def mirror(original: Path, into: Path, entries: int = MIRROR_ENTRIES) -> Path:
     """Build the mirror of `original` at `into` (which must not exist yet); returns `into`."""
     original = original.resolve()
     into.mkdir()
+    itself = into.resolve()
     budget = entries
     folders: deque[tuple[Path, Path]] = deque([(original, into)])
     while folders:
@@ -53,6 +58,8 @@ def mirror(original: Path, into: Path, entries: int = MIRROR_ENTRIES) -> Path:
             _link(source, target)
             continue
         for child in children:
+            if child.name.startswith(SCRATCH_PREFIX) or Path(child.path) == itself:
+                continue
             budget -= 1
             destination = target / child.name
             if child.is_dir(follow_symlinks=False) and budget > 0 and child.name not in _LINKED_WHOLE:
@@ -103,6 +110,9 @@ def _inside(path: str, roots: Iterable[str]) -> bool:
 class _Guard:
     def __init__(self, mirror_root: str, protected: tuple[str, ...]) -> None:
         self.mirror_root = mirror_root
+        # The run's scratch folder, which holds the mirror, its output files and its
+        # temporary folder: the run's own, even where it lies inside the user's folder.
+        self.scratch = os.path.dirname(mirror_root)
         self.protected = protected
 
     def refuse(self, real: str) -> None:
@@ -130,7 +140,7 @@ class _Guard:
     def check_reach(self, name: str) -> None:
         """Refuse a change that would land in the user's files (through a folder linked whole)."""
         parent = os.path.realpath(os.path.dirname(name))
-        if _inside(parent, self.protected) and not _inside(parent, (self.mirror_root,)):
+        if _inside(parent, self.protected) and not _inside(parent, (self.scratch,)):
             self.refuse(os.path.join(parent, os.path.basename(name)))
 
     def hook(self, event: str, args: tuple[object, ...]) -> None:
