@@ -122,7 +122,9 @@ def _run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[st
 
         if guard is not None:
             protected = guard.get("protected")
-            guard_originals(str(guard["mirror"]), [str(p) for p in protected] if isinstance(protected, list) else [])
+            scratch = guard.get("scratch")
+            guard_originals(str(guard["mirror"]), [str(p) for p in protected] if isinstance(protected, list) else [],
+                            str(scratch) if scratch is not None else None)
             writable = guard.get("writable")
             if isinstance(writable, list):
                 # Past here no process of the run writes outside its scratch folder.

@@ -501,6 +501,7 @@ class Launcher:
                 "env": {**env, **place.env},
                 "argv": list(argv),
                 "guard": {"mirror": str(work), "protected": sorted({str(folder), str(program.parent)}),
+                          "scratch": str(Path(scratch).resolve()),
                           "writable": [str(Path(scratch).resolve())] if self.isolate else None},
                 "budget": (budget or Budget()).to_json(),
             }

@@ -108,11 +108,11 @@ def _inside(path: str, roots: Iterable[str]) -> bool:
 
 
 class _Guard:
-    def __init__(self, mirror_root: str, protected: tuple[str, ...]) -> None:
+    def __init__(self, mirror_root: str, protected: tuple[str, ...], own: tuple[str, ...]) -> None:
         self.mirror_root = mirror_root
-        # The run's scratch folder, which holds the mirror, its output files and its
-        # temporary folder: the run's own, even where it lies inside the user's folder.
-        self.scratch = os.path.dirname(mirror_root)
+        # The run's own folders (the mirror, and the scratch folder that holds it, its output
+        # files and its temporary folder), writable even where they lie inside the user's folder.
+        self.own = own
         self.protected = protected
 
     def refuse(self, real: str) -> None:
@@ -140,7 +140,7 @@ class _Guard:
     def check_reach(self, name: str) -> None:
         """Refuse a change that would land in the user's files (through a folder linked whole)."""
         parent = os.path.realpath(os.path.dirname(name))
-        if _inside(parent, self.protected) and not _inside(parent, (self.scratch,)):
+        if _inside(parent, self.protected) and not _inside(parent, self.own):
             self.refuse(os.path.join(parent, os.path.basename(name)))
 
     def hook(self, event: str, args: tuple[object, ...]) -> None:
@@ -163,9 +163,12 @@ class _Guard:
             self.check_reach(os.path.abspath(os.fsdecode(path)))
 
 
-def guard_originals(mirror_root: str, protected: Iterable[str]) -> None:
-    """From now on in this process, writes into the mirror copy first; writes past it are refused."""
-    guard = _Guard(os.path.realpath(mirror_root), tuple(os.path.realpath(root) for root in protected))
+def guard_originals(mirror_root: str, protected: Iterable[str], scratch: str | None = None) -> None:
+    """From now on in this process, writes into the mirror copy first; writes past it (and past
+    the run's `scratch` folder, where given) are refused."""
+    root = os.path.realpath(mirror_root)
+    own = (root,) if scratch is None else (root, os.path.realpath(scratch))
+    guard = _Guard(root, tuple(os.path.realpath(folder) for folder in protected), own)
     sys.addaudithook(guard.hook)
     _announce_torch_save_opens()
 
