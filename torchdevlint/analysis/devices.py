@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis.names import NameResolver
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.tree import descendants
 
 # Device types that are not the host: a tensor there cannot become a NumPy array, and code
 # that names one fails on a machine without it.
@@ -167,19 +167,9 @@ def device_literal(node: cst.BaseExpression, names: NameResolver) -> DeviceLiter
     return DeviceLiteral(parsed.type, index)
 
 
-_NESTED_SCOPES = (cst.Lambda, cst.FunctionDef, cst.ClassDef)
-
-
 def subnodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Every node inside `node` (itself included), not entering nested functions or classes."""
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        # Exact type tests: isinstance on LibCST's ABCs is slow.
-        if type(current) in _NESTED_SCOPES and current is not node:
-            continue
-        stack.extend(child_nodes(current))
+    return descendants(node, into_definitions=False)
 
 
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:

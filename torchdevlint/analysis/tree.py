@@ -70,6 +70,10 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     return children
 
 
+# What opens a scope of its own: a walk of one body does not enter them.
+_DEFINITIONS = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
+
+
 def descendants(node: cst.CSTNode, *, into_definitions: bool = True) -> Iterator[cst.CSTNode]:
     """The node and every node below it; not below a nested function, class or lambda
     unless `into_definitions`."""
@@ -77,7 +81,8 @@ def descendants(node: cst.CSTNode, *, into_definitions: bool = True) -> Iterator
     while stack:
         current = stack.pop()
         yield current
-        if into_definitions or current is node or not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        # Exact type tests: isinstance on LibCST's ABCs is slow.
+        if into_definitions or current is node or type(current) not in _DEFINITIONS:
             stack.extend(child_nodes(current))
 
 

@@ -293,8 +293,9 @@ class ModulesInPlainContainer(Rule):
         if node.name.value != "__init__" or not self._candidates:
             return
         # `nn.Sequential(*self.layers)`, `nn.ModuleList(self.layers)`: registered after all.
-        registered = self.context.flow.attributes_handed_to_modules(node) | _registered_one_by_one(node)
         method = self.context.enclosing_method()
+        registered = self.context.flow.attributes_handed_to_modules(node) \
+            | (_registered_one_by_one(node, method.self_name) if method is not None and method.self_name else frozenset())
         used = attributes_read_after_construction(method.owner) if method is not None else None
         # (None: no method besides the constructor shows what the instance uses.)
         for name, assignment, fix in self._candidates:
@@ -360,14 +361,13 @@ class ModulesInPlainContainer(Rule):
         return f"{torch}.nn" if torch is not None else None
 
 
-def _registered_one_by_one(init: cst.FunctionDef) -> frozenset[str]:
+def _registered_one_by_one(init: cst.FunctionDef, self_name: str) -> frozenset[str]:
     """`for i, module in enumerate(self.layers): self._add_to_parameters(module.parameters(),
     ...)` (or `self.add_module(name, module)`): the attributes of `self` a loop of `__init__`
     walks, handing each element (or what it holds) to a method of `self`."""
-    self_name = init.params.params[0].name.value if init.params.params else None
     found: set[str] = set()
     for loop in descendants(init.body, into_definitions=False):
-        if not isinstance(loop, cst.For) or self_name is None:
+        if type(loop) is not cst.For:
             continue
         walked = [node.attr.value for node in descendants(loop.iter) if isinstance(node, cst.Attribute)
                   and isinstance(node.value, cst.Name) and node.value.value == self_name]

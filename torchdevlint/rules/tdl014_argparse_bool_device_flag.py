@@ -8,6 +8,7 @@ import libcst as cst
 
 from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.brains.argparse_options import ArgparseOption, read_option
+from torchdevlint.analysis.devices import AVAILABILITY_CHECKS
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes, descendants, keyword_argument
 from torchdevlint.diagnostics import Applicability
@@ -371,26 +372,31 @@ class ArgparseBoolDeviceFlag(Rule):
         return dest is not None and checks and dest in read and dest not in tied
 
     def _availability(self) -> tuple[bool, frozenset[str], frozenset[str]]:
-        """Whether the file asks `....is_available()`; the attributes it reads in one test
+        """Whether the file asks if there is a GPU (`torch.cuda.is_available()`,
+        `device_count()`: the brain's availability checks); the attributes it reads in one test
         with that answer (`args.cuda and torch.cuda.is_available()`) or assigns (`args.cuda = ...`);
         the attributes it names at all."""
         if self._availability_facts is None:
-            checks = False
+            checks: set[int] = set()
             tied: set[str] = set()
             read: set[str] = set()
             for node in descendants(self.context.module):
-                if isinstance(node, cst.Attribute):
+                if type(node) is cst.Attribute:
                     read.add(node.attr.value)
-                if isinstance(node, cst.Call) and _is_availability_check(node):
-                    checks = True
-                elif isinstance(node, (cst.BooleanOperation, cst.IfExp)) \
-                        and any(isinstance(inner, cst.Call) and _is_availability_check(inner) for inner in descendants(node)):
-                    tied.update(_attributes_read_beside_the_check(node))
+                elif type(node) is cst.Call and self._asks_for_a_gpu(node):
+                    checks.add(id(node))
                 elif isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
                     targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                     tied.update(target.attr.value for target in targets if isinstance(target, cst.Attribute))
-            self._availability_facts = (checks, frozenset(tied), frozenset(read))
+            if checks:
+                for node in descendants(self.context.module):
+                    if isinstance(node, (cst.BooleanOperation, cst.IfExp)):
+                        tied.update(_attributes_read_beside(node, checks))
+            self._availability_facts = (bool(checks), frozenset(tied), frozenset(read))
         return self._availability_facts
+
+    def _asks_for_a_gpu(self, call: cst.Call) -> bool:
+        return self.context.names.qualified_name(call.func, among=AVAILABILITY_CHECKS) is not None
 
     def _default_fix(self, option: ArgparseOption) -> PendingFix | None:
         """`default=torch.cuda.is_available()`: the same on a machine with a GPU, off without."""
@@ -451,27 +457,24 @@ class ArgparseBoolDeviceFlag(Rule):
         )
 
 
-def _is_availability_check(call: cst.Call) -> bool:
-    """`torch.cuda.is_available()`, `torch.backends.mps.is_available()`, `cuda.is_available()`."""
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "is_available"
-
-
 def _names_boolean_optional_action(action: cst.BaseExpression | None) -> bool:
     """`action=argparse.BooleanOptionalAction` (or the name imported alone)."""
     name = dotted_name(action) if action is not None else None
     return name is not None and name.rpartition(".")[2] == "BooleanOptionalAction"
 
 
-def _attributes_read_beside_the_check(test: cst.CSTNode) -> set[str]:
-    """`args.cuda and torch.cuda.is_available()` -> {"cuda"}: the attributes a test reads,
-    outside its availability checks."""
+def _attributes_read_beside(test: cst.CSTNode, checks: set[int]) -> set[str]:
+    """`args.cuda and torch.cuda.is_available()` -> {"cuda"}: the attributes a test reads
+    outside the availability checks in it (`checks`, by id); none where it holds none."""
     found: set[str] = set()
+    asks = False
     stack: list[cst.CSTNode] = [test]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Call) and _is_availability_check(node):
+        if id(node) in checks:
+            asks = True
             continue
-        if isinstance(node, cst.Attribute):
+        if type(node) is cst.Attribute:
             found.add(node.attr.value)
         stack.extend(child_nodes(node))
-    return found
+    return found if asks else set()

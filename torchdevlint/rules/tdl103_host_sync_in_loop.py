@@ -262,6 +262,8 @@ class HostSyncInLoop(Rule):
         # Synchronising calls and formatting per loop (by id), kept until we know whether the
         # loop trains.
         self._syncs: dict[int, list[cst.CSTNode]] = {}
+        # Each loop's `env.step(...)` calls, found once (by the loop's id).
+        self._environment_steps: dict[int, list[cst.Call]] = {}
 
     def _leave(self, node: cst.For | cst.While) -> None:
         syncs = self._syncs.pop(id(node), [])
@@ -351,8 +353,11 @@ class HostSyncInLoop(Rule):
                           if isinstance(node, cst.BaseSmallStatement)), None)
         if statement is None:
             return False
-        steps = [call for call in descendants(loop.body, into_definitions=False)
-                 if isinstance(call, cst.Call) and _is_environment_step(call)]
+        steps = self._environment_steps.get(id(loop))
+        if steps is None:
+            steps = self._environment_steps[id(loop)] = [
+                call for call in descendants(loop.body, into_definitions=False)
+                if type(call) is cst.Call and _is_environment_step(call)]
         if any(_holds(arg.value, sync) for call in steps for arg in call.args):
             return True
         if not isinstance(statement, cst.Assign) or not _holds(statement.value, sync):

@@ -30,13 +30,10 @@ from torchdevlint.analysis.tree import child_nodes
 __all__ = ["Off", "compare", "conjunction", "device_type", "disjunction", "literal_constant", "names_a_gpu_setting", "names_the_cpu_mode",
            "negation", "option_offers_cpu_mode", "setting_in_cpu_mode", "stuck_switch", "truth"]
 
-_words = naming.words
-
-
 @functools.lru_cache(maxsize=4096)
 def setting_in_cpu_mode(name: str) -> ModeConstant | None:
     """What a setting of this name is in the CPU mode; None for a name that is no setting."""
-    words = _words(name)
+    words = naming.words(name)
     if not words:
         return None
     found = set(words)
@@ -63,7 +60,7 @@ def _any_words(node: cst.CSTNode, matches: Callable[[set[str]], bool], *, names:
             continue
         text = current.value if names and type(current) is cst.Name else \
             string_value(current) if strings and type(current) is cst.SimpleString else None
-        if text is not None and matches(set(_words(text))):
+        if text is not None and matches(set(naming.words(text))):
             return True
         stack.extend(child_nodes(current))
     return False
@@ -102,7 +99,7 @@ def _counts_several_gpus(node: cst.CSTNode) -> bool:
     compare = _COMPARE.get(type(target.operator))
     bound = integer_value(target.comparator)
     name = dotted_name(node.left)
-    if compare is None or bound is None or name is None or not _counts_gpus(set(_words(name.rpartition(".")[2]))):
+    if compare is None or bound is None or name is None or not _counts_gpus(set(naming.words(name.rpartition(".")[2]))):
         return False
     return bool(compare(0, bound)) == bool(compare(1, bound))
 
@@ -124,7 +121,7 @@ def option_offers_cpu_mode(call: cst.Call) -> bool:
     words: set[str] = set()
     for name in [*names, string_value(dest) if dest is not None else None]:
         if name is not None and name.startswith("-") or name is not None and dest is not None:
-            words.update(_words(name))
+            words.update(naming.words(name))
     if not words:
         return False
     if "cpu" in words or words & naming.NEGATION_WORDS and words & (naming.GPU_WORDS | naming.DEVICE_SETTING_WORDS):

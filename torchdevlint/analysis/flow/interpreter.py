@@ -22,6 +22,7 @@ from torchdevlint.analysis.devices import (
     LEGACY_CUDA_TENSOR_TYPES,
     disables_grad,
     integer_value,
+    mentions_any,
     parse_device_string,
     string_value,
 )
@@ -60,7 +61,7 @@ from torchdevlint.analysis.flow.values import (
     tensor,
 )
 from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, dotted_name
-from torchdevlint.analysis.tree import child_nodes, descendants
+from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline
 
 # Rounds of a loop body before the names still changing are given up as unknown.
@@ -192,15 +193,9 @@ def _keep_the_side_left_on_the_host(joined: Env, before: Env, body: Env, other: 
 
 def _mentions_the_device(test: cst.BaseExpression) -> bool:
     """A test that reads a device, a GPU setting or the CPU mode (`args.cuda`, `x.is_cuda`,
-    `device.type == "cpu"`): its sides are meant to place data differently."""
-    return cpu_mode.names_the_cpu_mode(test) or cpu_mode.names_a_gpu_setting(test) \
-        or any(word in dotted.lower() for dotted in _texts_in(test) for word in naming.DEVICE_CONTEXT_WORDS)
-
-
-def _texts_in(test: cst.BaseExpression) -> list[str]:
-    return [node.value for node in descendants(test) if type(node) is cst.Name] + \
-        [value for node in descendants(test) if type(node) is cst.SimpleString
-         for value in (string_value(node),) if value is not None]
+    `device.type == "cpu"`, `torch.cuda.is_available()`): its sides are meant to place data
+    differently."""
+    return mentions_any(test, naming.DEVICE_CONTEXT_WORDS, strings=True)
 
 
 def _moved_then_called(value: Value) -> Value | None:
