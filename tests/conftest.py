@@ -219,3 +219,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
         for item in needing_cuda:
             item.add_marker(skip)
+
+
+# A project file that saves a model from the GPU. TDL003 reports a load only in a project that
+# writes checkpoints that may hold GPU tensors (`torchdevlint/project_checkpoints.py`): tests
+# of a lone file that loads one give it this neighbour. No default rule reports it.
+GPU_CHECKPOINT_WRITER = 'import torch\n\n\ndef save_checkpoint(model, path):\n    torch.save(model.to("cuda").state_dict(), path)\n'
+
+
+def write_checkpoint_writer(folder: Path) -> None:
+    (folder / "checkpoints.py").write_text(GPU_CHECKPOINT_WRITER)

@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, write_checkpoint_writer
 
 BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 
@@ -276,6 +276,7 @@ WARNING_PROGRAM_DIFF = ("+state = torch.load(CHECKPOINT, map_location=\"cpu\")",
 def test_invalid_escape_sequences_in_user_code_print_no_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: tuple[str, ...], expected: tuple[str, ...]
 ) -> None:
+    write_checkpoint_writer(tmp_path)
     # `default` shows every warning once per place: without it Python 3.10/3.11 would hide the
     # DeprecationWarning they raise for "\d", and the test would prove nothing there.
     monkeypatch.setenv("PYTHONWARNINGS", "default")
@@ -291,6 +292,7 @@ def test_invalid_escape_sequences_in_user_code_print_no_warning(
 
 
 def test_warnings_as_errors_do_not_break_linting_user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_checkpoint_writer(tmp_path)
     # Python turns a warning it is told to raise into a SyntaxError of the code it compiles; a
     # literal LibCST evaluated for a rule then failed the whole file as an internal error.
     monkeypatch.setenv("PYTHONWARNINGS", "error::SyntaxWarning,error:invalid escape sequence")

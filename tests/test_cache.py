@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, run_cli, write_checkpoint_writer
 
 BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 
@@ -66,6 +66,7 @@ def test_an_entry_that_is_not_a_list_of_findings_is_a_miss(tmp_path: Path, entry
 
 
 def test_the_same_bytes_under_another_name_or_kind_are_another_entry(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     loads = "import torch\nweights = torch.load('model.pt')\n"
     (tmp_path / "conftest.py").write_text(loads)
     (tmp_path / "serve.py").write_text(loads)

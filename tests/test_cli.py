@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, run_cli, write_checkpoint_writer
 
 BUGGY = "import torch\nx = torch.zeros(3)\nx.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
 CLEAN = "import torch\nx = torch.zeros(3)\nx = x.cuda()\ny = x + torch.ones(3, device=\"cuda\")\n"
@@ -73,6 +73,7 @@ def test_fix_rewrites_in_place_and_exits_0(tmp_path: Path) -> None:
 
 
 def test_fix_applies_only_safe_fixes_unless_asked(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     source = "import torch\nstate = torch.load('a.pt')\n"
     path = write(tmp_path, "load.py", source)
     result = run_cli("--fix", "load.py", cwd=tmp_path)
@@ -92,6 +93,7 @@ def test_diff_prints_and_does_not_write(tmp_path: Path) -> None:
 
 
 def test_select_and_ignore(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     write(tmp_path, "train.py", BUGGY + "torch.load('a.pt')\n" + SEVERAL_PROCESSES)
     only_load = run_cli("check", "--select", "TDL003", "--format", "json", "train.py", cwd=tmp_path)
     assert {item["code"] for item in json.loads(only_load.stdout)} == {"TDL003"}
@@ -140,6 +142,7 @@ def test_folders_are_walked_and_virtualenvs_skipped(tmp_path: Path) -> None:
 
 
 def test_config_select_ignore_exclude_and_rule_options(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     write(
         tmp_path,
         "pyproject.toml",
@@ -210,6 +213,7 @@ def test_command_line_select_replaces_the_configured_selection(tmp_path: Path) -
 
 
 def test_loads_in_test_files_are_skipped_unless_tests_are_included(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     load = "import torch\n\ndef test_round_trip(path):\n    assert torch.load(path)\n"
     write(tmp_path, "tests/test_io.py", load)
     write(tmp_path, "tests/io_test.py", load)
@@ -239,6 +243,7 @@ def test_gpu_indices_in_tests_are_skipped_unless_tests_are_included(tmp_path: Pa
 
 
 def test_a_script_named_like_a_test_file_without_tests_is_checked(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     write(tmp_path, "test_on_image.py", "import torch\nstate = torch.load(opt.checkpoint)\n")
     result = run_cli("check", "--no-cache", "test_on_image.py", cwd=tmp_path)
     assert result.returncode == 1
@@ -494,6 +499,7 @@ BUGGY_AND_LOAD = BUGGY + "model = torch.load('model.pt')\nmodel.cuda()\n" + SEVE
 
 
 def test_unfixable_codes_are_reported_without_a_fix_and_never_fixed(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     write(tmp_path, "train.py", BUGGY_AND_LOAD)
     shown = run_cli("check", "--no-cache", "--format", "json", "--unfixable", "TDL0", "train.py", cwd=tmp_path)
     assert [(item["code"], item["fix"]) for item in json.loads(shown.stdout)] == [("TDL001", None), ("TDL003", None)]

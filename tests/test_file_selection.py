@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, write_checkpoint_writer
 
 from torchdevlint.gitignore import GitIgnores, compile_pattern
 
@@ -161,6 +161,7 @@ def test_a_project_checked_from_elsewhere_uses_its_own_configuration(tmp_path: P
 
 
 def test_the_closest_configuration_decides_for_each_file(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     tree(tmp_path, {
         "pyproject.toml": '[tool.torchdevlint]\nignore = ["TDL003"]\n',
         "app/train.py": TWO_RULES,
@@ -178,6 +179,7 @@ def test_the_closest_configuration_decides_for_each_file(tmp_path: Path) -> None
 
 
 def test_a_dotted_config_file_wins_over_pyproject_and_config_names_one_for_all(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     tree(tmp_path, {"pyproject.toml": '[tool.torchdevlint]\nignore = ["TDL001"]\n',
                     ".torchdevlint.toml": 'ignore = ["TDL003"]\n',
                     "train.py": TWO_RULES, "other.toml": 'select = ["TDL003"]\n'})
@@ -199,6 +201,7 @@ def test_a_broken_nested_configuration_is_an_error_naming_it(tmp_path: Path) -> 
 # ---- per-file-ignores ---------------------------------------------------------------------
 
 def test_per_file_ignores_turn_rules_off_for_matching_files_and_fixes_follow(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     tree(tmp_path, {
         "pyproject.toml": ('[tool.torchdevlint.per-file-ignores]\n"tests/*" = ["TDL001"]\n'
                            '"scratch_*.py" = ["TDL0"]\n'),

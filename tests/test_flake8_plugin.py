@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, child_environment, computed_once, run_cli
+from conftest import FIXTURES, child_environment, computed_once, run_cli, write_checkpoint_writer
 
 FIXTURE_FILES = sorted(FIXTURES.glob("*.py"))
 # One finding per line, fields separated by a character no message contains.
@@ -103,6 +103,7 @@ def test_unused_noqa_is_left_to_flake8(tmp_path: Path) -> None:
 
 
 def test_flake8_reads_tool_torchdevlint(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     (tmp_path / "pyproject.toml").write_text(
         '[tool.torchdevlint]\nignore = ["TDL001"]\nexclude = ["legacy/"]\n'
     )

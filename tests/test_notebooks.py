@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, write_checkpoint_writer
 
 from torchdevlint.diagnostics import Applicability, Edit, Fix
 from torchdevlint.notebook.document import NotebookDocument, NotebookError
@@ -77,6 +77,7 @@ def test_a_host_copy_that_ends_a_cell_is_shown_not_thrown_away(tmp_path: Path) -
 
 
 def test_a_later_cell_reloads_what_an_earlier_cell_saved(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     write_notebook(tmp_path, SETUP, "import torch.nn as nn\nPATH = './net.pth'\nnet = nn.Linear(4, 2)",
                    "old = torch.load('pretrained.pth')",
                    "for epoch in range(2):\n    torch.save(net.state_dict(), PATH)",

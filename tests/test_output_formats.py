@@ -27,6 +27,8 @@ BUGGY = (
     "state.cuda()\n"
     # With no CPU mode, a load is reported only where several processes run the program (TDL003).
     "import torch.distributed as dist\n"
+    # The program writes the GPU checkpoints it loads (TDL003 reads where loaded files come from).
+    "torch.save(x, 'a.pt')\n"
 )
 
 

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, write_checkpoint_writer
 
 from torchdevlint.suppression import _tokenize, _Tokens, _tokens, add_noqa, file_exemption
 
@@ -30,6 +30,7 @@ def check_json(tmp_path: Path, *args: str) -> list[tuple[int, str]]:
 # ---- file-level exemptions ---------------------------------------------------------------
 
 def test_a_file_level_noqa_turns_off_every_rule_or_the_named_ones(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     (tmp_path / "all.py").write_text("# torchdevlint: noqa\n" + MOVE_AND_LOAD)
     (tmp_path / "some.py").write_text(MOVE_AND_LOAD + "# torchdevlint: noqa: TDL001\n")
     (tmp_path / "flake8.py").write_text("# flake8: noqa\n" + MOVE_AND_LOAD)
@@ -48,6 +49,7 @@ def test_a_file_level_noqa_must_be_a_comment_on_its_own_line(tmp_path: Path) -> 
 # ---- --add-noqa ------------------------------------------------------------------------------
 
 def test_add_noqa_suppresses_every_finding_and_a_second_run_adds_nothing(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     program = tmp_path / "train.py"
     program.write_text(MOVE_AND_LOAD.replace("torch.load('model.pt')", "torch.load('model.pt')  # noqa: E501"))
     result = run_cli("check", "--add-noqa", "--no-cache", "train.py", cwd=tmp_path)
@@ -62,6 +64,7 @@ def test_add_noqa_suppresses_every_finding_and_a_second_run_adds_nothing(tmp_pat
 
 
 def test_add_noqa_puts_the_comment_where_the_statement_or_string_ends_as_ruff_does(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     # No comment can end a line that a backslash continues or a string runs on from.
     source = ('import torch\nx = torch.zeros(3)\nx.cuda(); s = """\ntext\n"""\n'
               "state = torch.load( \\\n    'model.pt')\nimport torch.distributed as dist\n")
@@ -76,6 +79,7 @@ def test_add_noqa_puts_the_comment_where_the_statement_or_string_ends_as_ruff_do
 
 
 def test_a_noqa_at_the_end_of_a_backslash_continued_statement_suppresses_its_finding(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     (tmp_path / "a.py").write_text("import torch\nstate = torch.load( \\\n    'model.pt')  # noqa: TDL003\n")
     (tmp_path / "b.py").write_text("import torch\nstate = torch.load( \\\n    'model.pt')  # noqa: TDL001\n")
     assert check_json(tmp_path, "a.py") == []

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, write_checkpoint_writer
 
 pytest.importorskip("torch")
 
@@ -332,6 +332,7 @@ print("RESULT", round(model(x).sum().item(), 4))
 
 @pytest.mark.slow
 def test_findings_that_need_different_machines_are_each_proven_on_their_own(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     import torch
 
     torch.save(torch.nn.Linear(4, 2).state_dict(), tmp_path / "weights.pt")
@@ -374,6 +375,7 @@ print("RESULT", round(((x - stats["mean"]) / stats["std"]).sum().item(), 3))
 
 @pytest.mark.slow
 def test_a_fix_is_checked_on_the_machines_it_changes_the_program_on(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     import torch
 
     torch.save({"mean": torch.zeros(3), "std": torch.ones(3)}, tmp_path / "stats.pt")
@@ -403,7 +405,8 @@ OWN_CHECKPOINT = '''\
 import torch
 import torch.nn as nn
 
-model = nn.Linear(4, 2)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.Linear(4, 2).to(device)
 torch.save(model.state_dict(), "./weights.pt")
 model.load_state_dict(torch.load("weights.pt"))
 print("RESULT", sorted(model.state_dict()))
@@ -449,6 +452,7 @@ print("helpers loaded")
 
 @pytest.mark.slow
 def test_a_finding_in_code_the_program_never_runs_is_said_to_be_unreached(tmp_path: Path) -> None:
+    write_checkpoint_writer(tmp_path)
     program = tmp_path / "helpers.py"
     program.write_text(NEVER_CALLED)
     _, [report] = verify_json(str(program))

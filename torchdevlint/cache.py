@@ -25,11 +25,14 @@ def settings_digest(rule_codes: tuple[str, ...], rule_options: tuple[tuple[str, 
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
-def content_digest(data: bytes, path: str) -> str:
+def content_digest(data: bytes, path: str, project_facts: str = "") -> str:
     """The key of a file's findings: its bytes and its path, which decides what kind of file
-    it is (a notebook, a `.py`) and its role (`conftest.py` and `test_*.py` are test code)."""
+    it is (a notebook, a `.py`) and its role (`conftest.py` and `test_*.py` are test code),
+    and what rules read of the project's other files (whether it writes GPU checkpoints)."""
     digest = hashlib.blake2b(data, digest_size=20)
     digest.update(b"\0" + os.fsencode(path))
+    if project_facts:
+        digest.update(b"\0" + project_facts.encode())
     return digest.hexdigest()
 
 
@@ -75,6 +78,8 @@ class FindingsCache:
     def __init__(self, root: Path, settings: str) -> None:
         self.root = root
         self.folder = root / __version__ / settings
+        # What project-wide facts were read from each file (see `project_checkpoints`).
+        self.project_store = root / __version__ / "projects"
 
     def _entry(self, digest: str) -> Path:
         return self.folder / digest[:2] / f"{digest}.json"

@@ -15,6 +15,7 @@ from torchdevlint.analysis.local_names import FunctionBindings, function_binding
 from torchdevlint.analysis.name_oracle import NameOracle
 from torchdevlint.analysis.names import ImportTable
 from torchdevlint.budget import Deadline, NoDeadline
+from torchdevlint.project_checkpoints import CheckpointWriting, checkpoint_writing
 
 _SharedT = TypeVar("_SharedT")
 # Nodes with names of their own: Python's scopes.
@@ -85,6 +86,11 @@ class FileContext:
         if self._source is None:
             self._source = self.module.code
         return self._source
+
+    def project_checkpoints(self) -> CheckpointWriting | None:
+        """What the file's project (its other files included) saves with `torch.save`; None
+        where the file is not on disk (standard input, a rule's example)."""
+        return checkpoint_writing(self.path)
 
     @property
     def flow(self) -> FlowQueries:

@@ -103,6 +103,9 @@ class Rule:
     # A rule about the file's noqa comments themselves walks no code: once the other
     # rules' findings are known, the engine hands it the directives (`review_suppressions`).
     reviews_suppressions: ClassVar[bool] = False
+    # Its findings in one file depend on the project's other files (what they save, say): a
+    # cached result is keyed on those facts too (`FileContext.project_checkpoints`).
+    reads_the_project: ClassVar[bool] = False
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
     Options: ClassVar[type] = NoOptions

@@ -16,12 +16,14 @@ class RuleEntry(NamedTuple):
     # `module:name` of the rule"s Options class where a field defaults to a project fact
     # (the torch floor the project declares), else None.
     project_options: str | None
+    # Its findings in a file depend on other files of the project (see `Rule.reads_the_project`).
+    reads_the_project: bool = False
 
 
 RULE_INDEX: tuple[RuleEntry, ...] = (
     RuleEntry("TDL001", "tensor-move-discarded", True, None),
     RuleEntry("TDL002", "forward-tensor-without-device", True, None),
-    RuleEntry("TDL003", "load-without-map-location", True, None),
+    RuleEntry("TDL003", "load-without-map-location", True, None, True),
     RuleEntry("TDL004", "dataparallel-state-dict-save", True, None),
     RuleEntry("TDL005", "dataparallel-prefix-load", True, None),
     RuleEntry("TDL006", "numpy-on-device-tensor", True, None),

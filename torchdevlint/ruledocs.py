@@ -276,14 +276,17 @@ def index_text() -> str:
         "    # `module:name` of the rule's Options class where a field defaults to a project fact",
         "    # (the torch floor the project declares), else None.",
         "    project_options: str | None",
+        "    # Its findings in a file depend on other files of the project (see `Rule.reads_the_project`).",
+        "    reads_the_project: bool = False",
         "",
         "",
         "RULE_INDEX: tuple[RuleEntry, ...] = (",
     ]
     for rule in all_rules():
         project = _project_options(rule)
+        reads = f", {rule.reads_the_project!r}" if rule.reads_the_project else ""
         lines.append(f"    RuleEntry({rule.code!r}, {rule.slug!r}, {rule.default_enabled!r}, "
-                     f"{project!r}),")
+                     f"{project!r}{reads}),")
     lines.append(")")
     return "\n".join(lines).replace("'", '"') + "\n"
 

@@ -17,6 +17,7 @@ from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.cache import FindingsCache, content_digest, settings_digest
 from torchdevlint.diagnostics import Diagnostic, FileError, FileResult, is_applicable
 from torchdevlint.registry import rules_for_codes
+from torchdevlint.rule_index import RULE_INDEX
 from torchdevlint.sourcefile import (
     RELEVANCE_MARKER,
     NotRewritten,
@@ -66,6 +67,16 @@ class RunSettings:
         if self.cache_dir is None:
             return None
         return FindingsCache(Path(self.cache_dir), settings_digest(self.rule_codes, self.rule_options))
+
+    def project_facts(self, path: str) -> str:
+        """What the selected rules read of the project's other files about `path` (empty
+        when none does): part of its findings' cache key."""
+        if not any(entry.reads_the_project for entry in RULE_INDEX if entry.code in self.rule_codes):
+            return ""
+        from torchdevlint.project_checkpoints import project_facts
+
+        cache = self.cache()
+        return project_facts(path, None if cache is None else cache.project_store)
 
 
 def _syntax_error(path: str, source: str, error: cst.ParserSyntaxError) -> FileError:
@@ -132,7 +143,7 @@ def _answered_without_linting(path: str, data: bytes, settings: RunSettings, *, 
     cache = settings.cache() if in_place and not settings.add_noqa else None
     if cache is None:
         return None
-    cached = cache.load(content_digest(data, path), path)
+    cached = cache.load(content_digest(data, path, settings.project_facts(path)), path)
     # With --fix, a cached result is good enough when nothing in it would be applied.
     if cached is None or (
         settings.rewrites and any(is_applicable(d.fix, settings.unsafe_fixes) and d.code not in settings.unfixable
@@ -197,13 +208,13 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
             if cache is not None and not settings.diff and not program.errors and not any(
                 d.fix_withheld for d in outcome.remaining
             ):
-                cache.store(content_digest(new_data, path), outcome.remaining)
+                cache.store(content_digest(new_data, path, settings.project_facts(path)), outcome.remaining)
         else:
             result.diagnostics = program.lint(rules, options, deadline=deadline)
             if result.diagnostics:
                 result.view = program.view(program.text)
             if cache is not None and not program.errors:
-                cache.store(content_digest(data, path), result.diagnostics)
+                cache.store(content_digest(data, path, settings.project_facts(path)), result.diagnostics)
     except InvalidSource as error:
         result.errors.append(program.error(error.message, error.line, error.column))
     except AnalysisTimeout as error:

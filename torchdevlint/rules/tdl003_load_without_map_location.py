@@ -28,6 +28,8 @@ class LoadOptions:
     map_location: str = "cpu"
     # A test loads what it has just saved, on the same machine: not reported by default.
     include_tests: bool = False
+    # Also report loads in a project whose own code writes no GPU checkpoint.
+    include_outside_checkpoints: bool = False
 
     def __post_init__(self) -> None:
         # It is written into the fix as a string literal: a device name, nothing to escape.
@@ -36,6 +38,8 @@ class LoadOptions:
                              f"(got {self.map_location!r})")
         if not isinstance(self.include_tests, bool):
             raise ValueError("include-tests must be true or false")
+        if not isinstance(self.include_outside_checkpoints, bool):
+            raise ValueError("include-outside-checkpoints must be true or false")
 
 
 class LoadWithoutMapLocation(Rule):
@@ -77,6 +81,18 @@ class LoadWithoutMapLocation(Rule):
     distributed program's loads are still reported: each of its processes would put the
     checkpoint on the saving process's GPU.
 
+    Nor in a project none of whose code writes a checkpoint that may hold GPU tensors, unless
+    `include-outside-checkpoints` is set. The project is the closest folder above the file
+    holding `.git`, `pyproject.toml`, `setup.py` or `setup.cfg` (without one, the folders of
+    code around the file), and each of its Python files and notebooks is read for `torch.save`.
+    A save may hold GPU tensors where its file names an accelerator or a device anywhere, or
+    where it saves what its function was handed (a trainer saving `self.model`) in a project
+    that names one. Where no save may, or there is none, the files the project loads were
+    written elsewhere (released weights, another framework's weights converted on the CPU),
+    and nothing in the code says what device saved them. Saves in test code do not count. Code
+    that is not in a file on disk (standard input without `--stdin-filename`) is reported as
+    before.
+
     Also not reported, unless `include-tests` is set: loads in test code as pytest collects
     it (`conftest.py`, modules that import pytest or unittest, and files named `test_*.py`
     or `*_test.py` that define `test*` functions or `Test*` classes), which reads back
@@ -111,6 +127,8 @@ class LoadWithoutMapLocation(Rule):
     - `map-location` (default `"cpu"`): the location the fix uses when no device variable is
       in scope.
     - `include-tests` (default `false`): also report loads in test code.
+    - `include-outside-checkpoints` (default `false`): also report loads in a project whose
+      own code writes no checkpoint that may hold GPU tensors.
     """
 
     code = "TDL003"
@@ -119,6 +137,7 @@ class LoadWithoutMapLocation(Rule):
     fix_title = "Pass map_location"
     proof = RuntimeProof(CUDA_CHECKPOINT_ON_CPU_HOST, host="cpu-loads-gpu-checkpoint", fix_agrees_on=("gpu",))
     requires_any_text = ("load",)
+    reads_the_project = True
     Options = LoadOptions
     options: LoadOptions
 
@@ -640,7 +659,7 @@ class LoadWithoutMapLocation(Rule):
         self._found: list[tuple[cst.Call, PendingFix | None]] = []
 
     def leave_Module(self, node: cst.Module) -> None:
-        if self._found and self._needs_a_gpu():
+        if self._found and (self._needs_a_gpu() or not self._project_may_have_saved_them()):
             return
         for call, fix in self._found:
             if self._program.hard_coded_cuda():
@@ -648,6 +667,16 @@ class LoadWithoutMapLocation(Rule):
                 # first GPU is there, and fails on any other before its loads matter.
                 continue
             self.report(call, fix=fix)
+
+    def _project_may_have_saved_them(self) -> bool:
+        """Some file of the project saves what may hold accelerator tensors; or the file has
+        no project on disk to ask. Where every save is of host data, or there is none, the
+        files loaded come from elsewhere (released weights, converted models), and what
+        device they were saved from is not in the code."""
+        if self.options.include_outside_checkpoints:
+            return True
+        writing = self.context.project_checkpoints()
+        return writing is None or writing.writes_device_checkpoints
 
     def _needs_a_gpu(self) -> bool:
         """The program says it cannot run without a GPU: it asserts one, exits without one, or
