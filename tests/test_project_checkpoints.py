@@ -149,3 +149,13 @@ def test_the_option_reports_loads_of_files_from_outside_the_project(tmp_path: Pa
     root = _project(tmp_path, {"predict.py": PREDICT})
     (root / "pyproject.toml").write_text("[tool.torchdevlint.TDL003]\ninclude-outside-checkpoints = true\n")
     assert _codes(root) == [("predict.py", "TDL003")]
+
+
+def test_show_settings_says_what_the_project_saves(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"predict.py": PREDICT})
+    shown = run_cli("check", "--show-settings", "predict.py", cwd=root).stdout
+    assert f"project: {root}" in shown
+    assert "writes no checkpoint that may hold GPU tensors" in shown
+    (root / "train.py").write_text(textwrap.dedent(GPU_TRAINING).lstrip())
+    shown = run_cli("check", "--show-settings", "predict.py", cwd=root).stdout
+    assert "may hold GPU tensors, e.g. train.py:6" in shown

@@ -225,6 +225,25 @@ def unfixable_codes(settings: Settings, codes: Sequence[str]) -> tuple[str, ...]
     return tuple(code for code in codes if any(prefix == "ALL" or code.startswith(prefix) for prefix in named))
 
 
+def _project_lines(settings: Settings, path: Path) -> list[str]:
+    """What the rules that read the file's project found there (TDL003: its GPU checkpoints)."""
+    if not any(entry.reads_the_project for entry in RULE_INDEX if entry.code in settings.rule_codes):
+        return []
+    from torchdevlint.project_checkpoints import checkpoint_writing
+
+    writing = checkpoint_writing(str(path))
+    if writing is None:
+        return []
+    if not writing.complete:
+        found = "taken to write GPU checkpoints (too large to read)"
+    elif writing.device_saves:
+        found = "writes checkpoints that may hold GPU tensors, e.g. " + ", ".join(
+            f"{name}:{line}" for name, line in writing.device_saves)
+    else:
+        found = "writes no checkpoint that may hold GPU tensors (TDL003 leaves its loads alone)"
+    return [f"  project: {writing.root}", f"    {found}"]
+
+
 def describe_settings(settings: Settings, path: Path | None) -> str:
     """What `--show-settings` prints: where the settings of `path` come from and what they are."""
     config = settings.config
@@ -236,6 +255,7 @@ def describe_settings(settings: Settings, path: Path | None) -> str:
         skipped = [code for code in settings.rule_codes if code not in file_rule_codes(settings, path)]
         if skipped:
             lines.append(f"  not run on this file (per-file-ignores): {', '.join(skipped)}")
+        lines += _project_lines(settings, path)
     if config.unfixable:
         lines.append(f"  unfixable: {', '.join(config.unfixable)}")
     lines += [f"  exclude: {', '.join(config.exclude) or '(none)'}",
