@@ -50,7 +50,11 @@ class UnguardedCuda(Rule):
     In a distributed program (it imports `torch.distributed`) a GPU setting alone is not
     enough: there `--use_cuda` may say where to keep features, on a run that needs GPUs. Nor
     is a GPU count compared so that no GPU and one GPU answer alike (`if num_gpus > 1:`
-    chooses between one GPU and several, not between a GPU and the CPU).
+    chooses between one GPU and several, not between a GPU and the CPU). Nor a GPU setting
+    tested in a method of a model class (`if self.cuda:` of a layer built with `cuda=True`,
+    `if next(self.parameters()).is_cuda:`): that is the model working wherever it is put, not
+    the program choosing the CPU; a demo under `if __name__ == "__main__":` of such a module
+    that calls `.cuda()` is a GPU-only script.
 
     The CPU mode is the run with no GPU in which every setting chooses the CPU: availability
     checks are false, `use_cuda`/`opt.use_gpu`/`args.gpu` are off, `args.no_cuda` is on, a
@@ -113,6 +117,29 @@ class UnguardedCuda(Rule):
     requires_any_text = ("cuda", "is_available")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Tiler(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.head = nn.Conv2d(3, 8, 3)
+
+                def predict(self, image):
+                    # The model follows where it was put, on either device.
+                    if next(self.parameters()).is_cuda:
+                        image = image.cuda()
+                    return self.head(image)
+
+            if __name__ == "__main__":
+                net = Tiler()
+                net.cuda()
+                print(net.predict(torch.rand(1, 3, 32, 32)).shape)
+            """,
+            name="a-model-that-follows-its-device-and-a-gpu-only-demo",
+        ),
         Valid(
             """
             import torch

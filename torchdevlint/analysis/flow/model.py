@@ -296,9 +296,20 @@ class FlowModel:
     def offers_cpu_mode(self, *, by_gpu_settings: bool = False) -> bool:
         """Whether some test the program reaches without a GPU chooses a way on there: an
         availability check, a device with a CPU fallback, a setting that names the CPU; with
-        `by_gpu_settings`, also a GPU setting alone (`if opt.use_gpu:`)."""
+        `by_gpu_settings`, also a GPU setting alone (`if opt.use_gpu:`) outside the methods of
+        a model class."""
         return any(any(flow.cpu_mode_tests.values()) or by_gpu_settings and any(flow.gpu_setting_tests.values())
+                   and not self._in_a_model_method(flow.node)
                    for flow in self.all_flows())
+
+    def _in_a_model_method(self, node: cst.CSTNode) -> bool:
+        """A method of an `nn.Module` class: a GPU setting tested there (`if self.cuda:`, `if
+        next(self.parameters()).is_cuda:`) is the model following where it is put, on either
+        device, not a program choosing the CPU."""
+        if type(node) is not cst.FunctionDef:
+            return False
+        owner = self.class_of_method(node)
+        return owner is not None and self.is_module_class(owner)
 
     def cpu_mode_truth(self, test: cst.BaseExpression) -> bool | None:
         """Whether a test holds when the program runs in its CPU mode, where that is known."""
