@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from torchdevlint import __version__
 from torchdevlint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
+from torchdevlint.sourcefile import store_json
 
 CACHE_DIR_NAME = ".torchdevlint_cache"
 
@@ -94,16 +94,10 @@ class FindingsCache:
             return None
 
     def store(self, digest: str, diagnostics: list[Diagnostic]) -> None:
-        entry = self._entry(digest)
+        store_json(self._entry(digest), [_encode(d) for d in diagnostics])
         try:
-            entry.parent.mkdir(parents=True, exist_ok=True)
             self._ignore_in_git()
-            descriptor, temporary = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
-            with os.fdopen(descriptor, "w") as handle:
-                json.dump([_encode(d) for d in diagnostics], handle)
-            os.replace(temporary, entry)
         except OSError:
-            # A read-only checkout or a full disk costs speed, never a result.
             pass
 
     def _ignore_in_git(self) -> None:

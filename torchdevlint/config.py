@@ -40,6 +40,7 @@ from torchdevlint.registry import (
     rule_by_code,
     validate_selector,
 )
+from torchdevlint.sourcefile import DEFAULT_EXCLUDES
 
 
 class ConfigError(ValueError):
@@ -57,20 +58,6 @@ CONFIG_FILE_NAMES = (".torchdevlint.toml", "torchdevlint.toml", "pyproject.toml"
 
 # The files a folder walk lints, as ruff's default: Python files and Jupyter notebooks.
 DEFAULT_INCLUDE: tuple[str, ...] = ("*.py", "*.ipynb")
-
-# Folders a walk skips unless `exclude` replaces this list (`extend-exclude` adds to it):
-# version control, virtual environments, caches, build output. Matched by name at any depth,
-# like ruff's defaults; `env` is not among them, since reinforcement-learning code keeps its
-# environments in packages of that name.
-DEFAULT_EXCLUDES: tuple[str, ...] = (
-    ".bzr", ".direnv", ".eggs", ".env", ".git", ".git-rewrite", ".hg", ".mypy_cache", ".nox",
-    ".pants.d", ".pyenv", ".pytest_cache", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv",
-    ".vscode", ".torchdevlint_cache", "__pycache__", "__pypackages__", "_build", "buck-out",
-    "build", "dist", "node_modules", "site-packages", "venv", "*.egg-info",
-    # Jupyter's autosaved copies of the notebooks beside them.
-    ".ipynb_checkpoints",
-)
-
 
 @dataclass(frozen=True)
 class Config:

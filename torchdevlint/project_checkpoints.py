@@ -21,22 +21,18 @@ cache's folder, so a run the cache answers reads only the project's listing.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import hashlib
 import json
 import os
-import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchdevlint.sourcefile import DEFAULT_EXCLUDES, store_json
+
 # A folder holding one of these is a project's root.
 _ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
-# Folders a walk of the project does not enter (environments, caches, builds).
-_SKIPPED_FOLDERS = frozenset({
-    "__pycache__", "__pypackages__", "_build", "build", "buck-out", "dist", "node_modules",
-    "site-packages", "venv", "env", ".ipynb_checkpoints",
-})
 # Beyond these the scan stops, and the project is taken to write device checkpoints: a root
 # this large is a home folder or a monorepo, where the answer would not be worth its cost.
 MAX_FILES = 5_000
@@ -44,7 +40,6 @@ MAX_BYTES = 64 * 1024 * 1024
 # Calls of libraries that write a training checkpoint wherever its tensors are.
 _LIBRARY_SAVES = frozenset({"save_checkpoint", "save_state"})
 _LIBRARY_SAVERS = ("accelerator", "fabric", "xm")
-_MAGIC_LINE = re.compile(rb"^\s*[%!]")
 
 
 @dataclass(frozen=True)
@@ -175,15 +170,8 @@ def _read_store(store_file: Path) -> None:
 
 
 def _write_store(store_file: Path, listing: tuple[tuple[str, int, int], ...]) -> None:
-    kept = [[*entry, _SUMMARIES[entry][0], [list(save) for save in _SUMMARIES[entry][1]]] for entry in listing]
-    try:
-        store_file.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary = tempfile.mkstemp(dir=store_file.parent, prefix=".tmp-")
-        with os.fdopen(descriptor, "w") as handle:
-            json.dump(kept, handle)
-        os.replace(temporary, store_file)
-    except OSError:
-        pass  # a read-only checkout costs speed, never a result
+    store_json(store_file, [[*entry, _SUMMARIES[entry][0], [list(save) for save in _SUMMARIES[entry][1]]]
+                            for entry in listing])
 
 
 def _holds_python(folder: Path) -> bool:
@@ -200,8 +188,9 @@ def _listing(root: Path) -> tuple[tuple[tuple[str, int, int], ...], bool]:
     found: list[tuple[str, int, int]] = []
     total = 0
     for current, folders, files in os.walk(root):
-        folders[:] = sorted(name for name in folders
-                            if not name.startswith(".") and name not in _SKIPPED_FOLDERS and not name.endswith(".egg-info"))
+        # Environments, caches and builds, as a walk of `check` leaves them (hidden folders too).
+        folders[:] = sorted(name for name in folders if not name.startswith(".")
+                            and not any(fnmatch.fnmatch(name, pattern) for pattern in DEFAULT_EXCLUDES))
         for name in sorted(files):
             if not name.endswith((".py", ".ipynb")):
                 continue
@@ -232,6 +221,7 @@ def _summary(file_path: str) -> _Summary:
 
 
 def _python_source(file_path: str) -> bytes | None:
+    """A file's Python: a notebook's Python cells as the linter reads them (magics masked)."""
     try:
         with open(file_path, "rb") as handle:
             data = handle.read()
@@ -239,17 +229,14 @@ def _python_source(file_path: str) -> bytes | None:
         return None
     if not file_path.endswith(".ipynb"):
         return data
+    from torchdevlint.notebook.document import NotebookDocument
+    from torchdevlint.notebook.program import NotebookProgram
+    from torchdevlint.sourcefile import SourceError
+
     try:
-        notebook = json.loads(data)
-        cells = notebook.get("cells", []) if isinstance(notebook, dict) else []
-        sources = ["".join(cell["source"]) if isinstance(cell.get("source"), list) else str(cell.get("source", ""))
-                   for cell in cells if isinstance(cell, dict) and cell.get("cell_type") == "code"]
-    except (ValueError, TypeError, KeyError, RecursionError):
+        return NotebookProgram(NotebookDocument.parse(data)).text.encode("utf-8")
+    except (SourceError, RecursionError):
         return None
-    # IPython's magics and shell lines are not Python.
-    lines = [b"pass" if _MAGIC_LINE.match(line) else line
-             for line in "\n".join(sources).encode("utf-8", "replace").splitlines()]
-    return b"\n".join(lines)
 
 
 def _saves(source: bytes, file_name: str) -> list[tuple[int, bool]]:
@@ -270,17 +257,16 @@ def _saves(source: bytes, file_name: str) -> list[tuple[int, bool]]:
 
 
 def _is_test_code(tree: ast.Module, file_name: str) -> bool:
-    if file_name == "conftest.py":
-        return True
-    for statement in tree.body:
-        if isinstance(statement, ast.Import) and any(alias.name.split(".")[0] in ("pytest", "unittest") for alias in statement.names):
-            return True
-        if isinstance(statement, ast.ImportFrom) and (statement.module or "").split(".")[0] in ("pytest", "unittest"):
-            return True
-    return (file_name.startswith("test_") or file_name.endswith("_test.py")) and any(
-        isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name.startswith("test")
-        or isinstance(statement, ast.ClassDef) and statement.name.startswith("Test")
-        for statement in tree.body)
+    from torchdevlint.analysis.test_code import TEST_FRAMEWORKS, looks_like_test_code
+
+    imported = {alias.name.split(".")[0] for statement in tree.body if isinstance(statement, ast.Import)
+                for alias in statement.names}
+    imported |= {(statement.module or "").split(".")[0] for statement in tree.body
+                 if isinstance(statement, ast.ImportFrom)}
+    return looks_like_test_code(
+        file_name, imports_a_test_framework=bool(imported & set(TEST_FRAMEWORKS)),
+        functions=(s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))),
+        classes=(s.name for s in tree.body if isinstance(s, ast.ClassDef)))
 
 
 class _SaveFinder(ast.NodeVisitor):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
+import functools
 import gc
 import os
 import signal
 import sys
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,10 +69,15 @@ class RunSettings:
             return None
         return FindingsCache(Path(self.cache_dir), settings_digest(self.rule_codes, self.rule_options))
 
+    @functools.cached_property
+    def reads_the_project(self) -> bool:
+        """Whether a selected rule's findings depend on other files of the project."""
+        return any(entry.reads_the_project for entry in RULE_INDEX if entry.code in self.rule_codes)
+
     def project_facts(self, path: str) -> str:
         """What the selected rules read of the project's other files about `path` (empty
         when none does): part of its findings' cache key."""
-        if not any(entry.reads_the_project for entry in RULE_INDEX if entry.code in self.rule_codes):
+        if not self.reads_the_project:
             return ""
         from torchdevlint.project_checkpoints import project_facts
 
@@ -131,7 +137,8 @@ def process_buffer(path: str, data: bytes, settings: RunSettings, parse: ModuleP
                     syntax_check=syntax_check)
 
 
-def _answered_without_linting(path: str, data: bytes, settings: RunSettings, *, in_place: bool) -> FileResult | None:
+def _answered_without_linting(path: str, data: bytes, settings: RunSettings, project_facts: Callable[[], str], *,
+                              in_place: bool) -> FileResult | None:
     """The result of a file that needs no linting (it never mentions torch, or the findings
     cache holds its findings), or None. Imports nothing of the linter."""
     # A notebook is read even so: that it is one is checked.
@@ -143,7 +150,7 @@ def _answered_without_linting(path: str, data: bytes, settings: RunSettings, *, 
     cache = settings.cache() if in_place and not settings.add_noqa else None
     if cache is None:
         return None
-    cached = cache.load(content_digest(data, path, settings.project_facts(path)), path)
+    cached = cache.load(content_digest(data, path, project_facts()), path)
     # With --fix, a cached result is good enough when nothing in it would be applied.
     if cached is None or (
         settings.rewrites and any(is_applicable(d.fix, settings.unsafe_fixes) and d.code not in settings.unfixable
@@ -156,7 +163,9 @@ def _answered_without_linting(path: str, data: bytes, settings: RunSettings, *, 
 def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
              parse: ModuleParser | None, flow_memory: FlowMemory | None = None,
              syntax_check: SyntaxCheck | None = None) -> tuple[FileResult, Program | None]:
-    answered = _answered_without_linting(path, data, settings, in_place=in_place)
+    # Asked once per file: the cache key of what was looked up is the key of what is stored.
+    project_facts = functools.cache(lambda: settings.project_facts(path))
+    answered = _answered_without_linting(path, data, settings, project_facts, in_place=in_place)
     if answered is not None:
         return answered, None
     result = FileResult(path)
@@ -208,13 +217,13 @@ def _process(path: str, data: bytes, settings: RunSettings, *, in_place: bool,
             if cache is not None and not settings.diff and not program.errors and not any(
                 d.fix_withheld for d in outcome.remaining
             ):
-                cache.store(content_digest(new_data, path, settings.project_facts(path)), outcome.remaining)
+                cache.store(content_digest(new_data, path, project_facts()), outcome.remaining)
         else:
             result.diagnostics = program.lint(rules, options, deadline=deadline)
             if result.diagnostics:
                 result.view = program.view(program.text)
             if cache is not None and not program.errors:
-                cache.store(content_digest(data, path, settings.project_facts(path)), result.diagnostics)
+                cache.store(content_digest(data, path, project_facts()), result.diagnostics)
     except InvalidSource as error:
         result.errors.append(program.error(error.message, error.line, error.column))
     except AnalysisTimeout as error:
@@ -373,4 +382,4 @@ def _answered_here(path: str, settings: RunSettings) -> FileResult | None:
         data = read_bytes(Path(path))
     except SourceError:
         return None  # the worker says so, as for any file it reads
-    return _answered_without_linting(path, data, settings, in_place=True)
+    return _answered_without_linting(path, data, settings, lambda: settings.project_facts(path), in_place=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import io
+import json
 import os
 import re
 import stat
@@ -90,6 +91,34 @@ def read_source(path: Path) -> SourceText:
 
 class NotRewritten(Exception):
     """A fixed file left as it was, and why: it is read-only, or it changed since it was read."""
+
+
+# Folders a walk skips unless `exclude` replaces this list (`extend-exclude` adds to it):
+# version control, virtual environments, caches, build output. Matched by name at any depth,
+# like ruff's defaults; `env` is not among them, since reinforcement-learning code keeps its
+# environments in packages of that name.
+DEFAULT_EXCLUDES: tuple[str, ...] = (
+    ".bzr", ".direnv", ".eggs", ".env", ".git", ".git-rewrite", ".hg", ".mypy_cache", ".nox",
+    ".pants.d", ".pyenv", ".pytest_cache", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv",
+    ".vscode", ".torchdevlint_cache", "__pycache__", "__pypackages__", "_build", "buck-out",
+    "build", "dist", "node_modules", "site-packages", "venv", "*.egg-info",
+    # Jupyter's autosaved copies of the notebooks beside them.
+    ".ipynb_checkpoints",
+)
+
+
+def store_json(path: Path, value: object) -> None:
+    """Write `value` as JSON through a temporary file and a rename, so concurrent runs never
+    read half of it. A read-only checkout or a full disk costs speed, never a result: the
+    caller's stores (the findings cache) are only ever a shortcut."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump(value, handle)
+        os.replace(temporary, path)
+    except OSError:
+        pass
 
 
 def write_atomically(path: Path, data: bytes, *, replacing: bytes | None = None) -> None:
