@@ -39,6 +39,10 @@ class DataParallelStateDictSave(Rule):
     the wrapped model handed to a loading helper the file cannot see, such as
     `restart_from_checkpoint(path, state_dict=model)`): its reader expects the prefix, and
     such projects strip it where a bare model loads (`k.replace("module.", "")`).
+    Nor a model that did its work bare and is wrapped only to be saved: `net = DataParallel(net)`
+    after the bare `net` was called (or a method of its own was), with nothing after it but
+    `net.state_dict()`. A conversion script writes its released checkpoint that way, in the
+    format the project's wrapped models load, and the wrapper exists for nothing else.
 
     Also finds the wrapper itself saved whole (`torch.save(model, "model.pt")` where `model`
     is, or may be, the DataParallel/DDP object). Loading that file gives the wrapper back:
@@ -145,8 +149,48 @@ class DataParallelStateDictSave(Rule):
             """,
             name="resumed-by-a-helper-handed-the-wrapped-model",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            if __name__ == "__main__":
+                net = build_segmenter()
+                net.load_converted_weights("segmenter.caffemodel")
+                net.cuda()
+                print(net.predict(torch.rand(1, 3, 64, 64).cuda()).shape)
+                # The project's training script loads into a wrapped model: keep its key format.
+                net = nn.DataParallel(net, device_ids=range(torch.cuda.device_count()))
+                torch.save({"model_state": net.state_dict()}, "segmenter_converted.pth")
+            """,
+            name="a-converted-model-wrapped-only-to-save-prefixed-keys",
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            net = build_segmenter()
+            net.load_converted_weights("init.caffemodel")
+            net = nn.DataParallel(net).cuda()
+            for images in loader:
+                net(images.cuda()).mean().backward()
+            torch.save(net.state_dict(), "segmenter.pth")
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            net = build_segmenter()
+            net.load_converted_weights("init.caffemodel")
+            net = nn.DataParallel(net).cuda()
+            for images in loader:
+                net(images.cuda()).mean().backward()
+            torch.save(net.module.state_dict(), "segmenter.pth")
+            """,
+            applicability=Applicability.SAFE,
+            name="wrapped-after-loading-weights-then-trained-through-the-wrapper",
+        ),
         Invalid(
             """
             import torch
@@ -462,6 +506,8 @@ class DataParallelStateDictSave(Rule):
             return
         applicability = Applicability.UNSAFE if self._loads_into is Wrapping.MAYBE else Applicability.SAFE
         for saved in self.context.flow.saved_state_dicts():
+            if saved.wrapped_only_to_save:
+                continue  # the prefixed keys are what the wrapping is for
             assert isinstance(saved.call.func, cst.Attribute)
             receiver = saved.call.func.value
             wrapping = self.context.flow.value_of(receiver).wrapping

@@ -61,7 +61,7 @@ from torchdevlint.analysis.flow.values import (
 )
 from torchdevlint.analysis.local_names import rebound_parameters
 from torchdevlint.analysis.names import ImportTable, dotted_name, module_import_table
-from torchdevlint.analysis.tree import child_nodes, first_argument
+from torchdevlint.analysis.tree import child_nodes, descendants, first_argument
 from torchdevlint.budget import Deadline, NoDeadline
 
 # Names of `forward` parameters that are numbers, not data.
@@ -455,9 +455,41 @@ class FlowModel:
             for flow in self.all_flows():
                 for save, saved in flow.saves:
                     for held in self.held_calls(saved, Held.WRAPPED_STATE_DICT):
-                        found.setdefault((id(held), id(save)), SavedStateDict(held, save, id(held) in flow.held))
+                        if (id(held), id(save)) not in found:
+                            made_here = id(held) in flow.held
+                            found[(id(held), id(save))] = SavedStateDict(
+                                held, save, made_here, made_here and self._wrapped_only_to_save(flow.node, held))
             self._saved_state_dicts = list(found.values())
         return self._saved_state_dicts
+
+    def _wrapped_only_to_save(self, body: cst.CSTNode, state_dict: cst.Call) -> bool:
+        """`net.state_dict()` where, in the block that holds it, `net = DataParallel(net)`
+        comes after the bare `net` was put to work (called, or a method of its own called) and
+        before nothing else reads `net` but its `state_dict()`."""
+        receiver = state_dict.func.value if type(state_dict.func) is cst.Attribute else None
+        if type(receiver) is not cst.Name:
+            return False
+        name = receiver.value
+        block = _innermost_block(body, state_dict)
+        if block is None:
+            return False
+        holding = next(index for index, statement in enumerate(block) if _contains(statement, state_dict))
+        wrap = next((index for index in range(holding - 1, -1, -1) if _binds(block[index], name)), None)
+        if wrap is None or not self._rewraps(block[wrap], name):
+            return False
+        worked = any(_puts_to_work(node, name) for statement in block[:wrap] for node in descendants(statement))
+        return worked and all(_only_its_state_dict(statement, name) for statement in block[wrap + 1:])
+
+    def _rewraps(self, statement: cst.CSTNode, name: str) -> bool:
+        """`name = DataParallel(name, ...)` (or DDP): the same model, now wrapped."""
+        if type(statement) is not cst.SimpleStatementLine or len(statement.body) != 1:
+            return False
+        assign = statement.body[0]
+        if type(assign) is not cst.Assign or type(assign.value) is not cst.Call:
+            return False
+        wrapped = first_argument(assign.value, "module")
+        return type(wrapped) is cst.Name and wrapped.value == name \
+            and self.value_of(assign.value).wrapping is Wrapping.YES
 
     def saved_wrappers(self) -> list[SavedWrapper]:
         """Every `torch.save(model, path)` whose first argument is a model wrapped in
@@ -1522,3 +1554,71 @@ def _passed_as_host_argument(function: cst.CSTNode, parameter: str, imports: Imp
                         return True
         stack.extend(child_nodes(node))
     return False
+
+
+def _contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(current is node for current in descendants(root, into_definitions=False))
+
+
+def _innermost_block(body: cst.CSTNode, node: cst.CSTNode) -> Sequence[cst.CSTNode] | None:
+    """The statements of the innermost block of `body` (a function or the module) that holds
+    `node` in one of them, not below a nested definition."""
+    statements: Sequence[cst.CSTNode] | None
+    if type(body) is cst.Module:
+        statements = body.body
+    elif type(body) is cst.FunctionDef and type(body.body) is cst.IndentedBlock:
+        statements = body.body.body
+    else:
+        return None
+    while True:
+        holding = next((statement for statement in statements if _contains(statement, node)), None)
+        if holding is None:
+            return None
+        inner = next((block.body for block in _blocks_of(holding) if any(_contains(s, node) for s in block.body)), None)
+        if inner is None:
+            return statements
+        statements = inner
+
+
+def _blocks_of(statement: cst.CSTNode) -> list[cst.IndentedBlock]:
+    """The indented blocks of a compound statement (`if`/`elif`/`else`, loops, `with`, `try`)."""
+    blocks: list[cst.IndentedBlock] = []
+    for child in child_nodes(statement):
+        if type(child) is cst.IndentedBlock:
+            blocks.append(child)
+        elif type(child) in (cst.Else, cst.If, cst.Finally, cst.ExceptHandler):
+            blocks.extend(_blocks_of(child))
+    return blocks
+
+
+def _binds(statement: cst.CSTNode, name: str) -> bool:
+    """The statement assigns `name` at its top (`name = ...`)."""
+    return type(statement) is cst.SimpleStatementLine and any(
+        type(small) is cst.Assign and any(type(target.target) is cst.Name and target.target.value == name
+                                          for target in small.targets)
+        for small in statement.body)
+
+
+def _puts_to_work(node: cst.CSTNode, name: str) -> bool:
+    """`name(...)` or `name.method(...)` with a method that is more than a move, a mode or
+    a dtype (`net.predict(x)`, `net.load_weights(path)`)."""
+    if type(node) is not cst.Call:
+        return False
+    func = node.func
+    if type(func) is cst.Name:
+        return func.value == name
+    return type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == name \
+        and func.attr.value not in torch_api.MODULE_SELF_RETURNING_METHODS
+
+
+def _only_its_state_dict(statement: cst.CSTNode, name: str) -> bool:
+    """Every read of `name` in the statement is `name.state_dict`."""
+    parents: dict[int, cst.CSTNode] = {}
+    for node in descendants(statement):
+        for child in child_nodes(node):
+            parents[id(child)] = node
+        if type(node) is cst.Name and node.value == name:
+            parent = parents.get(id(node))
+            if not (type(parent) is cst.Attribute and parent.value is node and parent.attr.value == "state_dict"):
+                return False
+    return True

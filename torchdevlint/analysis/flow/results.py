@@ -205,6 +205,10 @@ class SavedStateDict:
     # Saved by the body that made it (not by a helper it was passed to): the save's own
     # arguments, its path say, are the caller's.
     saved_where_made: bool
+    # The model did its work bare, and was then wrapped only for this: nothing after the
+    # wrapping calls the wrapper or hands it on. The prefixed keys are the point (a released
+    # checkpoint in the format the project's wrapped models load).
+    wrapped_only_to_save: bool = False
 
 
 @dataclass(frozen=True)
