@@ -39,7 +39,9 @@ class DataParallelStateDictSave(Rule):
     the wrapped model handed to a loading helper the file cannot see, such as
     `restart_from_checkpoint(path, state_dict=model)`): its reader expects the prefix, and
     such projects strip it where a bare model loads (`k.replace("module.", "")`).
-    Nor a model that did its work bare and is wrapped only to be saved: `net = DataParallel(net)`
+    Nor the branch of `if isinstance(model, nn.DataParallel):` (or `hasattr(model, "module")`)
+    where the model is not the wrapper. Nor a model that did its work bare and is wrapped only
+    to be saved: `net = DataParallel(net)`
     after the bare `net` was called (or a method of its own was), with nothing after it but
     `net.state_dict()`. A conversion script writes its released checkpoint that way, in the
     format the project's wrapped models load, and the wrapper exists for nothing else.
@@ -164,6 +166,26 @@ class DataParallelStateDictSave(Rule):
                 torch.save({"model_state": net.state_dict()}, "segmenter_converted.pth")
             """,
             name="a-converted-model-wrapped-only-to-save-prefixed-keys",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def main(cfg):
+                model = build_detector(cfg)
+                if torch.cuda.device_count() > 1:
+                    model = nn.DataParallel(model)
+                model.cuda()
+                try:
+                    fit(model, cfg)
+                except KeyboardInterrupt:
+                    if isinstance(model, nn.DataParallel):
+                        torch.save(model.module.state_dict(), "interrupted.pth")
+                    else:
+                        torch.save(model.state_dict(), "interrupted.pth")
+            """,
+            name="the-branch-where-an-isinstance-test-says-the-model-is-bare",
         ),
     ]
     INVALID = [

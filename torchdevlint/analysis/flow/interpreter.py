@@ -342,11 +342,11 @@ class Interpreter:
             gpu_when_true = self._asks_for_a_gpu(node.test, env)
             self._no_gpu_depth += gpu_when_true is False
             try:
-                body = self._block(node.body.body, self._branch(env, taken is False))
+                body = self._block(node.body.body, self._narrowed(node.test, self._branch(env, taken is False), True))
             finally:
                 self._no_gpu_depth -= gpu_when_true is False
             orelse_node = node.orelse
-            other_in = self._branch(env, taken is True)
+            other_in = self._narrowed(node.test, self._branch(env, taken is True), False)
             self._no_gpu_depth += gpu_when_true is True
             try:
                 if orelse_node is None:
@@ -443,6 +443,32 @@ class Interpreter:
             self.flow.cpu_mode_tests[id(test)] = carries_on
         elif cpu_mode.names_a_gpu_setting(test):
             self.flow.gpu_setting_tests[id(test)] = carries_on
+
+    def _narrowed(self, test: cst.BaseExpression, env: Env, holds: bool) -> Env:
+        """The branch's bindings where `test` asks whether a model is wrapped
+        (`isinstance(model, nn.DataParallel)`, `hasattr(model, "module")`): the wrapper where
+        it holds, the bare model where it does not."""
+        if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+            return self._narrowed(test.expression, env, not holds)
+        if type(test) is not cst.Call or type(test.func) is not cst.Name or len(test.args) != 2 \
+                or test.func.value in env:
+            return env
+        subject, asked = test.args[0].value, test.args[1].value
+        if test.func.value == "isinstance":
+            classes = [element.value for element in asked.elements] if type(asked) is cst.Tuple else [asked]
+            if not all(self.qualified(cls, env) in torch_api.WRAPPERS for cls in classes):
+                return env
+        elif test.func.value != "hasattr" or string_value(asked) != "module":
+            return env
+        key = place_key(subject)
+        value = env.get(key) if key is not None else None
+        if key is None or value is None or Kind.WRAPPED_MODULE not in value.kinds:
+            return env
+        kinds = frozenset({Kind.WRAPPED_MODULE}) if holds else (
+            value.kinds - {Kind.WRAPPED_MODULE} or frozenset({Kind.MODULE}))
+        narrowed = dict(env)
+        narrowed[key] = replace(value, kinds=kinds)
+        return narrowed
 
     @staticmethod
     def _branch(env: Env, unreached_in_cpu_mode: bool) -> Env:
