@@ -159,3 +159,15 @@ def test_show_settings_says_what_the_project_saves(tmp_path: Path) -> None:
     (root / "train.py").write_text(textwrap.dedent(GPU_TRAINING).lstrip())
     shown = run_cli("check", "--show-settings", "predict.py", cwd=root).stdout
     assert "may hold GPU tensors, e.g. train.py:6" in shown
+
+
+def test_a_save_of_a_host_copy_writes_no_gpu_checkpoint(tmp_path: Path) -> None:
+    saver = """
+    import torch
+    def save_network(net, path, gpu_ids):
+        torch.save(net.cpu().state_dict(), path)
+        if gpu_ids and torch.cuda.is_available():
+            net.cuda()
+    """
+    root = _project(tmp_path, {"predict.py": PREDICT, "util.py": saver})
+    assert _codes(root) == []

@@ -9,8 +9,9 @@ what they hold is not in the code.
 A save may hold accelerator tensors when its file names an accelerator anywhere
 (`naming.ACCELERATOR_TEXT`), or when what it saves comes from outside the function (a
 parameter, `self.model`: a trainer class saving the model it was handed) in a project that
-names one. Test code (`conftest.py`, `test_*.py`, modules importing pytest or unittest) writes
-files it reads back itself and is left out, as are the folders a walk of the project skips.
+names one; not when what it saves passed through `.cpu()` first (`net.cpu().state_dict()`).
+Test code (`conftest.py`, `test_*.py`, modules importing pytest or unittest) writes files it
+reads back itself and is left out, as are the folders a walk of the project skips.
 
 Read with Python's own `ast`, never with the flow model: the fact must be cheap enough for a
 cached run of one file, since it decides that file's result (and is part of its cache key).
@@ -58,6 +59,8 @@ class CheckpointWriting:
 
 # (path, change time, size) -> whether the file names an accelerator, and its saves.
 _Summary = tuple[bool, tuple[tuple[int, bool], ...]]
+# Changes whenever what a summary means does: stores of another format are not read.
+_SUMMARY_FORMAT = 2
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
 _READ_STORES: set[str] = set()
@@ -123,7 +126,7 @@ def _checkpoint_writing(root: Path, store: Path | None) -> CheckpointWriting:
     listing, complete = _listing(root)
     if not complete:
         return CheckpointWriting(str(root), complete=False)
-    store_file = None if store is None else store / f"{_digest(str(root))}.json"
+    store_file = None if store is None else store / f"{_digest(str(root))}-{_SUMMARY_FORMAT}.json"
     if store_file is not None and str(store_file) not in _READ_STORES:
         _READ_STORES.add(str(store_file))
         _read_store(store_file)
@@ -308,7 +311,7 @@ class _SaveFinder(ast.NodeVisitor):
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in self._torch_names \
                 and func.attr == "save" or isinstance(func, ast.Name) and func.id in self._save_names:
             saved = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "obj"), None)
-            if saved is not None:
+            if saved is not None and not _host_copy(saved):
                 self.saves.append((node.lineno, self._from_outside(saved)))
         elif isinstance(func, ast.Attribute) and (func.attr in _LIBRARY_SAVES or func.attr == "save" and any(
                 word in ast.unparse(func.value).lower() for word in _LIBRARY_SAVERS)):
@@ -350,3 +353,15 @@ def _bound_names(target: ast.expr) -> list[str]:
     if isinstance(target, (ast.Tuple, ast.List)):
         return [name for element in target.elts for name in _bound_names(element)]
     return []
+
+
+def _host_copy(saved: ast.expr) -> bool:
+    """What is saved passed through `.cpu()` first: `net.cpu().state_dict()`,
+    `features.detach().cpu()`, `{k: v.cpu() for k, v in weights.items()}`."""
+    if isinstance(saved, (ast.DictComp, ast.ListComp)):
+        return _host_copy(saved.value if isinstance(saved, ast.DictComp) else saved.elt)
+    while isinstance(saved, ast.Call) and isinstance(saved.func, ast.Attribute):
+        if saved.func.attr == "cpu":
+            return True
+        saved = saved.func.value
+    return False
