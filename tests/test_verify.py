@@ -1016,6 +1016,10 @@ CUDA_ACCEPTS: dict[str, Callable[[Any], Any]] = {
     "a 0-dim CPU tensor first in a comparison": lambda gpu: torch.tensor(0.5) < torch.rand(3, device=gpu),
     "logical_and of a GPU tensor and a 0-dim CPU one": lambda gpu: torch.logical_and(
         torch.rand(3, device=gpu), torch.tensor(0.5)),
+    # Its offsets are made inside torch on the ids' device: on a CUDA build of torch, a CUDA
+    # kernel that the emulation must not reach (an H200 with torch 2.11 showed it).
+    "an EmbeddingBag over a GPU batch of token ids": lambda gpu: torch.nn.EmbeddingBag(9, 4).to(gpu)(
+        torch.randint(0, 9, (3, 5), device=gpu)),
 }
 
 
@@ -1589,3 +1593,18 @@ def test_a_temporary_folder_inside_the_programs_folder_is_left_out_of_its_mirror
     reports = {Path(report["path"]).name: report for report in json.loads(result.stdout)}
     assert reports["moves.py"]["verdict"] == "fix verified", reports["moves.py"]
     assert [path.name for path in temporary.iterdir() if path.name.startswith("torchdevlint-verify-")] == []
+
+
+def test_a_failed_fix_says_how_the_fixed_program_failed() -> None:
+    original = outcome(RunStatus.ERROR, error=DEVICE_ERROR, line=12)
+    same = judge(sites("TDL001"), original, original, compare_results(original, original, None))
+    assert same == (Verdict.FIX_FAILED, "the original fails at line 12 with the error TDL001 (line 10) predicts; "
+                                        "so does the fixed program")
+    other = outcome(RunStatus.ERROR, error="mat1 and mat2 must have the same dtype\n(more)", line=11)
+    verdict, why = judge(sites("TDL001"), original, other, compare_results(original, other, None))
+    assert verdict is Verdict.FIX_FAILED
+    assert why.endswith("the fixed program fails at line 11 with another error, "
+                        "RuntimeError: mat1 and mat2 must have the same dtype")
+    slow = outcome(RunStatus.TIMEOUT)
+    assert judge(sites("TDL001"), original, slow, compare_results(original, slow, None))[1].endswith(
+        "the fixed program times out")

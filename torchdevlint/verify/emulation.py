@@ -362,6 +362,14 @@ def _dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
                 machine = current_machine()
                 gpu = machine.target_index if machine.target_index is not None else (
                     gpu if gpu != -1 else machine.current_index)
+            elif device.type == "cuda":
+                # A CUDA allocation inside a torch function no mode saw (`F.embedding_bag`'s offsets):
+                # a CUDA build of torch has kernels for it, so the CUDA key's fallback never runs.
+                allocates_here = True
+                kwargs["device"] = _CPU
+                machine = current_machine()
+                gpu = machine.current_index if device.index is None else device.index
+                machine.check_ordinal(gpu)
             elif device.type == "cpu":
                 return func(*unwrapped, **kwargs)  # a copy to the host
     if gpu == -1:

@@ -643,6 +643,20 @@ def _lines_named(lines: Sequence[int], where: Callable[[int], str]) -> str:
     return ", ".join(where(line) for line in sorted(set(lines)))
 
 
+def _fixed_failure(original: ErrorInfo, fixed: RunOutcome, where: Callable[[int], str]) -> str:
+    """What became of the fixed program: the same failure, or another one, said as it is."""
+    if fixed.status is RunStatus.TIMEOUT:
+        return "the fixed program times out"
+    failure = fixed.error
+    if failure is None:
+        return "the fixed program does not finish"
+    if failure.type == original.type and failure.line == original.line and failure.message == original.message:
+        return "so does the fixed program"
+    at = f" at {where(failure.line)}" if failure.line else ""
+    first_line = failure.message.strip().splitlines()[0] if failure.message.strip() else ""
+    return f"the fixed program fails{at} with another error, {failure.type}: {first_line}"
+
+
 def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome, comparison: Comparison,
           where: Callable[[int], str] = lambda line: f"line {line}",
           fixed_lines: Collection[int] | None = None) -> tuple[Verdict, str]:
@@ -661,7 +675,7 @@ def judge(sites: Sequence[FindingSite], original: RunOutcome, fixed: RunOutcome,
         if fixed.status is not RunStatus.OK:
             if shown.line not in fixed_lines:
                 return Verdict.BUG_REPRODUCED, f"the original fails{raised} with {predicted}; no fix is offered for it"
-            return Verdict.FIX_FAILED, f"the original fails{raised} with {predicted}, and so does the fixed program"
+            return Verdict.FIX_FAILED, f"the original fails{raised} with {predicted}; {_fixed_failure(error, fixed, where)}"
         if comparison.status is ComparisonStatus.DIFFER:
             return Verdict.RESULTS_DIFFER, "the fixed program runs but computes something else"
         return Verdict.FIX_VERIFIED, f"the original fails{raised} with {predicted}; the fixed program runs"
