@@ -222,7 +222,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # A project file that saves a model from the GPU. TDL003 reports a load only in a project that
-# writes checkpoints that may hold GPU tensors (`torchdevlint/project_checkpoints.py`): tests
+# writes checkpoints that may hold GPU tensors (`torchdevlint/project_scan.py`): tests
 # of a lone file that loads one give it this neighbour. No default rule reports it.
 GPU_CHECKPOINT_WRITER = 'import torch\n\n\ndef save_checkpoint(model, path):\n    torch.save(model.to("cuda").state_dict(), path)\n'
 

@@ -78,7 +78,7 @@ class FindingsCache:
     def __init__(self, root: Path, settings: str) -> None:
         self.root = root
         self.folder = root / __version__ / settings
-        # What project-wide facts were read from each file (see `project_checkpoints`).
+        # What project-wide facts were read from each file (see `project_scan`).
         self.project_store = root / __version__ / "projects"
 
     def _entry(self, digest: str) -> Path:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from torchdevlint import __version__, project_checkpoints
+from torchdevlint import __version__, project_scan
 from torchdevlint.budget import DEFAULT_FILE_SECONDS
 from torchdevlint.cache import CACHE_DIR_NAME
 from torchdevlint.config import ConfigError
@@ -218,7 +218,7 @@ class _CheckOutcome:
 def _run_check(args: argparse.Namespace) -> int:
     """`check`: plan the run from the command line, lint the files, report, choose the exit code."""
     # A run reads the projects' files as they are now, not as an earlier run in this process saw them.
-    project_checkpoints.forget()
+    project_scan.forget()
     try:
         plan = _plan_check(args)
     except _UsageError as error:

@@ -15,7 +15,7 @@ from torchdevlint.analysis.local_names import FunctionBindings, function_binding
 from torchdevlint.analysis.name_oracle import NameOracle
 from torchdevlint.analysis.names import ImportTable
 from torchdevlint.budget import Deadline, NoDeadline
-from torchdevlint.project_checkpoints import CheckpointWriting, checkpoint_writing
+from torchdevlint.project_scan import CheckpointWriting, CpuModeOption, checkpoint_writing, cpu_mode_option
 
 _SharedT = TypeVar("_SharedT")
 # Nodes with names of their own: Python's scopes.
@@ -91,6 +91,12 @@ class FileContext:
         """What the file's project (its other files included) saves with `torch.save`; None
         where the file is not on disk (standard input, a rule's example)."""
         return checkpoint_writing(self.path)
+
+    def project_cpu_mode(self) -> CpuModeOption | None:
+        """The command-line option of another file of the project that gives a program
+        importing this file a CPU mode (`--gpu_ids -1` in an options module); None where there
+        is none, or the file is not on disk."""
+        return cpu_mode_option(self.path)
 
     @property
     def flow(self) -> FlowQueries:

@@ -79,7 +79,7 @@ class RunSettings:
         when none does): part of its findings' cache key."""
         if not self.reads_the_project:
             return ""
-        from torchdevlint.project_checkpoints import project_facts
+        from torchdevlint.project_scan import project_facts
 
         cache = self.cache()
         return project_facts(path, None if cache is None else cache.project_store)

@@ -226,14 +226,21 @@ def unfixable_codes(settings: Settings, codes: Sequence[str]) -> tuple[str, ...]
 
 
 def _project_lines(settings: Settings, path: Path) -> list[str]:
-    """What the rules that read the file's project found there (TDL003: its GPU checkpoints)."""
+    """What the rules that read the file's project found there: its GPU checkpoints (TDL003),
+    and an option of another file that gives the file's program a CPU mode (TDL007, TDL203)."""
     if not any(entry.reads_the_project for entry in RULE_INDEX if entry.code in settings.rule_codes):
         return []
-    from torchdevlint.project_checkpoints import checkpoint_writing
+    from torchdevlint.project_scan import checkpoint_writing, cpu_mode_option
 
     writing = checkpoint_writing(str(path))
     if writing is None:
         return []
+    option = cpu_mode_option(str(path))
+    if option is None:
+        cpu_mode = "no option of another file gives its program a CPU mode"
+    else:
+        runs = f"{option.program} runs it with" if option.program else "it takes"
+        cpu_mode = f"{runs} the CPU mode of the option at {option.file}:{option.line} (TDL007 reads its CUDA uses)"
     if not writing.complete:
         found = "taken to write GPU checkpoints (too large to read)"
     elif writing.device_saves:
@@ -241,7 +248,7 @@ def _project_lines(settings: Settings, path: Path) -> list[str]:
             f"{name}:{line}" for name, line in writing.device_saves)
     else:
         found = "writes no checkpoint that may hold GPU tensors (TDL003 leaves its loads alone)"
-    return [f"  project: {writing.root}", f"    {found}"]
+    return [f"  project: {writing.root}", f"    {found}", f"    {cpu_mode}"]
 
 
 def describe_settings(settings: Settings, path: Path | None) -> str:

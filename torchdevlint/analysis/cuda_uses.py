@@ -7,10 +7,11 @@ CPU mode that the flow model's tests (`FlowModel.offers_cpu_mode`) do not show.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import libcst as cst
 
@@ -27,6 +28,9 @@ from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, ImportTable, NameResolver
 from torchdevlint.analysis.tree import first_argument, keyword_argument
+
+if TYPE_CHECKING:
+    from torchdevlint.project_scan import CpuModeOption
 
 # Checks whose answer may be "no GPU": code calling one expects to run without a GPU.
 CPU_FALLBACK_CHECKS = frozenset(
@@ -325,6 +329,8 @@ class CudaWalkContext(Protocol):
 
     def scopes(self) -> list[cst.CSTNode]: ...
 
+    def project_cpu_mode(self) -> CpuModeOption | None: ...
+
 
 class CudaProgram:
     """What the file says, so far in the walk, about running with or without a GPU.
@@ -370,6 +376,12 @@ class CudaProgram:
         owner = flow.class_of_method(method)
         return method if owner is not None and flow.is_module_class(owner) else None
 
+    @functools.cached_property
+    def cpu_mode_elsewhere(self) -> CpuModeOption | None:
+        """The option of another file that gives a program importing this one a CPU mode
+        (`project_scan`): the file's own code need not show it."""
+        return self._context.project_cpu_mode()
+
     def exits_without_gpu(self, ancestors: Sequence[cst.CSTNode]) -> bool:
         """Whether a scope around a point (its ancestors) has already ended without a GPU."""
         return any(id(scope) in self._exited_scopes for scope in ancestors)
@@ -396,8 +408,8 @@ class CudaProgram:
         return self._hard_coded
 
     def _unavoidable_cuda_uses(self) -> list[UnavoidableCudaUse]:
-        if not self._cuda_uses or self.shows_cpu_mode:
-            return []
+        if not self._cuda_uses or self.shows_cpu_mode or self.cpu_mode_elsewhere is not None:
+            return []  # TDL007's: a CPU mode reaches them
         if any(self._context.imports.imports_from(package) for package in torch_api.DISTRIBUTED_PACKAGES):
             # Written for several GPU processes (NCCL, Horovod): portable by another road (the backend).
             return []

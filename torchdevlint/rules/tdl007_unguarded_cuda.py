@@ -46,7 +46,12 @@ class UnguardedCuda(Rule):
     requirement), picks a device with a CPU fallback (`"cuda" if opt.use_gpu else "cpu"`),
     tests a setting that names the CPU (`args.no_cuda`, `args.cpu`, `device.type == "cpu"`),
     has a command-line option for it (`--cpu`, `--no-cuda`, a `--cuda` switch, a `--device`
-    option offering `cpu`), or tests a GPU setting (`if opt.use_gpu: model = model.cuda()`).
+    option offering `cpu`, a `--gpu_ids` option whose help offers `-1` for the CPU), or tests
+    a GPU setting (`if opt.use_gpu: model = model.cuda()`). The option may be defined in
+    another file of the project: a file is in a program with a CPU mode when some file of
+    the project imports both it and the file defining the option, directly or not (a
+    training script importing `options/base_options.py` and the models that call
+    `.cuda()`); the message then names that script and the option.
     In a distributed program (it imports `torch.distributed`) a GPU setting alone is not
     enough: there `--use_cuda` may say where to keep features, on a run that needs GPUs. Nor
     is a GPU count compared so that no GPU and one GPU answer alike (`if num_gpus > 1:`
@@ -111,6 +116,7 @@ class UnguardedCuda(Rule):
 
     code = "TDL007"
     slug = "unguarded-cuda"
+    reads_the_project = True
     message = "CUDA is used unguarded in a program that falls back to the CPU; it fails without a GPU"
     fix_title = "Use the device variable"
     proof = RuntimeProof(NO_GPU, host="cpu")
@@ -532,6 +538,22 @@ class UnguardedCuda(Rule):
             import torch
 
             parser = argparse.ArgumentParser()
+            parser.add_argument("--gpu_ids", type=str, default="0", help="e.g. 0 or 0,1; -1 for the CPU")
+            opt = parser.parse_args()
+            gpu_ids = [int(i) for i in opt.gpu_ids.split(",") if int(i) >= 0]
+            net = torch.nn.Linear(2, 2)
+            if len(gpu_ids) > 0:
+                net.cuda(gpu_ids[0])
+            batch = torch.zeros(8, 2).cuda()
+            """,
+            name="gpu-ids-option-with-a-cpu-value",
+        ),
+        Invalid(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
             parser.add_argument("--cuda", type=bool, default=True, help="use CUDA")
             args = parser.parse_args()
             model = torch.nn.Linear(2, 2)
@@ -599,8 +621,16 @@ class UnguardedCuda(Rule):
             return
         flow = self.context.flow
         distributed = self.context.names.imports_from("torch.distributed")
+        elsewhere = None
         if not (self._program.shows_cpu_mode or flow.offers_cpu_mode(by_gpu_settings=not distributed)):
-            return
+            elsewhere = self._program.cpu_mode_elsewhere
+            if elsewhere is None:
+                return
+        message = None
+        if elsewhere is not None:
+            runs = f"{elsewhere.program} runs this file, and its" if elsewhere.program else "its"
+            message = (f"CUDA is used unguarded in a program that falls back to the CPU ({runs} option at "
+                       f"{elsewhere.file}:{elsewhere.line} chooses the CPU); it fails without a GPU")
         for site in self._sites:
             if site.alias:
                 assert isinstance(site.node, cst.Call)
@@ -612,7 +642,7 @@ class UnguardedCuda(Rule):
             if site.moved is not None and flow.value_of(site.moved).places == _ANYWHERE_ONLY:
                 continue  # a module without parameters or buffers (a loss): moving it touches no GPU
             if self._reached_in_cpu_mode(site):
-                self.report(site.node, fix=site.fix)
+                self.report(site.node, fix=site.fix, message=message)
 
     def _device_switched_off(self, node: cst.CSTNode) -> bool:
         """`with torch.cuda.device(args.gpu_index):` where the CPU mode sets the index to -1

@@ -24,8 +24,10 @@ class HardCodedCuda(Rule):
     torch.device("cuda")`, `device = "cuda"`), legacy `torch.cuda.FloatTensor(...)` constructors (also through
     another name) and the `torch.cuda` calls that fail without a GPU (`synchronize`,
     `set_device`, `Event` ...). A program has a CPU mode when it checks for a GPU, picks a
-    device with a CPU fallback or has a setting or option for the CPU; in such a program the
-    same uses are correctness bugs, reported by TDL007 instead. Not reported either: uses the
+    device with a CPU fallback or has a setting or option for the CPU, or when a file of the
+    project imports it along with a file defining such an option (`--gpu_ids` offering -1
+    for the CPU in an options module); in such a program the same uses are correctness
+    bugs, reported by TDL007 instead. Not reported either: uses the
     flow model shows the program never reaches (after `assert torch.cuda.is_available()`, or
     in a branch a module constant rules out: `if FusedNorm is not None:` after `FusedNorm =
     None`),
@@ -67,6 +69,7 @@ class HardCodedCuda(Rule):
 
     code = "TDL203"
     slug = "hard-coded-cuda"
+    reads_the_project = True
     message = "CUDA is hard-coded: this program has no CPU mode and fails where there is no CUDA GPU"
     fix_title = "Use one device variable chosen by availability"
     default_enabled = False

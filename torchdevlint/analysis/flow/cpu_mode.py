@@ -112,7 +112,8 @@ def _counts_gpus(words: set[str]) -> bool:
 def option_offers_cpu_mode(call: cst.Call) -> bool:
     """`parser.add_argument(...)` of an option that runs the program on the CPU: `--cpu`,
     `--no-cuda`, a `--cuda`/`--gpu` switch off by default (`action="store_true"`), a
-    `--device` option that offers `"cpu"` (its default, choices or help)."""
+    `--device` or `--gpu_ids` option that offers the CPU (its default, choices or help: "use
+    -1 for CPU")."""
     option = read_option(call)
     if option is None:
         return False
@@ -131,10 +132,11 @@ def option_offers_cpu_mode(call: cst.Call) -> bool:
     action = keywords.get("action")
     if words & naming.GPU_SETTING_WORDS and action is not None and option.action == "store_true":
         return True
-    if words & naming.GPU_SETTING_WORDS and option.type_name is not None:
+    if words & naming.GPU_SETTING_WORDS and option.type_name == "bool":
         # `--cuda type=bool`: meant as a switch, though it may not switch (see `stuck_switch`).
-        return option.type_name == "bool"
-    if words & naming.DEVICE_SETTING_WORDS:
+        return True
+    if words & (naming.DEVICE_SETTING_WORDS | naming.GPU_SETTING_WORDS):
+        # `--device` offering "cpu"; `--gpu_ids` whose help says "use -1 for CPU".
         offered = [keywords.get(key) for key in ("default", "choices", "help")]
         return any(node is not None and _mentions_cpu(node) for node in offered)
     return False

@@ -1,6 +1,7 @@
-"""TDL003 reads the project a load belongs to: a checkpoint loaded without `map_location` is
-reported where some file of the project saves what may hold GPU tensors, not where every file
-loaded comes from elsewhere (released weights, a conversion of another framework's)."""
+"""What a file's findings depend on in its project's other files. TDL003: a checkpoint loaded
+without `map_location` is reported where some file of the project saves what may hold GPU
+tensors. TDL007: an option in another file (`--gpu_ids -1` for the CPU) gives the programs that
+import it a CPU mode, which reaches the models they import."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from conftest import run_cli
 
-from torchdevlint.project_checkpoints import checkpoint_writing, forget, project_root
+from torchdevlint.project_scan import checkpoint_writing, forget, project_root
 
 PREDICT = """
 import torch
@@ -171,3 +172,98 @@ def test_a_save_of_a_host_copy_writes_no_gpu_checkpoint(tmp_path: Path) -> None:
     """
     root = _project(tmp_path, {"predict.py": PREDICT, "util.py": saver})
     assert _codes(root) == []
+
+
+# A training script whose options live in another module and whose model calls `.cuda()`.
+OPTIONS = """
+import argparse
+def parse():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gpu_ids", type=str, default="0", help="gpu ids: 0,1 or -1 for the CPU")
+    opt = parser.parse_args()
+    opt.gpu_ids = [int(i) for i in opt.gpu_ids.split(",") if int(i) >= 0]
+    return opt
+"""
+
+MODEL_ON_CUDA = """
+import torch
+import torch.nn as nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+    def forward(self, x):
+        return self.fc(x.cuda())
+"""
+
+TRAIN_WITH_OPTIONS = """
+from options.parse import parse
+from models import build
+opt = parse()
+net = build(opt)
+"""
+
+MODELS_PACKAGE = """
+def build(opt):
+    from .net import Net
+    net = Net()
+    if opt.gpu_ids:
+        net.cuda(opt.gpu_ids[0])
+    return net
+"""
+
+
+def test_a_cpu_option_in_another_file_reaches_the_models_the_program_imports(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"options/parse.py": OPTIONS, "train.py": TRAIN_WITH_OPTIONS,
+                               "models/__init__.py": MODELS_PACKAGE, "models/net.py": MODEL_ON_CUDA})
+    found = json.loads(run_cli("check", "--format", "json", ".", cwd=root).stdout)
+    assert [(Path(item["path"]).as_posix(), item["code"], item["line"]) for item in found] == [
+        ("models/net.py", "TDL007", 8)]
+    assert found[0]["message"] == (
+        "CUDA is used unguarded in a program that falls back to the CPU (train.py runs this file, and its option "
+        "at options/parse.py:4 chooses the CPU); it fails without a GPU")
+    shown = run_cli("check", "--show-settings", "models/net.py", cwd=root).stdout
+    assert "train.py runs it with the CPU mode of the option at options/parse.py:4" in shown
+
+
+def test_without_the_option_the_model_is_gpu_only_and_the_cached_result_follows(tmp_path: Path) -> None:
+    gpu_only_options = OPTIONS.replace('help="gpu ids: 0,1 or -1 for the CPU"', 'help="gpu ids: 0,1"')
+    root = _project(tmp_path, {"options/parse.py": gpu_only_options, "train.py": TRAIN_WITH_OPTIONS,
+                               "models/__init__.py": MODELS_PACKAGE, "models/net.py": MODEL_ON_CUDA})
+    assert _codes(root) == []
+    assert ("net.py", "TDL203") in _codes_selected(root, "TDL007,TDL203")
+    (root / "options/parse.py").write_text(textwrap.dedent(OPTIONS).lstrip())
+    assert _codes_selected(root, "TDL007,TDL203") == [("net.py", "TDL007")]
+
+
+def test_a_cpu_fallback_in_one_script_leaves_the_gpu_only_scripts_beside_it_alone(tmp_path: Path) -> None:
+    # Only an option spreads: the fallback is the evaluation script's own.
+    evaluate = """
+    import torch
+    from net import Net
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(Net().to(device))
+    """
+    root = _project(tmp_path, {"evaluate.py": evaluate, "net.py": MODEL_ON_CUDA,
+                               "sample.py": "import torch\nfrom net import Net\nprint(Net().cuda()(torch.ones(4)))\n"})
+    assert _codes_selected(root, "TDL007,TDL203") == [("net.py", "TDL203"), ("sample.py", "TDL203")]
+
+
+def test_imports_are_read_from_the_text_relative_ones_from_the_package() -> None:
+    from torchdevlint.project_scan import _imports
+
+    source = b"""import os, sys as system
+import a.b as c
+from . import networks, blocks as b
+from ..util import (io,
+    visual)
+    from .base_model import BaseModel
+from x import *  # everything
+"""
+    assert _imports(source) == ("os", "sys", "a.b", ".networks", ".blocks", "..util", "..util.io",
+                                "..util.visual", ".base_model", ".base_model.BaseModel", "x")
+
+
+def _codes_selected(root: Path, codes: str) -> list[tuple[str, str]]:
+    found = json.loads(run_cli("check", "--format", "json", "--select", codes, ".", cwd=root).stdout)
+    return sorted((Path(item["path"]).name, item["code"]) for item in found)
