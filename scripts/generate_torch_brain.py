@@ -217,7 +217,58 @@ def generate(site_packages: Path) -> str:
     for name in sorted(operators):
         lines.append(f"    {name!r}: {device_check(operators[name])!r},")
     lines.append("}")
+    lines.append("")
+    lines.append("# What an nn.DataParallel or DistributedDataParallel wrapper answers to itself: the")
+    lines.append("# attributes of its classes (nn.Module's included) and `module`. Any other attribute is")
+    lines.append("# the wrapped model's, which the wrapper does not forward (AttributeError).")
+    lines.append("WRAPPER_ATTRIBUTES: frozenset[str] = frozenset({")
+    for name in sorted(wrapper_attributes(site_packages)):
+        lines.append(f"    {name!r},")
+    lines.append("})")
     return "\n".join(lines) + "\n"
+
+
+# The classes whose instances wrap a model, and the classes they inherit from, by file.
+_WRAPPER_CLASSES = (
+    ("torch/nn/modules/module.py", "Module"),
+    ("torch/nn/parallel/data_parallel.py", "DataParallel"),
+    ("torch/nn/parallel/distributed.py", "DistributedDataParallel"),
+    ("torch/distributed/algorithms/join.py", "Joinable"),
+)
+
+
+def wrapper_attributes(site_packages: Path) -> set[str]:
+    """What an `nn.DataParallel` or DDP wrapper answers to without reaching its module: the
+    methods and class attributes of its classes and their bases, the attributes their methods
+    set on `self` (also through `super().__setattr__("training", ...)`), and `module`, its one
+    sub-module. `nn.Module.__getattr__` finds nothing else: the wrapped model's own
+    attributes are not there."""
+    names = {"module"}
+    for path, class_name in _WRAPPER_CLASSES:
+        cls = _class(_parse(site_packages, path), class_name)
+        for statement in cls.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(statement.name)
+            elif isinstance(statement, ast.Assign):
+                names.update(target.id for target in statement.targets if isinstance(target, ast.Name))
+            elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                names.add(statement.target.id)
+        for node in ast.walk(cls):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                targets = [node.target]
+            for target in targets:
+                for element in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                    if isinstance(element, ast.Attribute) and isinstance(element.value, ast.Name) \
+                            and element.value.id == "self":
+                        names.add(element.attr)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "__setattr__" and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str):
+                names.add(node.args[0].value)
+    return names
 
 
 def device_check(operator: Operator) -> str:

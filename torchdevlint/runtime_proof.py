@@ -83,6 +83,8 @@ NON_LEAF_GRADIENT = re.compile(
     r"can't optimize a non-leaf Tensor|unsupported operand type\(s\) for [^:]*: '[^']*' and 'NoneType'"
     r"|unsupported operand type\(s\) for [^:]*: 'NoneType' and|'NoneType' object has no attribute 'zero_'"
 )
+# An attribute of the wrapped model read through its DataParallel/DDP wrapper.
+WRAPPER_LACKS_ATTRIBUTE = re.compile(r"'(DataParallel|DistributedDataParallel)' object has no attribute")
 PREFIXED_STATE_DICT = re.compile(
     r"Error\(s\) in loading state_dict(?s:.*)(Unexpected|Missing) key\(s\) in state_dict: \"module\."
 )

@@ -179,8 +179,11 @@ def refined(declared: Value, passed: Value) -> Value:
     """The parameter's value for a body run from the file's own calls: what they pass, where
     it says more than the declaration (an annotation gives the kind, not the place)."""
     if Kind.WRAPPED_MODULE in passed.kinds:
-        # Callers in other files may pass the bare model: wrapped only maybe.
-        passed = replace(passed, kinds=passed.kinds | {Kind.MODULE})
+        # Callers in other files may pass the bare model: wrapped only maybe. Where the file's
+        # own callers pass a wrapper on some paths, what they pass on the others is the model
+        # it wraps (`model = Net(); if n > 1: model = DataParallel(model)`), whatever the
+        # model could see of the class.
+        passed = replace(passed, kinds=(passed.kinds - {Kind.UNKNOWN}) | {Kind.MODULE})
     if not passed.is_known or passed.places is None and declared.is_known:
         return declared
     if not declared.is_known:

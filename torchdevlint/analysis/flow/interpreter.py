@@ -54,6 +54,7 @@ from torchdevlint.analysis.flow.values import (
     Place,
     PlaceKind,
     Value,
+    Wrapping,
     cuda_place,
     device_value,
     join_all,
@@ -341,12 +342,15 @@ class Interpreter:
             # there is on a GPU, so nothing there meets data on one.
             gpu_when_true = self._asks_for_a_gpu(node.test, env)
             self._no_gpu_depth += gpu_when_true is False
+            unwrapped = self._unwrapped_on_one_side(node.body, node.orelse, env)
             try:
-                body = self._block(node.body.body, self._narrowed(node.test, self._branch(env, taken is False), True))
+                body = self._block(node.body.body, self._as_unwrapped(
+                    self._narrowed(node.test, self._branch(env, taken is False), True), unwrapped, True))
             finally:
                 self._no_gpu_depth -= gpu_when_true is False
             orelse_node = node.orelse
-            other_in = self._narrowed(node.test, self._branch(env, taken is True), False)
+            other_in = self._as_unwrapped(self._narrowed(node.test, self._branch(env, taken is True), False),
+                                          unwrapped, False)
             self._no_gpu_depth += gpu_when_true is True
             try:
                 if orelse_node is None:
@@ -468,6 +472,37 @@ class Interpreter:
             value.kinds - {Kind.WRAPPED_MODULE} or frozenset({Kind.MODULE}))
         narrowed = dict(env)
         narrowed[key] = replace(value, kinds=kinds)
+        return narrowed
+
+    @staticmethod
+    def _unwrapped_on_one_side(body: cst.CSTNode, orelse: cst.CSTNode | None, env: Env) -> dict[str, bool]:
+        """Models that may be wrapped and whose `.module` one side of a two-way test reads,
+        the other not (`if args.distributed: g = generator.module` / `else: g = generator`):
+        the test means "wrapped" to whoever wrote it, whatever it asks. Key -> whether the
+        body is the side that unwraps."""
+        if orelse is None or type(orelse) is cst.If or not any(Kind.WRAPPED_MODULE in value.kinds
+                                                               for value in env.values()):
+            return {}
+        in_body, in_orelse = _modules_read(body), _modules_read(orelse)
+        found: dict[str, bool] = {}
+        for key in in_body ^ in_orelse:
+            value = env.get(key)
+            if value is not None and value.wrapping is Wrapping.MAYBE:
+                found[key] = key in in_body
+        return found
+
+    @staticmethod
+    def _as_unwrapped(env: Env, unwrapped: dict[str, bool], body: bool) -> Env:
+        if not unwrapped:
+            return env
+        narrowed = dict(env)
+        for key, body_unwraps in unwrapped.items():
+            value = narrowed.get(key)
+            if value is None or Kind.WRAPPED_MODULE not in value.kinds:
+                continue
+            wrapped = body_unwraps is body
+            narrowed[key] = replace(value, kinds=frozenset({Kind.WRAPPED_MODULE}) if wrapped else (
+                value.kinds - {Kind.WRAPPED_MODULE} or frozenset({Kind.MODULE})))
         return narrowed
 
     @staticmethod
@@ -892,8 +927,12 @@ class Interpreter:
                                                      or cpu_mode.names_a_gpu_setting(node.test)):
             # `x.cuda() if use_cuda else x`: the side a GPU machine takes, as `if` statements.
             return self._evaluate(node.orelse if taken else node.body, env)
-        body = self._evaluate(node.body, self._branch(env, True) if taken is False else env)
-        orelse = self._evaluate(node.orelse, self._branch(env, True) if taken is True else env)
+        # `model.module if hasattr(model, "module") else model`: each side sees the model it asks for.
+        unwrapped = self._unwrapped_on_one_side(node.body, node.orelse, env)
+        body = self._evaluate(node.body, self._as_unwrapped(self._narrowed(
+            node.test, self._branch(env, True) if taken is False else env, True), unwrapped, True))
+        orelse = self._evaluate(node.orelse, self._as_unwrapped(self._narrowed(
+            node.test, self._branch(env, True) if taken is True else env, False), unwrapped, False))
         result = self._conditional(node, body, orelse)
         if taken is None:
             return result
@@ -2250,3 +2289,19 @@ def _bound_by_comprehension(node: cst.CSTNode, name: str) -> bool:
             return True
         clause = clause.inner_for_in
     return False
+
+
+def _modules_read(node: cst.CSTNode) -> set[str]:
+    """The places whose `.module` a branch reads (`generator.module`), nested functions apart."""
+    found: set[str] = set()
+    pending: list[cst.CSTNode] = [node]
+    while pending:
+        current = pending.pop()
+        if type(current) is cst.Attribute and current.attr.value == "module":
+            key = place_key(current.value)
+            if key is not None:
+                found.add(key)
+        if type(current) in (cst.FunctionDef, cst.ClassDef, cst.Lambda) and current is not node:
+            continue
+        pending.extend(current.children)
+    return found
