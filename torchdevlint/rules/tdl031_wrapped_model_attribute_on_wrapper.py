@@ -198,6 +198,40 @@ class WrappedModelAttributeOnWrapper(Rule):
         Invalid(
             """
             import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            class Trainer:
+                def __init__(self, model, gpu_id):
+                    self.model = model.to(gpu_id)
+                    self.model = DDP(self.model, device_ids=[gpu_id])
+
+                def sample(self):
+                    return self.model.generate(16)
+
+                def save(self):
+                    torch.save(self.model.module.state_dict(), "checkpoint.pt")
+            """,
+            fixed="""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            class Trainer:
+                def __init__(self, model, gpu_id):
+                    self.model = model.to(gpu_id)
+                    self.model = DDP(self.model, device_ids=[gpu_id])
+
+                def sample(self):
+                    return self.model.module.generate(16)
+
+                def save(self):
+                    torch.save(self.model.module.state_dict(), "checkpoint.pt")
+            """,
+            applicability=Applicability.SAFE,
+            name="a-trainer-that-wraps-its-model-in-init",
+        ),
+        Invalid(
+            """
+            import torch
 
             model = Yolo(n_classes=80)
             if torch.cuda.device_count() > 1:

@@ -1399,7 +1399,7 @@ class FlowModel:
                     # (a Module moves in place) leaves G on the GPU, under `if gpu_mode:` on
                     # the GPU or the host.
                     final = _final_value(flow, f"{self_name}.{name}")
-                    if final is not None and final.kinds == value.kinds:
+                    if final is not None and final.kinds <= value.kinds:
                         value = final
                 previous = collected.get(name)
                 collected[name] = value if previous is None else previous.join(value)
