@@ -83,6 +83,30 @@ class DataParallelStateDictSave(Rule):
         Valid(
             """
             import torch
+
+            class Trainer:
+                def __init__(self, net, use_gpu, gpu_ids):
+                    self.use_gpu = use_gpu
+                    self.net = net
+                    if use_gpu:
+                        self.net.to(gpu_ids[0])
+                        self.net = torch.nn.DataParallel(self.net, device_ids=gpu_ids)
+
+                def save(self, path):
+                    # The side that reads `.module` is the wrapped one: the helper gets the bare net.
+                    if self.use_gpu:
+                        self.save_network(self.net.module, path)
+                    else:
+                        self.save_network(self.net, path)
+
+                def save_network(self, network, path):
+                    torch.save(network.state_dict(), path)
+            """,
+            name="unwrapped-on-the-side-that-wrapped-it",
+        ),
+        Valid(
+            """
+            import torch
             import torch.nn as nn
 
             net = nn.DataParallel(build_detector()).cuda()

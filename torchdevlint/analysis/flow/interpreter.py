@@ -133,6 +133,7 @@ class Oracle(Protocol):
     def names_used_as_tensors(self, scope: cst.CSTNode) -> frozenset[str]: ...
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None: ...
     def entry_cuda_device(self, scope: cst.CSTNode) -> Value: ...
+    def reads_wrapped_modules(self) -> bool: ...
     @property
     def stuck_switches(self) -> frozenset[str]: ...
     @property
@@ -474,32 +475,32 @@ class Interpreter:
         narrowed[key] = replace(value, kinds=kinds)
         return narrowed
 
-    @staticmethod
-    def _unwrapped_on_one_side(body: cst.CSTNode, orelse: cst.CSTNode | None, env: Env) -> dict[str, bool]:
+    def _unwrapped_on_one_side(self, body: cst.CSTNode, orelse: cst.CSTNode | None,
+                               env: Env) -> dict[str, tuple[bool, Value]]:
         """Models that may be wrapped and whose `.module` one side of a two-way test reads,
-        the other not (`if args.distributed: g = generator.module` / `else: g = generator`):
-        the test means "wrapped" to whoever wrote it, whatever it asks. Key -> whether the
-        body is the side that unwraps."""
-        if orelse is None or type(orelse) is cst.If or not any(Kind.WRAPPED_MODULE in value.kinds
-                                                               for value in env.values()):
+        the other not (`if args.distributed: g = generator.module` / `else: g = generator`;
+        `if self.use_gpu: save(self.net.module)` / `else: save(self.net)`): the test means
+        "wrapped" to whoever wrote it, whatever it asks. Key -> (whether the body is the side
+        that unwraps, the model's value)."""
+        if orelse is None or type(orelse) is cst.If or not self.oracle.reads_wrapped_modules():
             return {}
         in_body, in_orelse = _modules_read(body), _modules_read(orelse)
-        found: dict[str, bool] = {}
-        for key in in_body ^ in_orelse:
+        found: dict[str, tuple[bool, Value]] = {}
+        for key in in_body.keys() ^ in_orelse.keys():
+            # A local, or an attribute of `self` that the class's methods set.
             value = env.get(key)
-            if value is not None and value.wrapping is Wrapping.MAYBE:
-                found[key] = key in in_body
+            if value is None:
+                value = self._evaluate(in_body.get(key) or in_orelse[key], env)
+            if value.wrapping is Wrapping.MAYBE:
+                found[key] = (key in in_body, value)
         return found
 
     @staticmethod
-    def _as_unwrapped(env: Env, unwrapped: dict[str, bool], body: bool) -> Env:
+    def _as_unwrapped(env: Env, unwrapped: dict[str, tuple[bool, Value]], body: bool) -> Env:
         if not unwrapped:
             return env
         narrowed = dict(env)
-        for key, body_unwraps in unwrapped.items():
-            value = narrowed.get(key)
-            if value is None or Kind.WRAPPED_MODULE not in value.kinds:
-                continue
+        for key, (body_unwraps, value) in unwrapped.items():
             wrapped = body_unwraps is body
             narrowed[key] = replace(value, kinds=frozenset({Kind.WRAPPED_MODULE}) if wrapped else (
                 value.kinds - {Kind.WRAPPED_MODULE} or frozenset({Kind.MODULE})))
@@ -2291,16 +2292,16 @@ def _bound_by_comprehension(node: cst.CSTNode, name: str) -> bool:
     return False
 
 
-def _modules_read(node: cst.CSTNode) -> set[str]:
+def _modules_read(node: cst.CSTNode) -> dict[str, cst.BaseExpression]:
     """The places whose `.module` a branch reads (`generator.module`), nested functions apart."""
-    found: set[str] = set()
+    found: dict[str, cst.BaseExpression] = {}
     pending: list[cst.CSTNode] = [node]
     while pending:
         current = pending.pop()
         if type(current) is cst.Attribute and current.attr.value == "module":
             key = place_key(current.value)
             if key is not None:
-                found.add(key)
+                found.setdefault(key, current.value)
         if type(current) in (cst.FunctionDef, cst.ClassDef, cst.Lambda) and current is not node:
             continue
         pending.extend(current.children)

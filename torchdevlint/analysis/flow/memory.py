@@ -98,6 +98,10 @@ class RecordingOracle:
         # Read from the body's own text: no answer of the model's to check again.
         return self._model.names_used_as_tensors(scope)
 
+    def reads_wrapped_modules(self) -> bool:
+        # Read from the file's own text: no answer of the model's to check again.
+        return self._model.reads_wrapped_modules()
+
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None:
         self._ask("register_definition", node, enclosing, owner)
 

@@ -122,6 +122,7 @@ class FlowModel:
         self._entry_default_device: tuple[Value | None] | None = None
         self._trains_only_on_the_host: bool | None = None
         self._names_no_accelerator: bool | None = None
+        self._reads_wrapped_modules: bool | None = None
         self._enclosing_scope = enclosing_scope
         self.deadline = deadline if deadline is not None else NoDeadline()
         self._definitions: dict[int, _Definition] = {}
@@ -210,6 +211,13 @@ class FlowModel:
             text = self._lower_text()
             self._names_no_accelerator = not any(word in text for word in naming.ACCELERATOR_TEXT)
         return self._names_no_accelerator
+
+    def reads_wrapped_modules(self) -> bool:
+        """The file's text reads a `.module` attribute somewhere (`model.module`): only then
+        can a branch unwrap a model (see `Interpreter._unwrapped_on_one_side`)."""
+        if self._reads_wrapped_modules is None:
+            self._reads_wrapped_modules = ".module" in (self._source if self._source is not None else self.module.code)
+        return self._reads_wrapped_modules
 
     def _lower_text(self) -> str:
         return (self._source if self._source is not None else self.module.code).lower()
