@@ -72,7 +72,9 @@ class ArgparseBoolDeviceFlag(Rule):
     - For `store_true` with `default=True` it is safe: every command line that parsed before
       gives the same value, and `--no-cuda` is new.
     - For a `store_false` GPU switch it is unsafe: the program still uses the GPU when run
-      without flags, but `--cuda` now means the GPU, and the CPU is `--no-cuda`.
+      without flags, but `--cuda` now means the GPU, and the CPU is `--no-cuda`. Where the
+      program asks whether there is a GPU and never lets the answer change the switch (it
+      only warns), the default becomes `torch.cuda.is_available()`, as below.
     - For a switch on by default where there may be no GPU, the fix makes the default
       `torch.cuda.is_available()`: the same on a machine with a GPU, off without one.
       Unsafe: asking initialises CUDA's device count when the parser is built, so a
@@ -292,6 +294,40 @@ class ArgparseBoolDeviceFlag(Rule):
             import torch
 
             parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", action="store_false", help="use CUDA (default: True)")
+            args = parser.parse_args()
+            if torch.cuda.is_available():
+                if not args.cuda:
+                    print("You have a CUDA device: you should probably run with --cuda")
+            model = torch.nn.GRU(8, 8)
+            if args.cuda:
+                model.cuda()
+            """,
+            fixed="""
+            import argparse
+
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=torch.cuda.is_available(), help="use CUDA (default: True)")
+            args = parser.parse_args()
+            if torch.cuda.is_available():
+                if not args.cuda:
+                    print("You have a CUDA device: you should probably run with --cuda")
+            model = torch.nn.GRU(8, 8)
+            if args.cuda:
+                model.cuda()
+            """,
+            applicability=Applicability.UNSAFE,
+            name="store-false-gpu-switch-beside-an-availability-warning",
+        ),
+        Invalid(
+            """
+            import argparse
+
+            import torch
+
+            parser = argparse.ArgumentParser()
             parser.add_argument("--gpu", action="store_true", default=True)
             parser.add_argument("--no-gpu", action="store_true")
             parser.add_argument("--use-cpu", action="store_false", default=False)
@@ -356,9 +392,18 @@ class ArgparseBoolDeviceFlag(Rule):
             self.report(node, message=_STUCK_OFF_MESSAGE)
         elif kind is None and option.action == "store_false" and option.written_default is not False \
                 and naming.turns_the_gpu_on(option.name_words):
-            self.report(node, message=_INVERTED_MESSAGE, fix=self._switch_fix(option, Applicability.UNSAFE))
+            self.report(node, message=_INVERTED_MESSAGE, fix=self._switch_fix(
+                option, Applicability.UNSAFE, on_by_default=not self._asks_for_a_gpu_beside(option)))
         elif self._on_where_there_is_no_gpu(option, kind):
             self.report(node, message=_ON_WITHOUT_A_GPU_MESSAGE, fix=self._default_fix(option))
+
+    def _asks_for_a_gpu_beside(self, option: ArgparseOption) -> bool:
+        """The program asks whether there is a GPU, reads the switch, and never lets the answer
+        change it (see `_on_where_there_is_no_gpu`): a switch on by default would be reported
+        again, so its default follows the answer instead."""
+        dest = option.dest
+        checks, tied, read = self._availability()
+        return dest is not None and checks and dest in read and dest not in tied
 
     def _on_where_there_is_no_gpu(self, option: ArgparseOption, kind: cst.Arg | None) -> bool:
         """A GPU switch that can be switched (`type=str2bool`, `BooleanOptionalAction`), on
@@ -367,9 +412,7 @@ class ArgparseBoolDeviceFlag(Rule):
         switchable = kind is not None or _names_boolean_optional_action(option.keywords.get("action"))
         if not switchable or option.written_default is not True or not naming.turns_the_gpu_on(option.name_words):
             return False
-        dest = option.dest
-        checks, tied, read = self._availability()
-        return dest is not None and checks and dest in read and dest not in tied
+        return self._asks_for_a_gpu_beside(option)
 
     def _availability(self) -> tuple[bool, frozenset[str], frozenset[str]]:
         """Whether the file asks if there is a GPU (`torch.cuda.is_available()`,
@@ -413,10 +456,12 @@ class ArgparseBoolDeviceFlag(Rule):
         names = [*option.names, option.dest]
         return any(name is not None and any(word in name.lower() for word in naming.DEVICE_FLAG_WORDS) for name in names)
 
-    def _switch_fix(self, option: ArgparseOption, applicability: Applicability) -> PendingFix | None:
+    def _switch_fix(self, option: ArgparseOption, applicability: Applicability, *,
+                    on_by_default: bool = True) -> PendingFix | None:
         """`action=argparse.BooleanOptionalAction`, on by default as before: `--cuda` turns
-        the GPU on and `--no-cuda` off. None where another option already has the `--no-`
-        name argparse would add, or settings a switch does not take."""
+        the GPU on and `--no-cuda` off; or, not `on_by_default`, on where there is a GPU
+        (`default=torch.cuda.is_available()`). None where another option already has the
+        `--no-` name argparse would add, or settings a switch does not take."""
         action = option.keywords.get("action")
         if action is None or any(arg.star or arg.keyword is not None and arg.keyword.value not in _KEPT_KEYWORDS | {"action"}
                                  for arg in option.call.args):
@@ -430,6 +475,11 @@ class ArgparseBoolDeviceFlag(Rule):
             module, imports = "argparse", (("argparse", None),)
         # BooleanOptionalAction has no default of its own: a switch that was on without the flag stays on.
         default = "" if "default" in option.keywords else ", default=True"
+        if not on_by_default:
+            torch = self.context.names.local_name_for("torch")
+            if torch is None or "default" in option.keywords:
+                return None
+            default = f", default={torch}.cuda.is_available()"
         return self.make_fix(NodeEdit(action, f"{module}.BooleanOptionalAction{default}"),
                              applicability=applicability, required_imports=imports)
 
