@@ -392,6 +392,23 @@ class TargetNotMoved(Rule):
         Invalid(
             """
             import torch
+            from torch import nn
+            from torchvision import datasets
+            from torchvision.transforms import ToTensor
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            test_data = datasets.MNIST(root="data", train=False, download=True, transform=ToTensor())
+            model = nn.Sequential(nn.Flatten(), nn.Linear(784, 10)).to(device)
+            test_x = (test_data.data[:2000].float() / 255.0).to(device)
+            test_y = test_data.targets[:2000]
+            predicted = model(test_x).argmax(dim=1)
+            accuracy = (predicted == test_y).float().mean()
+            """,
+            name="labels-read-from-the-dataset-split",
+        ),
+        Invalid(
+            """
+            import torch
             import torch.nn as nn
 
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -270,6 +270,13 @@ TORCH_LOAD: frozenset[str] = frozenset({"torch.load", "torch.serialization.load"
 # Dataset classes whose items are decoded from files into CPU tensors.
 HOST_DATASET_PREFIXES = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.")
 TENSOR_DATASETS: frozenset[str] = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
+# torchvision datasets that keep the whole split as tensors on the host, as attributes
+# (`train_data.data[0]`, `test_data.targets[:2000]`): the MNIST family (`torchvision/datasets/
+# mnist.py`; CIFAR's `.data` is a NumPy array, ImageFolder's targets a list). torchvision is not
+# installed here to read it from, so by name, class and module.
+HOST_TENSOR_DATASET_CLASSES: frozenset[str] = frozenset({"MNIST", "FashionMNIST", "KMNIST", "EMNIST", "QMNIST"})
+HOST_TENSOR_DATASET_ATTRIBUTES: frozenset[str] = frozenset(
+    {"data", "targets", "train_data", "test_data", "train_labels", "test_labels"})
 TORCH_SAVE: frozenset[str] = frozenset({"torch.save", "torch.serialization.save"})
 # Since PyTorch 0.4 `Variable(t)` returns a Tensor like `t`, where `t` is (pre-0.4 code wraps
 # every batch in one).

@@ -84,6 +84,7 @@ _SCALAR_ONLY = frozenset({Kind.SCALAR})
 # The key of a container's items that stands for each of its elements.
 _ANY_ITEM = "*"
 _TENSOR_ONLY = frozenset({Kind.TENSOR})
+_DATASET_ONLY = frozenset({Kind.DATASET})
 _MODEL_OUTPUT_ONLY = frozenset({Kind.MODEL_OUTPUT})
 # Inputs of unknown kind moved somewhere (`model(x.to(device))`), and batches of them
 # (`model(**batch)` after moving each of the batch's tensors).
@@ -1139,6 +1140,10 @@ class Interpreter:
             method = self.oracle.method_of(base.instance_of, attr)
             if method is not None:
                 return replace(reference(attr, method), instance_of=base.instance_of, places=base.places)
+        if base.kinds == _DATASET_ONLY:
+            split = base.item(f".{attr}")
+            if split is not None:
+                return split
         if base.is_tensor_like:
             if attr == "device":
                 places = base.places
@@ -1903,7 +1908,14 @@ class Interpreter:
             parts = tuple((str(i), tensor(v.places) if v.is_tensor_like else UNKNOWN) for i, v in enumerate(positional))
             return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), items=parts)),))
         if role is Role.HOST_DATASET:
-            return Value(frozenset({Kind.DATASET}), items=(("*", Value(frozenset({Kind.CONTAINER}), frozenset({HOST_PLACE}))),))
+            sample = ("*", Value(frozenset({Kind.CONTAINER}), frozenset({HOST_PLACE})))
+            head, _, name = call.qualified.rpartition(".")
+            if head.startswith("torchvision.datasets") and name in torch_api.HOST_TENSOR_DATASET_CLASSES:
+                # The split itself, as host tensors: `test_data.data[0]` (see `_attribute_value`).
+                split = tensor([HOST_PLACE])
+                return Value(frozenset({Kind.DATASET}), items=(sample, *((f".{attribute}", split) for attribute in
+                                                                         sorted(torch_api.HOST_TENSOR_DATASET_ATTRIBUTES))))
+            return Value(frozenset({Kind.DATASET}), items=(sample,))
         if role is Role.NUMPY_FLOAT64:
             return None if "dtype" in keywords else Value(frozenset({Kind.OTHER}), float64=True)
         if role is Role.LEGACY_CUDA_TENSOR:

@@ -301,8 +301,16 @@ _PLACED_KINDS = frozenset({Kind.TENSOR, Kind.MODEL_OUTPUT, Kind.MODULE, Kind.WRA
 def _join_items(
     left: tuple[tuple[str, Value], ...] | None, right: tuple[tuple[str, Value], ...] | None
 ) -> tuple[tuple[str, Value], ...] | None:
-    if left is None or right is None or [key for key, _ in left] != [key for key, _ in right]:
+    if left is None or right is None:
         return None
+    if [key for key, _ in left] != [key for key, _ in right]:
+        # Records with an element for any key (a dataset's samples, `*`) keep what both know
+        # (a dataset of the MNIST family also knows its split's attributes); tuples of another
+        # shape join to nothing known.
+        right_items = dict(right)
+        if "*" not in right_items or not any(key == "*" for key, _ in left):
+            return None
+        return tuple((key, value.join(right_items[key])) for key, value in left if key in right_items)
     return tuple((key, a.join(b)) for (key, a), (_, b) in zip(left, right, strict=True))
 
 
