@@ -52,6 +52,7 @@ RULE_INDEX: tuple[RuleEntry, ...] = (
     RuleEntry("TDL029", "legacy-type-check-misses-device-data", True, None),
     RuleEntry("TDL030", "local-rank-as-global-rank", True, None),
     RuleEntry("TDL031", "wrapped-model-attribute-on-wrapper", True, None),
+    RuleEntry("TDL032", "legacy-constructor-given-a-device", True, None),
     RuleEntry("TDL101", "dataloader-starves-gpu", False, None),
     RuleEntry("TDL102", "non-blocking-without-pinned-memory", True, None),
     RuleEntry("TDL103", "host-sync-in-loop", False, None),

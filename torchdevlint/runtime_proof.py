@@ -83,6 +83,8 @@ NON_LEAF_GRADIENT = re.compile(
     r"can't optimize a non-leaf Tensor|unsupported operand type\(s\) for [^:]*: '[^']*' and 'NoneType'"
     r"|unsupported operand type\(s\) for [^:]*: 'NoneType' and|'NoneType' object has no attribute 'zero_'"
 )
+# A legacy constructor (`torch.Tensor(...)`, `torch.FloatTensor(...)`) handed a device other than the CPU.
+LEGACY_CONSTRUCTOR_OFF_THE_CPU = re.compile(r"legacy constructor expects device type: cpu")
 # An attribute of the wrapped model read through its DataParallel/DDP wrapper.
 WRAPPER_LACKS_ATTRIBUTE = re.compile(r"'(DataParallel|DistributedDataParallel)' object has no attribute")
 PREFIXED_STATE_DICT = re.compile(

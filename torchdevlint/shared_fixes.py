@@ -5,7 +5,7 @@ makes a tensor (TDL002, TDL022)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import libcst as cst
 
@@ -135,3 +135,28 @@ def _used_as_containers(scope: cst.FunctionDef) -> set[str]:
             found.add(node.iter.value)
         stack.extend(child_nodes(node))
     return found
+
+
+# One argument that is a size, not data: `x.size()`, `x.shape`, `len(xs)`, `int(n)`.
+_SIZE_METHODS = frozenset({"size", "len", "int", "numel", "dim"})
+
+
+def legacy_constructor_factory(args: Sequence[cst.Arg]) -> str | None:
+    """The factory a legacy constructor's positional arguments ask for (`torch.FloatTensor(2, 3)`,
+    `torch.Tensor([0.5, 1])`): `empty` for sizes, `tensor` for data; None where one argument
+    may be either."""
+    if len(args) != 1:
+        return "empty"  # none, or several: each a size
+    value = args[0].value
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return "tensor"
+    if isinstance(value, cst.Integer):
+        return "empty"
+    if isinstance(value, cst.Attribute) and value.attr.value == "shape":
+        return "empty"
+    if isinstance(value, cst.Call):
+        name = value.func.attr.value if isinstance(value.func, cst.Attribute) else (
+            value.func.value if isinstance(value.func, cst.Name) else "")
+        if name in _SIZE_METHODS or name == "Size":
+            return "empty"
+    return None

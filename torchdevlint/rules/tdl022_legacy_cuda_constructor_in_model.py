@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import libcst as cst
 
 from torchdevlint.analysis.cuda_uses import CudaProgram
@@ -12,10 +10,7 @@ from torchdevlint.analysis.names import dotted_name
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
-from torchdevlint.shared_fixes import model_data_device
-
-# One argument that is a size, not data: `x.size()`, `x.shape`, `len(xs)`, `int(n)`.
-_SIZE_METHODS = frozenset({"size", "len", "int", "numel", "dim"})
+from torchdevlint.shared_fixes import legacy_constructor_factory, model_data_device
 
 
 class LegacyCudaConstructorInModel(Rule):
@@ -157,7 +152,7 @@ class LegacyCudaConstructorInModel(Rule):
         if not written.endswith(".cuda." + qualified.rsplit(".", 1)[-1]) or any(arg.keyword or arg.star for arg in call.args):
             return None  # `from torch.cuda import FloatTensor`, keywords: rewrite by hand
         torch_name = written[: -len(".cuda." + qualified.rsplit(".", 1)[-1])]
-        factory = self._factory(call.args)
+        factory = legacy_constructor_factory(call.args)
         chosen = model_data_device(self, call, method)
         if factory is None or chosen is None:
             return None
@@ -166,22 +161,3 @@ class LegacyCudaConstructorInModel(Rule):
         arguments = ", ".join(self.context.code_for_node(arg.value) for arg in call.args) or "0"
         replacement = f"{torch_name}.{factory}({arguments}, dtype={torch_name}.{dtype}, device={device})"
         return self.make_fix(NodeEdit(call, replacement), applicability=applicability)
-
-    @staticmethod
-    def _factory(args: Sequence[cst.Arg]) -> str | None:
-        """`empty` for sizes, `tensor` for data; None where one argument may be either."""
-        if len(args) != 1:
-            return "empty"  # none, or several: each a size
-        value = args[0].value
-        if isinstance(value, (cst.List, cst.Tuple)):
-            return "tensor"
-        if isinstance(value, cst.Integer):
-            return "empty"
-        if isinstance(value, cst.Attribute) and value.attr.value == "shape":
-            return "empty"
-        if isinstance(value, cst.Call):
-            name = value.func.attr.value if isinstance(value.func, cst.Attribute) else (
-                value.func.value if isinstance(value.func, cst.Name) else "")
-            if name in _SIZE_METHODS or name == "Size":
-                return "empty"
-        return None
