@@ -7,6 +7,7 @@ tests run in this process and import torch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -1608,3 +1609,20 @@ def test_a_failed_fix_says_how_the_fixed_program_failed() -> None:
     slow = outcome(RunStatus.TIMEOUT)
     assert judge(sites("TDL001"), original, slow, compare_results(original, slow, None))[1].endswith(
         "the fixed program times out")
+
+
+def test_random_numbers_drawn_on_a_gpu_are_not_held_against_the_cpu() -> None:
+    # CUDA's generator draws other numbers than the CPU's: an H200 printed 2.106 for a fixed
+    # program that prints 2.162 on the CPU, its fix sound.
+    original = outcome(RunStatus.ERROR, error=DEVICE_ERROR, host=RunHost.CUDA)
+    reference = outcome(result="loss=2.162", host=RunHost.CPU)
+    drew = dataclasses.replace(outcome(result="loss=2.106", host=RunHost.CUDA), gpu_random=True)
+    comparison = compare_results(original, drew, reference)
+    assert comparison.status is ComparisonStatus.SKIPPED
+    assert comparison.reason.startswith("the fixed program drew random numbers on the GPU")
+    assert judge(sites("TDL001"), original, drew, comparison)[0] is Verdict.FIX_VERIFIED
+    # Without draws on the GPU, or where the numbers agree, the comparison stands.
+    plain = outcome(result="loss=2.106", host=RunHost.CUDA)
+    assert compare_results(original, plain, reference).status is ComparisonStatus.DIFFER
+    same = dataclasses.replace(outcome(result="loss=2.162", host=RunHost.CUDA), gpu_random=True)
+    assert compare_results(original, same, reference).status is ComparisonStatus.MATCH

@@ -100,7 +100,20 @@ def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str
     """
     started = time.monotonic()
     report = _run_program(source, path, kind, gpus, argv, guard, budget)
-    return dataclasses.replace(report, seconds=time.monotonic() - started)
+    return dataclasses.replace(report, seconds=time.monotonic() - started,
+                               gpu_random=kind.real_gpu and _drew_on_a_gpu())
+
+
+def _drew_on_a_gpu() -> bool:
+    """Whether the program drew random numbers with a CUDA generator since it last seeded it
+    (a generator's offset moves with each draw; `manual_seed` sets it back to 0)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return False
+    try:
+        return any(generator.get_offset() > 0 for generator in torch.cuda.default_generators)
+    except (AttributeError, RuntimeError):  # a torch without offsets: nothing to tell
+        return False
 
 
 def _run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str] | None,

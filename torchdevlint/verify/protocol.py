@@ -105,10 +105,14 @@ class ChildReport:
     # How long the run took in its own process (the host set up, the program run): without
     # the wait for a fork server still importing torch, which the first runs share.
     seconds: float | None = None
+    # On a real GPU: the program drew random numbers with a CUDA generator, which draws other
+    # numbers than the CPU's (so its results are not the CPU run's to compare).
+    gpu_random: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {"status": self.status.value, "error": self.error.to_json() if self.error else None,
-                "stopped": self.stopped, "unreached": list(self.unreached), "seconds": self.seconds}
+                "stopped": self.stopped, "unreached": list(self.unreached), "seconds": self.seconds,
+                "gpu_random": self.gpu_random}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> ChildReport:
@@ -119,7 +123,7 @@ class ChildReport:
         return cls(RunStatus(str(data.get("status"))), ErrorInfo.from_json(error) if isinstance(error, dict) else None,
                    stopped if isinstance(stopped, str) else None,
                    tuple(line for line in unreached if isinstance(line, int)) if isinstance(unreached, list) else (),
-                   float(seconds) if isinstance(seconds, (int, float)) else None)
+                   float(seconds) if isinstance(seconds, (int, float)) else None, data.get("gpu_random") is True)
 
 
 def last_result(stdout: str) -> str | None:

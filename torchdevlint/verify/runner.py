@@ -124,6 +124,8 @@ class RunOutcome:
     stopped: str | None = None
     # The first line of each finding whose statement never ran to completion.
     unreached: tuple[int, ...] = ()
+    # On a real GPU: it drew random numbers with a CUDA generator (see `ChildReport`).
+    gpu_random: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -134,6 +136,7 @@ class RunOutcome:
             "seconds": round(self.seconds, 2),
             "stopped": self.stopped,
             "unreached": list(self.unreached),
+            "gpu_random": self.gpu_random,
         }
 
 
@@ -518,7 +521,7 @@ class Launcher:
         if report.seconds is not None:
             seconds = report.seconds  # the run's own time, not its wait for the fork server
         return RunOutcome(host, report.status, report.error, last_result(text), seconds, text[-_OUTPUT_TAIL:],
-                          _tail(stderr), report.stopped, report.unreached)
+                          _tail(stderr), report.stopped, report.unreached, report.gpu_random)
 
     @staticmethod
     def _report(path: Path, finished: _Finished, stderr: bytes, timeout: float) -> ChildReport:
@@ -575,6 +578,10 @@ def compare_results(original: RunOutcome, fixed: RunOutcome, reference: RunOutco
         expected, against = original.result, f"the original on the {original.host.label}"
     elif reference is not None and reference.status is RunStatus.OK and reference.result is not None:
         expected, against = reference.result, "the original on the CPU"
+        if fixed.gpu_random and not results_agree(expected, fixed.result):
+            return Comparison(ComparisonStatus.SKIPPED, (
+                "the fixed program drew random numbers on the GPU, whose generator draws other "
+                "numbers than the CPU's"), expected, fixed.result)
     else:
         fails_on_cpu = reference is not None and reference.status is not RunStatus.OK
         why = "the original printed no RESULT line" + (" (it fails on the CPU too)" if fails_on_cpu else "")
