@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.flow.results import FunctionFlow, HostMeeting, MeetingKind, place_key
+from torchdevlint.analysis.names import dotted_name
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -66,7 +67,8 @@ class TargetNotMoved(Rule):
     (TDL001), and code in the branch an availability check takes where there is no GPU (the
     `else` of `if torch.cuda.is_available():`), where nothing is on a GPU. Nor host lengths
     given to a model of the file whose `forward` hands them to `pack_padded_sequence`, which
-    wants them on the CPU (lengths moved to the device are TDL026's).
+    wants them on the CPU (lengths moved to the device are TDL026's), nor lengths (`src_len`,
+    `lengths`) given to a model whose class is not the file's, whose `forward` may pack them.
 
     ## Fix safety
     The fix moves the target right after the inputs, with the same arguments. It is unsafe:
@@ -84,6 +86,21 @@ class TargetNotMoved(Rule):
     requires_any_text = (".to", ".cuda")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            from models import Matcher
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Matcher(vocab_size=5000).to(device)
+            for questions, answers, question_len, answer_len, labels in loader:
+                questions, answers, labels = questions.to(device), answers.to(device), labels.to(device)
+                # The model (another file's) packs its inputs: the lengths stay on the host.
+                scores = model(questions, answers, question_len, answer_len)
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(scores, labels)
+            """,
+            name="lengths-for-a-model-of-another-file",
+        ),
         Valid(
             """
             import torch
@@ -718,7 +735,9 @@ class TargetNotMoved(Rule):
 
     def _belongs_elsewhere(self, found: HostMeeting) -> bool:
         """Values brought back on purpose, tensors made in a Module (TDL002, TDL010), moves
-        thrown away (TDL001)."""
+        thrown away (TDL001), lengths for a model whose `forward` the file cannot read."""
+        if self._lengths_for_an_unseen_model(found):
+            return True
         key = place_key(found.host.node) if isinstance(found.host.node, cst.BaseExpression) else None
         if key is not None and key in found.flow.discarded_moves:
             return True
@@ -732,6 +751,19 @@ class TargetNotMoved(Rule):
                 if owner is not None and flow.is_module_class(owner):
                     return True
         return False
+
+    @staticmethod
+    def _lengths_for_an_unseen_model(found: HostMeeting) -> bool:
+        """`model(src, src_len)` where `src_len` stays on the host and `model`'s class is not
+        the file's: packing (`pack_padded_sequence`) wants the lengths there, and only the
+        model's `forward` could say whether it packs (the file's own models are asked)."""
+        if found.meeting.kind != MeetingKind.MODULE_CALL or not isinstance(found.host.node, cst.BaseExpression):
+            return False
+        name = dotted_name(found.host.node)
+        if name is None or not set(naming.words(name.rpartition(".")[2])) & naming.LENGTH_WORDS:
+            return False
+        modules = [operand.value for operand in found.meeting.operands if operand.value.is_module_like]
+        return bool(modules) and all(module.instance_of is None for module in modules)
 
     def _statement_of(self, node: cst.CSTNode, flow: FunctionFlow) -> cst.CSTNode | None:
         current: cst.CSTNode | None = node

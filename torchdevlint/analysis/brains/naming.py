@@ -37,6 +37,10 @@ BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "se
 PART_MAKER_NOUNS = frozenset({"block", "blocks", "layer", "layers", "fn", "func", "factory", "cls", "klass",
                               "class", "builder", "type", "ctor", "constructor", "cfg", "config", "kwargs"})
 
+# A tensor of sequence lengths (`lengths`, `src_len`, `seq_lens`): a model packing its input
+# (`pack_padded_sequence`) wants it on the CPU, beside data on the GPU.
+LENGTH_WORDS = frozenset({"len", "lens", "length", "lengths"})
+
 # Words of a setting, flag or test about using GPUs (split from names by `cpu_mode.words`).
 GPU_WORDS = frozenset({"cuda", "gpu", "gpus", "ngpu", "ngpus", "accel", "accelerator", "mps", "xpu",
                        "distributed", "ddp", "world", "multigpu", "cudnn"})
