@@ -247,18 +247,54 @@ class WrappedModelAttributeOnWrapper(Rule):
     ]
 
     def setup(self) -> None:
-        self._assigned: set[tuple[str, str]] | None = None
+        # Reads through a wrapper, reported at the end unless the file sets them on it.
+        self._reads: list[tuple[cst.Attribute, Wrapping]] = []
+        # What the file assigns attributes of: (object, attribute name) nodes, read at the end.
+        self._writes: list[tuple[cst.BaseExpression, str]] = []
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         attribute = node.attr.value
         if attribute in WRAPPER_ATTRIBUTES or attribute.startswith("__") and attribute.endswith("__"):
             return
-        if self._written(node) or (self.context.code_for_node(node.value), attribute) in self._set_by_the_file():
+        if self._written(node):
             return
         wrapping = self.context.flow.value_of(node.value).wrapping
-        if wrapping is Wrapping.NO:
+        if wrapping is not Wrapping.NO:
+            self._reads.append((node, wrapping))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._record_write(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._record_write(node.target)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        # `setattr(model, "names", ...)`.
+        if isinstance(node.func, cst.Name) and node.func.value == "setattr" and len(node.args) >= 2:
+            name = node.args[1].value
+            text = name.evaluated_value if isinstance(name, cst.SimpleString) else None
+            if isinstance(text, str):
+                self._writes.append((node.args[0].value, text))
+
+    def _record_write(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Attribute):
+            self._writes.append((target.value, target.attr.value))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._record_write(element.value)
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if not self._reads:
             return
-        base = self.context.code_for_node(node.value)
+        code = self.context.code_for_node
+        # Set on the wrapper itself (`model.class_weights = ...`), they are there to read.
+        assigned = {(code(owner), attribute) for owner, attribute in self._writes}
+        for read, wrapping in self._reads:
+            base, attribute = code(read.value), read.attr.value
+            if (base, attribute) not in assigned:
+                self._report(read, wrapping, base, attribute)
+
+    def _report(self, node: cst.Attribute, wrapping: Wrapping, base: str, attribute: str) -> None:
         where = "" if wrapping is Wrapping.YES else " where the model is wrapped"
         meant = difflib.get_close_matches(attribute, WRAPPER_ATTRIBUTES, n=1, cutoff=_TYPO_SIMILARITY)
         if meant:
@@ -272,14 +308,6 @@ class WrappedModelAttributeOnWrapper(Rule):
                      f"wrapper, which has no such attribute{where} (AttributeError)"),
             fix=self._fix(node, wrapping, base),
         )
-
-    def _set_by_the_file(self) -> set[tuple[str, str]]:
-        """(object, attribute) pairs the file assigns anywhere (`model.class_weights = ...`,
-        `setattr(model, "names", ...)`): set on the wrapper itself, they are there to read."""
-        if self._assigned is None:
-            self._assigned = set()
-            self._assigned.update(_AssignedAttributes.of(self.context.module))
-        return self._assigned
 
     def _written(self, node: cst.Attribute) -> bool:
         child: cst.CSTNode = node
@@ -299,35 +327,3 @@ class WrappedModelAttributeOnWrapper(Rule):
         return self.make_fix(NodeEdit(node.value, f'getattr({base}, "module", {base})'),
                              applicability=Applicability.UNSAFE)
 
-
-class _AssignedAttributes(cst.CSTVisitor):
-    def __init__(self, module: cst.Module) -> None:
-        super().__init__()
-        self.module = module
-        self.found: set[tuple[str, str]] = set()
-
-    @classmethod
-    def of(cls, module: cst.Module) -> set[tuple[str, str]]:
-        visitor = cls(module)
-        module.visit(visitor)
-        return visitor.found
-
-    def _target(self, target: cst.BaseExpression) -> None:
-        if isinstance(target, cst.Attribute):
-            self.found.add((self.module.code_for_node(target.value), target.attr.value))
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._target(element.value)
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._target(node.target)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._target(node.target)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and node.func.value == "setattr" and len(node.args) >= 2:
-            name = node.args[1].value
-            text = name.evaluated_value if isinstance(name, cst.SimpleString) else None
-            if isinstance(text, str):
-                self.found.add((self.module.code_for_node(node.args[0].value), text))

@@ -470,10 +470,8 @@ class Interpreter:
         value = env.get(key) if key is not None else None
         if key is None or value is None or Kind.WRAPPED_MODULE not in value.kinds:
             return env
-        kinds = frozenset({Kind.WRAPPED_MODULE}) if holds else (
-            value.kinds - {Kind.WRAPPED_MODULE} or frozenset({Kind.MODULE}))
         narrowed = dict(env)
-        narrowed[key] = replace(value, kinds=kinds)
+        narrowed[key] = _as_wrapped(value, holds)
         return narrowed
 
     def _unwrapped_on_one_side(self, body: cst.CSTNode, orelse: cst.CSTNode | None,
@@ -502,9 +500,7 @@ class Interpreter:
             return env
         narrowed = dict(env)
         for key, (body_unwraps, value) in unwrapped.items():
-            wrapped = body_unwraps is body
-            narrowed[key] = replace(value, kinds=frozenset({Kind.WRAPPED_MODULE}) if wrapped else (
-                value.kinds - {Kind.WRAPPED_MODULE} or frozenset({Kind.MODULE})))
+            narrowed[key] = _as_wrapped(value, body_unwraps is body)
         return narrowed
 
     @staticmethod
@@ -2302,6 +2298,13 @@ def _bound_by_comprehension(node: cst.CSTNode, name: str) -> bool:
             return True
         clause = clause.inner_for_in
     return False
+
+
+def _as_wrapped(value: Value, wrapped: bool) -> Value:
+    """A model that may be wrapped, seen where a test says whether it is: the wrapper, or the
+    model it wraps."""
+    return replace(value, kinds=frozenset({Kind.WRAPPED_MODULE}) if wrapped else (
+        value.kinds - {Kind.WRAPPED_MODULE} or frozenset({Kind.MODULE})))
 
 
 def _modules_read(node: cst.CSTNode) -> dict[str, cst.BaseExpression]:
