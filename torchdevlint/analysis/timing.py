@@ -11,7 +11,7 @@ reading.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import libcst as cst
@@ -29,6 +29,8 @@ _WAITING_METHODS = frozenset({"synchronize", "item", "tolist", "numpy", "cpu", "
 _WAITING_MODULES = ("torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize",
                     "torch.mps.synchronize", "torch.cuda.Event", "torch.distributed.barrier")
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_STATEMENT_PARTS = (cst.BaseCompoundStatement, cst.BaseSuite, cst.SimpleStatementLine, cst.Else, cst.ExceptHandler,
+                    cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
 # How deep loops run their body twice (see `_Walk._loop`).
 _LOOPS_RUN_TWICE = 3
 
@@ -135,12 +137,39 @@ class _Walk:
         # Measurements whose left-over work the next step's span waits for.
         self.averaged: set[int] = set()
         self.loops: tuple[int, ...] = ()
+        # Loops run twice and branches are searched for waits at every level: what a node
+        # holds is found once (keyed by id; the tree outlives the walk).
+        self._calls_in: dict[int, list[cst.Call]] = {}
+        self._answers: dict[tuple[str, int], bool] = {}
+        self._subtractions: dict[tuple[int, str], str | None] = {}
+
+    def calls(self, unit: cst.CSTNode) -> list[cst.Call]:
+        """The calls a node evaluates itself (not those of nested functions and classes)."""
+        found = self._calls_in.get(id(unit))
+        if found is None:
+            if isinstance(unit, _NESTED_SCOPES):
+                found = []
+            elif isinstance(unit, _STATEMENT_PARTS):
+                # From its parts' lists, each found once: a statement is searched at every
+                # level of the blocks around it. (Blocks nest only as deep as Python allows.)
+                found = [call for child in child_nodes(unit) for call in self.calls(child)]
+            else:
+                found = list(_calls(unit))
+            self._calls_in[id(unit)] = found
+        return found
 
     def readings_in(self, body: Sequence[cst.BaseStatement]) -> int:
-        return sum(self._is_reading(call) for statement in body for call in _calls(statement))
+        return sum(self._is_reading(call) for statement in body for call in self.calls(statement))
 
     def _is_reading(self, call: cst.Call) -> bool:
-        return self.names.qualified_name(call.func, among=TIMERS) is not None
+        return self._answer("reading", call, lambda: self.names.qualified_name(call.func, among=TIMERS) is not None)
+
+    def _answer(self, question: str, call: cst.Call, compute: Callable[[], bool]) -> bool:
+        key = (question, id(call))
+        known = self._answers.get(key)
+        if known is None:
+            known = self._answers[key] = compute()
+        return known
 
     def missed(self, spans: _Spans) -> None:
         """Nothing in the scope waits for the left-over work inside a measured span: those
@@ -167,7 +196,7 @@ class _Walk:
         if isinstance(unit, _NESTED_SCOPES):
             return spans
         if isinstance(unit, cst.If):
-            spans = self._calls(list(_calls(unit.test)), unit, None, spans, later)
+            spans = self._calls(self.calls(unit.test), unit, None, spans, later)
             taken = self.block(_units(unit.body), spans, later)
             other = unit.orelse
             if isinstance(other, cst.If):
@@ -185,10 +214,10 @@ class _Walk:
             # reads its results) is taken to: work stays unwaited only where every path
             # leaves it so. Work in a branch adds to the span on the path that does it.
             branches_wait = any(self._waits(call) for branch in (unit.body, other) if branch is not None
-                                for call in _calls(branch))
+                                for call in self.calls(branch))
             return taken.join(skipped, unwaited_on_every_path=branches_wait)
         if isinstance(unit, cst.With):
-            header = [call for item in unit.items for call in _calls(item)]
+            header = [call for item in unit.items for call in self.calls(item)]
             return self.block(_units(unit.body), self._calls(header, unit, None, spans, later), later)
         if isinstance(unit, cst.Try):
             done = self.block(_units(unit.body), spans, later)
@@ -201,15 +230,15 @@ class _Walk:
             return done
         if isinstance(unit, (cst.For, cst.While)):
             return self._loop(unit, spans, later)
-        spans = self._calls(list(_calls(unit)), unit, line, spans, later)
+        spans = self._calls(self.calls(unit), unit, line, spans, later)
         return self._rebound(unit, spans)
 
     def _loop(self, loop: cst.For | cst.While, spans: _Spans, later: tuple[cst.CSTNode, ...]) -> _Spans:
-        calls = list(_calls(loop))
+        calls = self.calls(loop)
         trains = _trains(loop, calls, self.flow)
         if trains and not any(self._waits(call) for call in calls):
             return spans  # timed as a whole, and adds no work (see `unsynchronised_readings`)
-        header = list(_calls(loop.iter)) if isinstance(loop, cst.For) else list(_calls(loop.test))
+        header = self.calls(loop.iter) if isinstance(loop, cst.For) else self.calls(loop.test)
         if isinstance(loop, cst.For):
             spans = self._calls(header, loop, None, spans, later)
         body = _units(loop.body)
@@ -235,10 +264,10 @@ class _Walk:
                spans: _Spans, later: tuple[cst.CSTNode, ...]) -> _Spans:
         if any(self._waits(call) for call in calls):
             spans = self._waited(spans)
-        elif any(_accelerator_work(call, self.flow) for call in calls):
+        elif any(self._works(call) for call in calls):
             spans = spans.with_work()
         for reading in (call for call in calls if self._is_reading(call)):
-            ended = _span_ended(reading, unit, later)
+            ended = self._span_ended(reading, unit, later)
             if ended is not None and spans.pending(ended):
                 # Its own work from the step before, still queued, is missed here again.
                 again = {left for left in spans.left_over if left.reading.call is reading}
@@ -265,7 +294,28 @@ class _Walk:
         return replace(spans.started(name, pending), left_over=(spans.left_over - repeated) | carried)
 
     def _waits(self, call: cst.Call) -> bool:
-        return _waits(call, self.flow, self.names)
+        return self._answer("waits", call, lambda: _waits(call, self.flow, self.names))
+
+    def _works(self, call: cst.Call) -> bool:
+        return self._answer("works", call, lambda: _accelerator_work(call, self.flow))
+
+    def _span_ended(self, reading: cst.Call, unit: cst.CSTNode, later: Sequence[cst.CSTNode]) -> str | None:
+        """The span a reading ends: `time.time() - t0`, or `t1 = time.time()` with `t1 - t0`
+        later; not one compared with a limit."""
+        ended = _subtracted_in(reading, unit)
+        if ended is not _NOT_SUBTRACTED:
+            return ended
+        bound = _span_started(reading, unit)
+        if bound is None:
+            return None
+        for statement in later:
+            key = (id(statement), bound)
+            if key not in self._subtractions:
+                self._subtractions[key] = _subtracted_from(statement, bound)
+            start = self._subtractions[key]
+            if start is not None:
+                return start
+        return None
 
 
 # A small statement or compound statement, and the line a statement can be put before it on.
@@ -312,9 +362,12 @@ def _span_started(reading: cst.Call, unit: cst.CSTNode) -> str | None:
     return None
 
 
-def _span_ended(reading: cst.Call, unit: cst.CSTNode, later: Sequence[cst.CSTNode]) -> str | None:
-    """The span a reading ends: `time.time() - t0`, or `t1 = time.time()` with `t1 - t0`
-    later; not one compared with a limit."""
+_NOT_SUBTRACTED = "<not subtracted>"
+
+
+def _subtracted_in(reading: cst.Call, unit: cst.CSTNode) -> str | None:
+    """In the reading's own statement, `time.time() - t0`: `t0`; None where the difference is
+    compared with a limit (or is not a span's name); `_NOT_SUBTRACTED` where it is not there."""
     stack: list[tuple[cst.CSTNode, bool]] = [(unit, False)]
     while stack:
         node, compared = stack.pop()
@@ -322,14 +375,7 @@ def _span_ended(reading: cst.Call, unit: cst.CSTNode, later: Sequence[cst.CSTNod
             return None if compared else _span_name(node.right)
         inner = compared or isinstance(node, cst.Comparison)
         stack.extend((child, inner) for child in child_nodes(node))
-    bound = _span_started(reading, unit)
-    if bound is None:
-        return None
-    for statement in later:
-        start = _subtracted_from(statement, bound)
-        if start is not None:
-            return start
-    return None
+    return _NOT_SUBTRACTED
 
 
 def _subtracted_from(node: cst.CSTNode, name: str) -> str | None:
