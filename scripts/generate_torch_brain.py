@@ -225,7 +225,23 @@ def generate(site_packages: Path) -> str:
     for name in sorted(wrapper_attributes(site_packages)):
         lines.append(f"    {name!r},")
     lines.append("})")
+    lines.append("")
+    lines.append("# How torch.hub names the weights it publishes and downloads: the file name carries a")
+    lines.append("# prefix of the file's SHA-256 (`resnet101-63fe2227.pth`), matched by this pattern.")
+    lines.append(f"HUB_HASH_PATTERN = {hub_hash_pattern(site_packages)!r}")
     return "\n".join(lines) + "\n"
+
+
+def hub_hash_pattern(site_packages: Path) -> str:
+    """`torch.hub.HASH_REGEX`'s pattern, read from torch/hub.py."""
+    for statement in _parse(site_packages, "torch/hub.py").body:
+        if isinstance(statement, ast.Assign) and any(isinstance(target, ast.Name) and target.id == "HASH_REGEX"
+                                                     for target in statement.targets):
+            call = statement.value
+            if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant) \
+                    and isinstance(call.args[0].value, str):
+                return call.args[0].value
+    raise SystemExit("torch/hub.py no longer defines HASH_REGEX as re.compile(<pattern>)")
 
 
 # The classes whose instances wrap a model, and the classes they inherit from, by file.

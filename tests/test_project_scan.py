@@ -174,7 +174,154 @@ def test_a_save_of_a_host_copy_writes_no_gpu_checkpoint(tmp_path: Path) -> None:
     assert _codes(root) == []
 
 
-# A training script whose options live in another module and whose model calls `.cuda()`.
+# A translation script that pickles its vocabularies beside the GPU model's weights.
+VOCABULARY_AND_WEIGHTS = """
+import os
+import torch
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def vocabularies(build):
+    if not os.path.exists("vocab.pt"):
+        vocab_src, vocab_tgt = build()
+        torch.save((vocab_src, vocab_tgt), "vocab.pt")
+    else:
+        vocab_src, vocab_tgt = torch.load("vocab.pt")
+    return vocab_src, vocab_tgt
+def train(model):
+    model.to(device)
+    torch.save(model.state_dict(), "checkpoints/final.pt")
+"""
+
+# A config naming the converted weights, a script converting them on the CPU, and a model
+# that loads them, in a project whose training saves GPU checkpoints.
+CONFIG = """
+class Config:
+    pretrained_path = 'checkpoints/vgg16_converted.pth'
+    load_path = None
+opt = Config()
+"""
+
+CONVERTER = """
+import torch
+from torch.utils.model_zoo import load_url
+weights = load_url("https://example.org/vgg16.pth")
+weights["classifier.0.weight"] = weights.pop("classifier.1.weight")
+torch.save(weights, "checkpoints/vgg16_converted.pth")
+"""
+
+BACKBONE = """
+import torch
+from config import opt
+def backbone(model):
+    model.load_state_dict(torch.load(opt.pretrained_path))
+    return model.cuda() if torch.cuda.is_available() else model
+"""
+
+RESUME = """
+import torch
+from config import opt
+def resume(model):
+    model.load_state_dict(torch.load("weights/classifier.pth"))
+"""
+
+
+def test_a_vocabulary_saved_beside_the_gpu_weights_is_host_data(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"translate.py": VOCABULARY_AND_WEIGHTS})
+    # The file's own load of vocab.pt reads what only the vocabulary save writes.
+    assert _codes(root) == []
+    writing = checkpoint_writing(str(root / "translate.py"))
+    assert writing is not None and writing.writes_device_checkpoints
+    assert dict(writing.written) == {"vocab.pt": False, "final.pt": True}
+
+
+def test_weights_converted_on_the_cpu_are_found_through_the_configs_path(tmp_path: Path) -> None:
+    files = {"config.py": CONFIG, "tools/convert.py": CONVERTER, "model.py": BACKBONE, "train.py": GPU_TRAINING}
+    root = _project(tmp_path, files)
+    assert _codes(root) == []
+    # The same project's load of what its GPU training writes is still reported.
+    (root / "resume.py").write_text(textwrap.dedent(RESUME).lstrip())
+    forget()
+    assert _codes(root) == [("resume.py", "TDL003")]
+
+
+def test_a_file_name_some_gpu_save_writes_is_reported_whatever_else_writes_it(tmp_path: Path) -> None:
+    gpu_converter = CONVERTER.replace("import torch\n", "import torch\nweights_on = 'cuda'\n")
+    root = _project(tmp_path, {"config.py": CONFIG, "tools/convert.py": CONVERTER, "tools/convert_gpu.py": gpu_converter,
+                               "model.py": BACKBONE})
+    assert _codes(root) == [("model.py", "TDL003")]
+
+
+def test_an_options_default_path_names_the_file_a_load_reads(tmp_path: Path) -> None:
+    prepare = """
+    import argparse
+    import torch
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--vocab-file", default="data/vocab.pt")
+    args = parser.parse_args()
+    stoi = {"<pad>": 0}
+    torch.save(stoi, args.vocab_file)
+    model = torch.nn.Linear(2, 2).cuda()
+    torch.save(model.state_dict(), "model.pt")
+    """
+    tag = """
+    import argparse
+    import torch
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--vocab-file", default="data/vocab.pt")
+    args = parser.parse_args()
+    model = torch.nn.Linear(2, 2).to("cuda" if torch.cuda.is_available() else "cpu")
+    stoi = torch.load(args.vocab_file)
+    model.load_state_dict(torch.load("model.pt"))
+    """
+    root = _project(tmp_path, {"prepare.py": prepare, "tag.py": tag})
+    # The vocabulary's load is left alone; the model's is reported.
+    found = json.loads(run_cli("check", "--format", "json", ".", cwd=root).stdout)
+    assert [(item["path"], item["line"], item["code"]) for item in found] == [("tag.py", 8, "TDL003")]
+    writing = checkpoint_writing(str(root / "prepare.py"))
+    assert writing is not None and dict(writing.path_names)["vocab_file"] == ("vocab.pt",)
+
+
+def test_published_and_converted_weights_are_known_by_their_names(tmp_path: Path) -> None:
+    paths = """
+    import os
+    root = "/data/pretrained"
+    resnet_path = os.path.join(root, "resnet101-5d3b4d8f.pth")
+    vgg_path = os.path.join(root, "vgg16-caffe.pth")
+    own_path = os.path.join(root, "resnet101-finetuned.pth")
+    """
+    backbones = """
+    import torch
+    from .paths import *
+    def resnet(model):
+        model.load_state_dict(torch.load(resnet_path))
+    def vgg(model):
+        model.load_state_dict(torch.load(vgg_path))
+    def own(model):
+        model.load_state_dict(torch.load(own_path))
+    """
+    root = _project(tmp_path, {"models/paths.py": paths, "models/backbones.py": backbones, "train.py": GPU_TRAINING})
+    # torch.hub's hashed name and a Caffe conversion are weights made elsewhere; the file
+    # with a name of the project's own may be one its GPU training wrote.
+    found = json.loads(run_cli("check", "--format", "json", ".", cwd=root).stdout)
+    assert [(Path(item["path"]).name, item["line"]) for item in found] == [("backbones.py", 8)]
+
+
+def test_a_save_through_a_star_import_of_torch_is_a_save(tmp_path: Path) -> None:
+    parameters = """
+    import torch
+    CUDA = torch.cuda.is_available()
+    """
+    utils = """
+    from parameters import *
+    def save_checkpoint(filename, model, epoch):
+        torch.save({"state_dict": model.state_dict(), "epoch": epoch}, filename)
+    """
+    root = _project(tmp_path, {"parameters.py": parameters, "utils.py": utils, "predict.py": PREDICT})
+    writing = checkpoint_writing(str(root / "predict.py"))
+    assert writing is not None and writing.device_saves == (("utils.py", 3),)
+    assert _codes(root, "predict.py") == [("predict.py", "TDL003")]
+
+
+
 OPTIONS = """
 import argparse
 def parse():

@@ -15,7 +15,13 @@ from torchdevlint.analysis.local_names import FunctionBindings, function_binding
 from torchdevlint.analysis.name_oracle import NameOracle
 from torchdevlint.analysis.names import ImportTable
 from torchdevlint.budget import Deadline, NoDeadline
-from torchdevlint.project_scan import CheckpointWriting, CpuModeOption, checkpoint_writing, cpu_mode_option
+from torchdevlint.project_scan import (
+    CheckpointWriting,
+    CpuModeOption,
+    checkpoint_writing,
+    cpu_mode_option,
+    path_target_of_code,
+)
 
 _SharedT = TypeVar("_SharedT")
 # Nodes with names of their own: Python's scopes.
@@ -91,6 +97,17 @@ class FileContext:
         """What the file's project (its other files included) saves with `torch.save`; None
         where the file is not on disk (standard input, a rule's example)."""
         return checkpoint_writing(self.path)
+
+    def loaded_file_may_hold_device_tensors(self, path: cst.BaseExpression) -> bool:
+        """Whether the file a path expression names may have been written from accelerator
+        tensors by the project's saves: False only where its name is known (from the path's
+        text, or the path the project gives its name: `--weights` and its default) and every
+        save of the project that writes a file so named saves host data."""
+        writing = self.project_checkpoints()
+        if writing is None:
+            return True
+        target = path_target_of_code(self.module.code_for_node(path))
+        return writing.may_hold_device_tensors(writing.file_names(target))
 
     def project_cpu_mode(self) -> CpuModeOption | None:
         """The command-line option of another file of the project that gives a program

@@ -67,15 +67,55 @@ _LIBRARY_SAVERS = ("accelerator", "fabric", "xm")
 @dataclass(frozen=True)
 class CheckpointWriting:
     """What a project's code saves: the saves that may hold accelerator tensors (path relative
-    to the root, line), the first few; `complete` is False where the scan stopped early."""
+    to the root, line), the first few; `complete` is False where the scan stopped early.
+    `written`: each file name a save names (`vocab.pt`), with whether some save of it may hold
+    accelerator tensors; `path_names`: the file names the project gives names of paths
+    (`caffe_pretrain_path = "checkpoints/vgg16_caffe.pth"`, `--weights` with its default)."""
 
     root: str
     device_saves: tuple[tuple[str, int], ...] = ()
     complete: bool = True
+    written: tuple[tuple[str, bool], ...] = ()
+    path_names: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def writes_device_checkpoints(self) -> bool:
         return bool(self.device_saves) or not self.complete
+
+    def file_names(self, target: PathTarget) -> frozenset[str]:
+        """The file names a path may name: its own text's, or those its name is given."""
+        if target.file_name:
+            return frozenset({target.file_name})
+        return frozenset(dict(self.path_names).get(target.path_name, ())) if target.path_name else frozenset()
+
+    def may_hold_device_tensors(self, file_names: frozenset[str]) -> bool:
+        """Whether a file so named may have been written from accelerator tensors: False only
+        where the project's saves write files of that name, and none of them may hold any (a
+        vocabulary pickled beside the GPU checkpoints, weights converted on the CPU), or where
+        no save writes one and the name says it was made elsewhere (see `_made_elsewhere`)."""
+        if not self.complete:
+            return True
+        writers = [device for name, device in self.written if name in file_names]
+        if writers:
+            return any(writers)
+        return not file_names or not all(_made_elsewhere(name) for name in file_names)
+
+    @property
+    def key(self) -> str:
+        """What a file's findings may depend on, as text (see `project_facts`)."""
+        written = ",".join(f"{name}={int(device)}" for name, device in self.written)
+        names = ";".join(f"{name}={','.join(files)}" for name, files in self.path_names)
+        return f"{self.writes_device_checkpoints}:{_digest(written + '|' + names)}"
+
+
+@dataclass(frozen=True)
+class PathTarget:
+    """The file a path expression names, where its own text says (`"ckpt/vocab.pt"`,
+    `os.path.join(root, "model.pth")`): its last component; else the name it is read from
+    (`args.weights`, `WEIGHTS_PATH`, `cfg["weights"]`), to look up among the project's paths."""
+
+    file_name: str = ""
+    path_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,28 +130,50 @@ class CpuModeOption:
 
 
 @dataclass(frozen=True)
+class _Save:
+    line: int
+    # What it saves comes from outside its function.
+    from_outside: bool
+    # What it saves is host data whatever the device: a `.cpu()` copy, a vocabulary.
+    host: bool = False
+    target: PathTarget = PathTarget()
+
+    def to_json(self) -> list[object]:
+        return [self.line, self.from_outside, self.host, self.target.file_name, self.target.path_name]
+
+    @classmethod
+    def from_json(cls, kept: object) -> _Save:
+        assert isinstance(kept, list)
+        line, from_outside, host, file_name, path_name = kept
+        return cls(int(line), bool(from_outside), bool(host), PathTarget(str(file_name), str(path_name)))
+
+
+@dataclass(frozen=True)
 class _Summary:
     """What one file holds, as far as the project's facts go."""
 
     names_accelerator: bool = False
-    # Its checkpoint saves: (line, whether what it saves comes from outside its function).
-    saves: tuple[tuple[int, bool], ...] = ()
+    saves: tuple[_Save, ...] = ()
     # The modules it imports, as written: `a.b`, `.base_model`, `..utils.io` (see `_imports`).
     imports: tuple[str, ...] = ()
     # The lines of its command-line options that run the program on the CPU.
     cpu_options: tuple[int, ...] = ()
     test_code: bool = False
+    # Names it gives file paths, with the file names (see `_path_names`).
+    path_names: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> list[object]:
-        return [self.names_accelerator, [list(save) for save in self.saves], list(self.imports),
-                list(self.cpu_options), self.test_code]
+        return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
+                list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names]]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
-        names_accelerator, saves, imports, cpu_options, test_code = kept
+        names_accelerator, saves, imports, cpu_options, test_code, path_names = kept
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
-        return cls(bool(names_accelerator), tuple((int(line), bool(outside)) for line, outside in saves),
-                   tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code))
+        assert isinstance(path_names, list)
+        return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
+                   tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
+                   tuple((str(name), str(file_name)) for name, file_name in path_names))
 
 
 @dataclass(frozen=True)
@@ -122,7 +184,7 @@ class _ProjectFacts:
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 3
+_SUMMARY_FORMAT = 4
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -215,22 +277,28 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
 
 
 def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
-    names_accelerator = False
-    # Saves of what came from outside their function: device saves once the project is
-    # known to name an accelerator.
+    names_accelerator = any(summary.names_accelerator for summary in summaries.values())
+    path_names: dict[str, set[str]] = {}
+    for summary in summaries.values():
+        for name, file_name in summary.path_names:
+            path_names.setdefault(name, set()).add(file_name)
+    named = tuple(sorted((name, tuple(sorted(files))) for name, files in path_names.items()))
+    lookup = CheckpointWriting(str(root), path_names=named)
+    # Saves in files that name an accelerator, then saves of what came from outside a
+    # function in other files: device data once the project is known to name one.
+    own: list[tuple[str, int]] = []
     foreign: list[tuple[str, int]] = []
-    device_saves: list[tuple[str, int]] = []
+    written: dict[str, bool] = {}
     for path, summary in summaries.items():
-        names_accelerator = names_accelerator or summary.names_accelerator
         relative = os.path.relpath(path, root)
-        for line, from_outside in summary.saves:
-            if summary.names_accelerator:
-                device_saves.append((relative, line))
-            elif from_outside:
-                foreign.append((relative, line))
-    if names_accelerator:
-        device_saves.extend(foreign)
-    return CheckpointWriting(str(root), tuple(device_saves[:3]))
+        for save in summary.saves:
+            device = not save.host and (summary.names_accelerator or save.from_outside and names_accelerator)
+            if device:
+                (own if summary.names_accelerator else foreign).append((relative, save.line))
+            for file_name in lookup.file_names(save.target):
+                written[file_name] = written.get(file_name, False) or device
+    return CheckpointWriting(str(root), tuple([*own, *foreign][:3]), written=tuple(sorted(written.items())),
+                             path_names=named)
 
 
 def _cpu_mode(root: Path, summaries: dict[str, _Summary]) -> dict[str, CpuModeOption]:
@@ -368,19 +436,109 @@ def _summary(file_path: str) -> _Summary:
     names_accelerator = any(word.encode() in lowered for word in naming.ACCELERATOR_TEXT)
     imports = _imports(source)
     test_code = _is_test_code(source, imports, Path(file_path).name)
+    path_names = _path_names(source)
     if test_code or b"save" not in source and b"add_argument" not in source:
-        return _Summary(names_accelerator, imports=imports, test_code=test_code)
+        return _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=path_names)
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return _Summary(names_accelerator, imports=imports)
+        return _Summary(names_accelerator, imports=imports, path_names=path_names)
     finder = _SaveFinder()
     try:
         finder.visit(tree)
     except RecursionError:
-        return _Summary(names_accelerator, imports=imports)
+        return _Summary(names_accelerator, imports=imports, path_names=path_names)
     cpu_options = _cpu_options(source, finder.options) if finder.options else ()
-    return _Summary(names_accelerator, tuple(finder.saves), imports, cpu_options)
+    return _Summary(names_accelerator, tuple(finder.saves), imports, cpu_options, path_names=path_names)
+
+
+# `weights_path = "ckpt/model.pth"`, `self.vocab_file: str = 'vocab.pt'`: a name given a path.
+_PATH_ASSIGNMENT = re.compile(rb"""^[ \t]*(?:self\.)?(\w+)[ \t]*(?::[^=\n]*)?=[ \t]*[rR]?(['"])([^'"\n]*)\2""",
+                              re.MULTILINE)
+# `res152_path = os.path.join(root, "ResNet", "resnet152-b121ed2d.pth")`, `Path(root, "x.pt")`.
+_JOINED_PATH_ASSIGNMENT = re.compile(
+    rb"""^[ \t]*(?:self\.)?(\w+)[ \t]*(?::[^=\n]*)?=[ \t]*(?:[\w.]*\bjoin|Path)\([^\n]*?[rR]?(['"])([^'"\n]*)\2[ \t]*\)[ \t]*(?:#[^\n]*)?$""",
+    re.MULTILINE)
+# `parser.add_argument("--weights", ..., default="model.pth")`: an option's default path.
+_PATH_OPTION = re.compile(rb"""add_argument\(\s*['"]-{1,2}([\w-]+)['"][^()]*?\bdefault\s*=\s*[rR]?(['"])([^'"\n]*)\2""")
+
+
+def _path_names(source: bytes) -> tuple[tuple[str, str], ...]:
+    """The names the file gives paths of files (assignments of a string, options' defaults),
+    with each path's file name: where a load reads `args.weights`, which file that is."""
+    found: set[tuple[str, str]] = set()
+    for pattern in (_PATH_ASSIGNMENT, _JOINED_PATH_ASSIGNMENT, _PATH_OPTION):
+        for match in pattern.finditer(source):
+            name = match.group(1).decode("utf-8", "replace").replace("-", "_")
+            file_name = _file_name(match.group(3).decode("utf-8", "replace"))
+            if file_name:
+                found.add((name, file_name))
+    return tuple(sorted(found))
+
+
+def _made_elsewhere(file_name: str) -> bool:
+    """A file name that says the file was made outside the project: weights torch.hub
+    publishes (named with a prefix of their hash, `resnet152-b121ed2d.pth`), or weights
+    converted from another framework's (`vgg16-caffe.pth`, `yolov3_darknet.pth`)."""
+    from torchdevlint.analysis.brains import naming, torch_ops
+
+    hashed = re.search(torch_ops.HUB_HASH_PATTERN, file_name)
+    if hashed is not None and len(hashed.group(1)) >= _HUB_HASH_DIGITS:
+        return True
+    return bool(set(naming.words(file_name)) & naming.OTHER_FRAMEWORK_WORDS)
+
+
+# torch.hub's published file names carry 8 hex digits or more; fewer could be a word (`-cafe.`).
+_HUB_HASH_DIGITS = 8
+
+# The last component of a path that names one file: a stem and an extension, no placeholders.
+_FILE_NAME = re.compile(r"[\w+-][\w.+-]*\.[A-Za-z]\w*")
+
+
+def _file_name(path: str) -> str:
+    last = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return last if _FILE_NAME.fullmatch(last) else ""
+
+
+def path_target_of_code(code: str) -> PathTarget:
+    """`path_target` of an expression's code (a rule's node, rendered)."""
+    try:
+        tree = ast.parse(f"(\n{code}\n)", mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return PathTarget()
+    return path_target(tree.body)
+
+
+def path_target(path: ast.expr) -> PathTarget:
+    """What file a path expression names (see `PathTarget`); empty where it does not say."""
+    if isinstance(path, ast.Constant) and isinstance(path.value, str):
+        return PathTarget(_file_name(path.value))
+    if isinstance(path, ast.JoinedStr) and path.values:
+        last = path.values[-1]
+        # `f"{folder}/vocab.pt"`: a last part with a folder separator and no placeholder after it.
+        if isinstance(last, ast.Constant) and isinstance(last.value, str) and "/" in last.value:
+            return PathTarget(_file_name(last.value))
+        return PathTarget()
+    if isinstance(path, ast.BinOp) and isinstance(path.right, ast.Constant) and isinstance(path.right.value, str):
+        # `folder / "model.pth"`; `folder + "/model.pth"` (not `stem + ".pth"`).
+        if isinstance(path.op, ast.Div) or isinstance(path.op, ast.Add) and "/" in path.right.value:
+            return PathTarget(_file_name(path.right.value))
+        return PathTarget()
+    if isinstance(path, ast.Call) and path.args and not path.keywords:
+        func = path.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name == "join":
+            return path_target(path.args[-1])
+        if name in ("Path", "str", "expanduser", "abspath", "realpath", "normpath") and len(path.args) == 1:
+            return path_target(path.args[0])
+        return PathTarget()
+    if isinstance(path, ast.Name):
+        return PathTarget(path_name=path.id)
+    if isinstance(path, ast.Attribute):
+        return PathTarget(path_name=path.attr)
+    if isinstance(path, ast.Subscript) and isinstance(path.slice, ast.Constant) and isinstance(path.slice.value, str):
+        return PathTarget(path_name=path.slice.value)
+    return PathTarget()
 
 
 # An import statement at the start of a line: `import a.b as c, d`, `from ..x import (y, z)`.
@@ -468,7 +626,7 @@ def _python_source(file_path: str) -> bytes | None:
 
 class _SaveFinder(ast.NodeVisitor):
     def __init__(self) -> None:
-        self.saves: list[tuple[int, bool]] = []
+        self.saves: list[_Save] = []
         # `parser.add_argument(...)` calls, judged afterwards (`_cpu_options`).
         self.options: list[ast.Call] = []
         self._torch_names: set[str] = set()
@@ -482,6 +640,9 @@ class _SaveFinder(ast.NodeVisitor):
                 self._torch_names.add(alias.asname or "torch")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if any(alias.name == "*" for alias in node.names):
+            # `from utils import *`, where utils imports torch (see `naming.STAR_IMPORTED_MODULES`).
+            self._torch_names.add("torch")
         if node.module == "torch":
             self._save_names.update(alias.asname or alias.name for alias in node.names if alias.name == "save")
 
@@ -507,13 +668,15 @@ class _SaveFinder(ast.NodeVisitor):
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in self._torch_names \
                 and func.attr == "save" or isinstance(func, ast.Name) and func.id in self._save_names:
             saved = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "obj"), None)
-            if saved is not None and not _host_copy(saved):
-                self.saves.append((node.lineno, self._from_outside(saved)))
+            path = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "f"), None)
+            if saved is not None:
+                self.saves.append(_Save(node.lineno, self._from_outside(saved), _host_copy(saved) or _host_data(saved),
+                                        PathTarget() if path is None else path_target(path)))
         elif isinstance(func, ast.Attribute) and func.attr == "add_argument":
             self.options.append(node)
         elif isinstance(func, ast.Attribute) and (func.attr in _LIBRARY_SAVES or func.attr == "save" and any(
                 word in ast.unparse(func.value).lower() for word in _LIBRARY_SAVERS)):
-            self.saves.append((node.lineno, True))
+            self.saves.append(_Save(node.lineno, True))
         self.generic_visit(node)
 
     def _from_outside(self, saved: ast.expr) -> bool:
@@ -544,7 +707,7 @@ def project_facts(path: str, store: Path | None = None) -> str:
         return ""
     option = facts.cpu_mode.get(os.path.abspath(path))
     offered = "none" if option is None else f"{option.file}:{option.line}"
-    return f"device-checkpoints={facts.writing.writes_device_checkpoints};cpu-mode={offered}"
+    return f"device-checkpoints={facts.writing.key};cpu-mode={offered}"
 
 
 def _bound_names(target: ast.expr) -> list[str]:
@@ -556,6 +719,24 @@ def _bound_names(target: ast.expr) -> list[str]:
     if isinstance(target, (ast.Tuple, ast.List)):
         return [name for element in target.elts for name in _bound_names(element)]
     return []
+
+
+def _host_data(saved: ast.expr) -> bool:
+    """What is saved is named as host data only: `(vocab_src, vocab_tgt)`, `vars(args)`,
+    `{"stoi": stoi, "itos": itos}` (see `naming.names_host_data`)."""
+    from torchdevlint.analysis.brains import naming
+
+    if isinstance(saved, (ast.Tuple, ast.List)):
+        return bool(saved.elts) and all(_host_data(element) for element in saved.elts)
+    if isinstance(saved, ast.Dict):
+        return bool(saved.values) and all(_host_data(value) for value in saved.values)
+    if isinstance(saved, ast.Call) and isinstance(saved.func, ast.Name) and saved.func.id == "vars" and len(saved.args) == 1:
+        return _host_data(saved.args[0])
+    if isinstance(saved, ast.Name):
+        return naming.names_host_data(saved.id)
+    if isinstance(saved, ast.Attribute):
+        return naming.names_host_data(saved.attr)
+    return False
 
 
 def _host_copy(saved: ast.expr) -> bool:

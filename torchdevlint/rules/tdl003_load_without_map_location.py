@@ -93,6 +93,18 @@ class LoadWithoutMapLocation(Rule):
     that is not in a file on disk (standard input without `--stdin-filename`) is reported as
     before.
 
+    Nor a load of a file that, by its name, none of those saves wrote. The name is read from
+    the load's path (`"vocab.pt"`, `os.path.join(root, "model.pth")`, `folder / "x.pt"`) or,
+    for a name (`args.weights`, `opt.pretrained_path`, `res152_path`), from the paths the
+    project gives it: string assignments, `os.path.join(...)` with a literal file name, and
+    options' defaults (`add_argument("--weights", default="model.pth")`). Not reported where
+    every save of the project that writes a file of that name saves host data (a `.cpu()`
+    copy, a vocabulary or the program's options: `torch.save((vocab_src, vocab_tgt),
+    "vocab.pt")`, weights converted in a script that names no accelerator); nor where no save
+    writes it and the name says it was made elsewhere: torch.hub's published weights, named
+    with a prefix of their hash (`resnet152-b121ed2d.pth`), and weights converted from another
+    framework's (`vgg16-caffe.pth`).
+
     Also not reported, unless `include-tests` is set: loads in test code as pytest collects
     it (`conftest.py`, modules that import pytest or unittest, and files named `test_*.py`
     or `*_test.py` that define `test*` functions or `Test*` classes), which reads back
@@ -662,6 +674,8 @@ class LoadWithoutMapLocation(Rule):
         if self._found and (self._needs_a_gpu() or not self._project_may_have_saved_them()):
             return
         for call, fix in self._found:
+            if not self._file_may_hold_device_tensors(call):
+                continue
             if self._program.hard_coded_cuda():
                 # A program with no CPU mode, in one process: it runs only on a GPU machine, whose
                 # first GPU is there, and fails on any other before its loads matter.
@@ -677,6 +691,16 @@ class LoadWithoutMapLocation(Rule):
             return True
         writing = self.context.project_checkpoints()
         return writing is None or writing.writes_device_checkpoints
+
+    def _file_may_hold_device_tensors(self, call: cst.Call) -> bool:
+        """The file loaded may be one the project's device saves wrote: not where every save
+        of the project that writes a file of its name saves host data (a vocabulary, weights
+        converted on the CPU)."""
+        if self.options.include_outside_checkpoints:
+            return True
+        path = next((arg.value for arg in call.args if arg.keyword is None and not arg.star), None) or next(
+            (arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "f"), None)
+        return path is None or self.context.loaded_file_may_hold_device_tensors(path)
 
     def _needs_a_gpu(self) -> bool:
         """The program says it cannot run without a GPU: it asserts one, exits without one, or

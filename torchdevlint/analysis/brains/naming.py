@@ -82,6 +82,31 @@ ENVIRONMENT_WORDS = frozenset({"env", "envs", "environment", "environments", "ve
 # Words in an option's names that make it a device flag (`--cuda`, `--use-gpu`, `--cpu-only`).
 DEVICE_FLAG_WORDS = ("cuda", "gpu", "cpu", "device", "mps", "xpu", "accelerator")
 
+# Words of names of what stays host data whatever device a program runs on: a vocabulary, a
+# tokenizer, the program's options, its logged numbers (`torch.save((vocab_src, vocab_tgt), path)`).
+HOST_DATA_WORDS = frozenset({"vocab", "vocabs", "vocabulary", "tokenizer", "stoi", "itos", "args", "hparams",
+                             "config", "cfg", "history", "metrics"})
+# ... unless the name also says it holds tensors or a model's state (`vocab_embeddings`).
+TENSOR_HOLDER_WORDS = frozenset({"model", "net", "state", "weights", "weight", "params", "embedding", "embeddings",
+                                 "tensor", "tensors", "optimizer", "checkpoint", "ckpt"})
+# Word-to-index tables: `word2idx`, `char_to_index`, `token2id`.
+_INDEX_TABLE = re.compile(r"(?:word|char|token|tag|label)s?_?(?:2|to)_?(?:idx|index|id|ix)"
+                          r"|(?:idx|index|id|ix)_?(?:2|to)_?(?:word|char|token|tag|label)s?")
+
+
+def names_host_data(name: str) -> bool:
+    """A variable's name says it holds host data only (see `HOST_DATA_WORDS`)."""
+    named = set(words(name))
+    if named & TENSOR_HOLDER_WORDS:
+        return False
+    return bool(named & HOST_DATA_WORDS) or _INDEX_TABLE.fullmatch(name.lower()) is not None
+
+
+# Words of a weights file's name that say it was converted from another framework's weights
+# (`vgg16-caffe.pth`, `yolov4.darknet.pth`, `bert_tf_converted.bin`).
+OTHER_FRAMEWORK_WORDS = frozenset({"caffe", "caffe2", "tf", "tensorflow", "keras", "mxnet", "chainer", "darknet",
+                                   "paddle", "jax", "flax", "lua"})
+
 # Words in a checkpoint path that say a script reads its own earlier runs back (a resume).
 RESUME_PATH_WORDS = ("resume", "checkpoint", "ckpt")
 

@@ -3079,3 +3079,7 @@ WRAPPER_ATTRIBUTES: frozenset[str] = frozenset({
     'xpu',
     'zero_grad',
 })
+
+# How torch.hub names the weights it publishes and downloads: the file name carries a
+# prefix of the file's SHA-256 (`resnet101-63fe2227.pth`), matched by this pattern.
+HUB_HASH_PATTERN = '-([a-f0-9]*)\\.'
