@@ -414,3 +414,38 @@ from x import *  # everything
 def _codes_selected(root: Path, codes: str) -> list[tuple[str, str]]:
     found = json.loads(run_cli("check", "--format", "json", "--select", codes, ".", cwd=root).stdout)
     return sorted((Path(item["path"]).name, item["code"]) for item in found)
+
+
+# DataParallel over GPUs from the command line, the model moved to the current GPU (GPU 0).
+TRAIN_ON_OPTION_GPUS = """
+import argparse
+import torch
+import torch.nn as nn
+import models
+
+def train(args):
+    model = nn.DataParallel(models.Net(), device_ids=args.gpus)
+    model.cuda()
+    return model
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpus", type=int, nargs="+", default=[0, 1])
+train(parser.parse_args())
+"""
+
+SELECTS_THE_FIRST_GPU = """
+import torch
+def select(args):
+    torch.cuda.set_device(args.gpus[0])
+"""
+
+
+def test_option_device_ids_are_reported_unless_the_program_selects_a_gpu_elsewhere(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"train.py": TRAIN_ON_OPTION_GPUS, "models.py": "import torch.nn as nn\nNet = nn.Linear\n",
+                               "tools/select.py": SELECTS_THE_FIRST_GPU})
+    # A file that selects a GPU in no program of train.py's does not count.
+    assert _codes(root) == [("train.py", "TDL012")]
+    # Imported by the program's own model module, it does: the program then runs on args.gpus[0].
+    (root / "models.py").write_text("import torch.nn as nn\nfrom tools import select\nNet = nn.Linear\n")
+    forget()
+    assert _codes(root) == []

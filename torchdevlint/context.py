@@ -20,6 +20,7 @@ from torchdevlint.project_scan import (
     CpuModeOption,
     checkpoint_writing,
     cpu_mode_option,
+    gpu_selection,
     path_target_of_code,
 )
 
@@ -108,6 +109,13 @@ class FileContext:
             return True
         target = path_target_of_code(self.module.code_for_node(path))
         return writing.may_hold_device_tensors(writing.file_names(target))
+
+    def project_selects_a_gpu(self) -> bool:
+        """Some file of a program this file is part of (this one included; read as the
+        project's CPU-mode options are) chooses the current GPU, or which GPUs the process
+        sees: `torch.cuda.set_device(...)`, `with torch.cuda.device(...)`,
+        `CUDA_VISIBLE_DEVICES`. False where the file is not on disk."""
+        return gpu_selection(self.path) is not None
 
     def project_cpu_mode(self) -> CpuModeOption | None:
         """The command-line option of another file of the project that gives a program

@@ -48,8 +48,9 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from torchdevlint.sourcefile import DEFAULT_EXCLUDES, store_json
 
@@ -161,19 +162,21 @@ class _Summary:
     test_code: bool = False
     # Names it gives file paths, with the file names (see `_path_names`).
     path_names: tuple[tuple[str, str], ...] = ()
+    # It chooses the current GPU (see `_SELECTS_A_GPU`).
+    selects_a_gpu: bool = False
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
-                list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names]]
+                list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
-        names_accelerator, saves, imports, cpu_options, test_code, path_names = kept
+        names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu = kept
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
         assert isinstance(path_names, list)
         return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
                    tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
-                   tuple((str(name), str(file_name)) for name, file_name in path_names))
+                   tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu))
 
 
 @dataclass(frozen=True)
@@ -181,10 +184,15 @@ class _ProjectFacts:
     writing: CheckpointWriting
     # Absolute file path -> the option that gives its program a CPU mode.
     cpu_mode: dict[str, CpuModeOption]
+    # Absolute file path -> the file of its program that chooses the current GPU (see
+    # `_SELECTS_A_GPU`), relative to the root.
+    gpu_selection: dict[str, str] = field(default_factory=dict)
+    # The scan stopped early: any file may be in such a program.
+    complete: bool = True
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 4
+_SUMMARY_FORMAT = 5
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -240,6 +248,16 @@ def checkpoint_writing(path: str, store: Path | None = None) -> CheckpointWritin
     return None if facts is None else facts.writing
 
 
+def gpu_selection(path: str, store: Path | None = None) -> str | None:
+    """The file of a program `path` is part of that chooses the current GPU or the GPUs the
+    process sees (relative to the root; "?" where the scan stopped early); None where there
+    is none (or `path` has no project on disk)."""
+    facts = _facts(path, store)
+    if facts is None:
+        return None
+    return facts.gpu_selection.get(os.path.abspath(path)) if facts.complete else "?"
+
+
 def cpu_mode_option(path: str, store: Path | None = None) -> CpuModeOption | None:
     """The option of another file of the project that gives a program importing `path` a CPU
     mode; None where there is none (or `path` has no project on disk)."""
@@ -262,7 +280,7 @@ def _facts(path: str, store: Path | None) -> _ProjectFacts | None:
 def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
     listing, complete = _listing(root)
     if not complete:
-        return _ProjectFacts(CheckpointWriting(str(root), complete=False), {})
+        return _ProjectFacts(CheckpointWriting(str(root), complete=False), {}, complete=False)
     store_file = None if store is None else store / f"{_digest(str(root))}-{_SUMMARY_FORMAT}.json"
     if store_file is not None and str(store_file) not in _READ_STORES:
         _READ_STORES.add(str(store_file))
@@ -273,7 +291,11 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
     if missing and store_file is not None:
         _write_store(store_file, listing)
     summaries = {entry[0]: _SUMMARIES[entry] for entry in listing}
-    return _ProjectFacts(_writing(root, summaries), _cpu_mode(root, summaries))
+    # The import graph is read only where some file marks the programs that import it.
+    marks = any((summary.cpu_options or summary.selects_a_gpu) and not summary.test_code for summary in summaries.values())
+    imported = _import_graph(root, summaries) if marks else {}
+    return _ProjectFacts(_writing(root, summaries), _cpu_mode(root, summaries, imported),
+                         _gpu_selection(root, summaries, imported))
 
 
 def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
@@ -301,38 +323,57 @@ def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
                              path_names=named)
 
 
-def _cpu_mode(root: Path, summaries: dict[str, _Summary]) -> dict[str, CpuModeOption]:
+def _cpu_mode(root: Path, summaries: dict[str, _Summary], imported: dict[str, set[str]]) -> dict[str, CpuModeOption]:
     """Each file a program with a CPU-mode option imports (the program and the option's own
     file included), with that option."""
-    offering = {path: summary.cpu_options[0] for path, summary in summaries.items()
+    offering = {path: (path, summary.cpu_options[0]) for path, summary in summaries.items()
                 if summary.cpu_options and not summary.test_code}
-    if not offering:
+    reach: dict[str, CpuModeOption] = {}
+    for current, ((option_file, line), program) in _in_programs_with(offering, summaries, imported).items():
+        reach[current] = CpuModeOption(os.path.relpath(option_file, root), line,
+                                       os.path.relpath(program, root) if current != program else "")
+    return reach
+
+
+def _gpu_selection(root: Path, summaries: dict[str, _Summary], imported: dict[str, set[str]]) -> dict[str, str]:
+    """Each file of a program one of whose files chooses the current GPU, with that file."""
+    selecting = {path: path for path, summary in summaries.items() if summary.selects_a_gpu and not summary.test_code}
+    return {current: os.path.relpath(selecting_file, root)
+            for current, (selecting_file, _) in _in_programs_with(selecting, summaries, imported).items()}
+
+
+_Mark = TypeVar("_Mark", str, tuple[str, int])
+
+
+def _in_programs_with(marked: dict[str, _Mark], summaries: dict[str, _Summary],
+                      imported: dict[str, set[str]]) -> dict[str, tuple[_Mark, str]]:
+    """Each file a program holding a marked file imports (the program and the marked file
+    included), with the mark and the program: the programs are the files that import a
+    marked file, directly or not (itself too), and the first mark (by its file's path) wins."""
+    if not marked:
         return {}
-    imported = _import_graph(root, summaries)
     importers: dict[str, set[str]] = {}
     for path, targets in imported.items():
         for target in targets:
             importers.setdefault(target, set()).add(path)
-    # The programs: files that import an option-defining file, directly or not (itself too).
-    programs: dict[str, tuple[str, int]] = {}
-    for option_file, line in sorted(offering.items()):
-        pending = [option_file]
+    programs: dict[str, _Mark] = {}
+    for marked_file, mark in sorted(marked.items(), key=lambda item: item[0]):
+        pending = [marked_file]
         while pending:
             current = pending.pop()
             if current in programs or summaries[current].test_code:
                 continue
-            programs[current] = (option_file, line)
+            programs[current] = mark
             pending.extend(importers.get(current, ()))
-    reach: dict[str, CpuModeOption] = {}
+    reach: dict[str, tuple[_Mark, str]] = {}
     # Named by the program a user runs where there is one: a file nothing imports.
-    for program, (option_file, line) in sorted(programs.items(), key=lambda item: (item[0] in importers, item[0])):
-        option = CpuModeOption(os.path.relpath(option_file, root), line, os.path.relpath(program, root))
+    for program, mark in sorted(programs.items(), key=lambda item: (item[0] in importers, item[0])):
         pending = [program]
         while pending:
             current = pending.pop()
             if current in reach:
                 continue
-            reach[current] = option if current != program else CpuModeOption(option.file, option.line, "")
+            reach[current] = (mark, program)
             pending.extend(imported.get(current, ()))
     return reach
 
@@ -437,19 +478,27 @@ def _summary(file_path: str) -> _Summary:
     imports = _imports(source)
     test_code = _is_test_code(source, imports, Path(file_path).name)
     path_names = _path_names(source)
+    selects = _SELECTS_A_GPU.search(source) is not None
     if test_code or b"save" not in source and b"add_argument" not in source:
-        return _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=path_names)
+        return _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=path_names,
+                        selects_a_gpu=selects)
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return _Summary(names_accelerator, imports=imports, path_names=path_names)
+        return _Summary(names_accelerator, imports=imports, path_names=path_names, selects_a_gpu=selects)
     finder = _SaveFinder()
     try:
         finder.visit(tree)
     except RecursionError:
-        return _Summary(names_accelerator, imports=imports, path_names=path_names)
+        return _Summary(names_accelerator, imports=imports, path_names=path_names, selects_a_gpu=selects)
     cpu_options = _cpu_options(source, finder.options) if finder.options else ()
-    return _Summary(names_accelerator, tuple(finder.saves), imports, cpu_options, path_names=path_names)
+    return _Summary(names_accelerator, tuple(finder.saves), imports, cpu_options, path_names=path_names,
+                    selects_a_gpu=selects)
+
+
+# Code that chooses which GPU the process uses: `torch.cuda.set_device(gpu_ids[0])`, `with
+# torch.cuda.device(rank):`, or which GPUs it sees (`CUDA_VISIBLE_DEVICES`).
+_SELECTS_A_GPU = re.compile(rb"^[^#\n]*(?:\bset_device\s*\(|\bcuda\.device\s*\(|CUDA_VISIBLE_DEVICES)", re.MULTILINE)
 
 
 # `weights_path = "ckpt/model.pth"`, `self.vocab_file: str = 'vocab.pt'`: a name given a path.
@@ -707,7 +756,8 @@ def project_facts(path: str, store: Path | None = None) -> str:
         return ""
     option = facts.cpu_mode.get(os.path.abspath(path))
     offered = "none" if option is None else f"{option.file}:{option.line}"
-    return f"device-checkpoints={facts.writing.key};cpu-mode={offered}"
+    selection = facts.gpu_selection.get(os.path.abspath(path), "none") if facts.complete else "?"
+    return f"device-checkpoints={facts.writing.key};cpu-mode={offered};gpu-selection={selection}"
 
 
 def _bound_names(target: ast.expr) -> list[str]:

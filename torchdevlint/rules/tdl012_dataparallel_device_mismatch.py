@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.brains import torch_api
+from torchdevlint.analysis.brains import naming, torch_api
+from torchdevlint.analysis.command_line import CommandLine
 from torchdevlint.analysis.flow.values import Wrapping
 from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
@@ -25,6 +26,13 @@ class DataParallelDeviceMismatch(Rule):
     a variable or a same-file helper holding one, `.cuda()` after `torch.cuda.set_device(1)`.
     `device_ids` count when written as a list, `range(...)` or None.
 
+    Also `device_ids` read from a command-line option (`device_ids=args.gpus`) around a
+    model moved to the current GPU with `.cuda()` or `.to("cuda")`, before wrapping or after
+    (`model = nn.DataParallel(net, device_ids=args.gpus)`, then `model.cuda()`), in a project
+    none of whose files chooses the current GPU (`torch.cuda.set_device(args.gpus[0])`, `with
+    torch.cuda.device(...)`) or the GPUs the process sees (`CUDA_VISIBLE_DEVICES`): the model
+    is on GPU 0 whatever the option says. The project is read as for TDL003.
+
     ## Why is this bad?
     `DataParallel` keeps the master copy of the module on `device_ids[0]` and checks it on
     every forward pass: the first batch fails with "RuntimeError: module must have its
@@ -38,7 +46,10 @@ class DataParallelDeviceMismatch(Rule):
     leaving the ones before it alone, as moving the model there suggests. Unsafe: it changes
     which GPUs the program uses, and with a single GPU past N it no longer splits batches.
     Explicit `device_ids` that disagree with the model, and a wrapper moved after wrapping,
-    get no fix: which side is wrong is a choice.
+    get no fix: which side is wrong is a choice. `device_ids` from an option around a wrapper
+    moved after wrapping get `torch.cuda.set_device(<option>[0])` before the wrapping: the
+    model, and everything the program later moves with `.cuda()`, go to the option's first
+    GPU. Unsafe: it changes the current GPU of the whole process.
 
     ## Options
     None.
@@ -89,6 +100,24 @@ class DataParallelDeviceMismatch(Rule):
             other = nn.DataParallel(nn.Linear(2, 2).cuda())
             """,
             name="current-device-set-for-a-block-or-on-one-path",
+        ),
+        Valid(
+            """
+            import argparse
+            import torch
+            import torch.nn as nn
+
+            def train(args):
+                torch.cuda.set_device(args.gpus[0])
+                model = nn.DataParallel(nn.Linear(4, 4), device_ids=args.gpus)
+                model.cuda()
+                ranked = nn.DataParallel(nn.Linear(4, 4).cuda(), device_ids=args.ranks)
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gpus", type=int, nargs="+", default=[0, 1])
+            train(parser.parse_args())
+            """,
+            name="option-device-ids-with-the-current-gpu-set-from-them",
         ),
     ]
     INVALID = [
@@ -174,7 +203,50 @@ class DataParallelDeviceMismatch(Rule):
             applicability=Applicability.UNSAFE,
             name="fix-adds-the-torch-import",
         ),
+        Invalid(
+            """
+            import argparse
+            import torch
+            import torch.nn as nn
+
+            def train(args):
+                model = nn.DataParallel(nn.Linear(4, 4), device_ids=args.gpus)
+                model.cuda()
+                encoder = nn.Linear(4, 4).cuda()
+                encoder = nn.DataParallel(encoder, device_ids=args.gpu_ids)
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gpus", type=int, nargs="+", default=[0, 1])
+            parser.add_argument("--gpu_ids", type=int, nargs="+", default=[0])
+            train(parser.parse_args())
+            """,
+            fixed="""
+            import argparse
+            import torch
+            import torch.nn as nn
+
+            def train(args):
+                torch.cuda.set_device(args.gpus[0])
+                model = nn.DataParallel(nn.Linear(4, 4), device_ids=args.gpus)
+                model.cuda()
+                encoder = nn.Linear(4, 4).cuda()
+                encoder = nn.DataParallel(encoder, device_ids=args.gpu_ids)
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gpus", type=int, nargs="+", default=[0, 1])
+            parser.add_argument("--gpu_ids", type=int, nargs="+", default=[0])
+            train(parser.parse_args())
+            """,
+            applicability=Applicability.UNSAFE,
+            count=2,
+            name="device-ids-from-an-option-around-a-model-on-gpu-0",
+        ),
     ]
+
+    def setup(self) -> None:
+        # Wrappers whose device_ids come from an option, by the name bound to them: (the
+        # wrapping call, the option read).
+        self._wrapped_with_option_ids: dict[str, tuple[cst.Call, cst.BaseExpression]] = {}
 
     def leave_Call(self, node: cst.Call) -> None:
         flow = self.context.flow
@@ -182,14 +254,31 @@ class DataParallelDeviceMismatch(Rule):
             module = keyword_argument(node, "module")
             positional = [arg.value for arg in node.args if arg.keyword is None]
             target = module.value if module is not None else (positional[0] if positional else None)
+            ids = keyword_argument(node, "device_ids")
+            ids_value = ids.value if ids is not None else (positional[1] if len(positional) > 1 else None)
+            placed = flow.value_of(target).cuda_index if target is not None else None
+            if ids_value is not None and self._read_from_an_option(ids_value):
+                if placed == 0 and not self.context.project_selects_a_gpu():
+                    self._report_option_ids(node, ids_value, None)
+                elif placed is None:
+                    bound = self._bound_name(node)
+                    if bound is not None:
+                        self._wrapped_with_option_ids[bound] = (node, ids_value)
+                return
             wrapper = flow.value_of(node)
             first = wrapper.device.index if wrapper.device is not None else None
-            placed = flow.value_of(target).cuda_index if target is not None else None
             if first is not None and placed is not None and first != placed:
                 self.report(node, fix=self._fix(node, placed))
             return
         # `DataParallel(...).to(...)` and `wrapper.cuda(n)`: the wrapper moved after wrapping.
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("to", "cuda"):
+            receiver = node.func.value
+            option_wrapped = self._wrapped_with_option_ids.get(receiver.value) if isinstance(receiver, cst.Name) else None
+            if option_wrapped is not None and flow.value_of(node).cuda_index == 0 \
+                    and not self.context.project_selects_a_gpu():
+                wrapping, ids_value = option_wrapped
+                self._report_option_ids(wrapping, ids_value, node)
+                return
             wrapper = flow.value_of(node.func.value)
             if wrapper.wrapping is not Wrapping.YES or wrapper.device is None:
                 return
@@ -197,6 +286,44 @@ class DataParallelDeviceMismatch(Rule):
             placed = flow.value_of(node).cuda_index
             if first is not None and placed is not None and first != placed:
                 self.report(node)
+
+    def _read_from_an_option(self, ids: cst.BaseExpression) -> bool:
+        """`args.gpus`, `opt.gpu_ids`: device ids the command line gives."""
+        if not isinstance(ids, cst.Attribute) or not isinstance(ids.value, cst.Name):
+            return False
+        if not self.context.shared(CommandLine).is_namespace(ids.value.value):
+            return False
+        return bool(set(naming.words(ids.attr.value)) & (naming.GPU_WORDS | {"device", "devices", "ids"}))
+
+    def _bound_name(self, call: cst.Call) -> str | None:
+        assign = self.context.parents.get(id(call))
+        if isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1 \
+                and isinstance(assign.targets[0].target, cst.Name):
+            return assign.targets[0].target.value
+        return None
+
+    def _report_option_ids(self, wrapping: cst.Call, ids: cst.BaseExpression, move: cst.Call | None) -> None:
+        written = self.context.code_for_node(ids)
+        if move is None:
+            message = (f"device_ids comes from {written}, but the model is on GPU 0: unless {written} starts at "
+                       f"GPU 0, the model is not on device_ids[0] and the first forward fails")
+        else:
+            message = (f"This moves the model to GPU 0, but its DataParallel's device_ids come from {written}: unless "
+                       f"{written} starts at GPU 0, the model is not on device_ids[0] and the first forward fails")
+        self.report(wrapping if move is None else move, message=message,
+                    fix=self._select_fix(wrapping, ids) if move is not None else None)
+
+    def _select_fix(self, wrapping: cst.Call, ids: cst.BaseExpression) -> PendingFix | None:
+        """`torch.cuda.set_device(args.gpus[0])` before the line that wraps the model."""
+        statement = self.context.parents.get(id(self.context.parents.get(id(wrapping))))
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return None
+        torch_name = self.context.names.local_name_for("torch")
+        if torch_name is None:
+            return None
+        return self.make_fix(
+            NodeEdit.insert_line_before(statement, f"{torch_name}.cuda.set_device({self.context.code_for_node(ids)}[0])"),
+            applicability=Applicability.UNSAFE)
 
     def _fix(self, call: cst.Call, placed: int) -> PendingFix | None:
         """No device_ids: use the GPUs from the model's onwards (the ones not left to others)."""
