@@ -150,6 +150,11 @@ def test_past_cpythons_parser_limits_is_a_syntax_error_not_newer_syntax(tmp_path
     (tmp_path / "deep.py").write_text("import torch\nx = " + "(" * 500 + "1" + ")" * 500 + "\n")
     lines = error_lines(check(tmp_path, "deep.py"), "deep.py")
     assert len(lines) == 1 and "syntax error: too many nested parentheses" in lines[0], lines
+    # Also where the rules that ran found nothing (LibCST itself reads it).
+    (tmp_path / "moved.py").write_text("import torch\nx = torch.ones(2).to('cuda')\ny = " + "(" * 500 + "x"
+                                       + ")" * 500 + "\nprint(x.sum().item(), y)\n")
+    lines = error_lines(check(tmp_path, "moved.py"), "moved.py")
+    assert len(lines) == 1 and "syntax error: too many nested parentheses" in lines[0], lines
 
 
 def test_lines_ended_by_carriage_returns_alone_are_linted_and_fixed(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ seen the node, so rules always ask questions about a file read up to that point.
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -475,11 +476,36 @@ def lint_source(
                               judge_syntax=True, deadline=deadline, reviewers=reviewers,
                               selected_codes=selected_codes, flow_memory=flow_memory,
                               syntax_check=syntax_check)
+    if not diagnostics and _may_nest_past_cpythons_limit(blanked.text):
+        # LibCST reads brackets nested deeper than CPython's parser allows (it keeps redundant
+        # parentheses on one node): code that runs nowhere, which only Python's parse tells.
+        (syntax_check or check_syntax)(blanked.text, path)
     if not blanked.spans:
         return diagnostics
     return [replace(d, fix=None, fix_withheld="it would edit a long literal or expression, which is not analysed")
             if d.fix is not None and any(blanked.touches(edit.start, edit.end) for edit in d.fix.edits) else d
             for d in diagnostics]
+
+
+# CPython's tokenizer refuses brackets nested deeper than this ("too many nested parentheses").
+_CPYTHON_BRACKET_LEVELS = 200
+_BRACKET = re.compile(r"[()\[\]{}]")
+
+
+def _may_nest_past_cpythons_limit(source: str) -> bool:
+    """Brackets nest as deep as CPython refuses somewhere in the text (strings and comments
+    counted too: at worst, Python's own parse runs for nothing)."""
+    if sum(source.count(opening) for opening in "([{") < _CPYTHON_BRACKET_LEVELS:
+        return False
+    depth = 0
+    for bracket in _BRACKET.finditer(source):
+        if bracket.group() in "([{":
+            depth += 1
+            if depth >= _CPYTHON_BRACKET_LEVELS:
+                return True
+        elif depth:
+            depth -= 1
+    return False
 
 
 class InvalidSource(Exception):
