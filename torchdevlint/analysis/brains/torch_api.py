@@ -327,6 +327,11 @@ _STATELESS_MODULE_PREFIXES = (
     "CircularPad", "CosineSimilarity", "PairwiseDistance", "ChannelShuffle", "Fold", "Unfold",
 )
 STATEFUL_LOSS_KEYWORDS: frozenset[str] = frozenset({"weight", "pos_weight"})
+# Modules that hold the modules they are given, and no state of their own.
+MODULE_CONTAINERS: frozenset[str] = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict",
+                                               "torch.nn.modules.container.Sequential",
+                                               "torch.nn.modules.container.ModuleList",
+                                               "torch.nn.modules.container.ModuleDict"})
 
 
 def is_stateless_module(qualified_name: str) -> bool:

@@ -150,6 +150,37 @@ def _on_default_device(value: Value, env: Env) -> Value:
     return replace(value, places=None if default.device is None else frozenset({default.device}))
 
 
+def _places_of(values: Sequence[Value]) -> frozenset[Place] | None:
+    """Everywhere the values are; None where one's place is unknown."""
+    places: frozenset[Place] = frozenset()
+    for value in values:
+        if value.places is None:
+            return None
+        places |= value.places
+    return places
+
+
+def _container_module(positional: Sequence[Value], keywords: Mapping[str, Value], env: Env) -> Value:
+    """A `Sequential`, `ModuleList` or `ModuleDict` of modules: where the modules with state
+    are (new layers on the host, a model's own parts where the model is); anywhere if none has
+    state; unknown where one is unknown."""
+    parts: list[Value] = []
+    for value in (*positional, *keywords.values()):
+        if value.items is not None and value.kinds == {Kind.CONTAINER}:
+            parts.extend(item for _, item in value.items)
+        else:
+            parts.append(value)
+    if not all(part.is_module_like for part in parts):
+        return Value(frozenset({Kind.MODULE}), None)
+    places = _places_of(parts)
+    if places is None:
+        return Value(frozenset({Kind.MODULE}), None)
+    stateful = places - {ANYWHERE_PLACE}
+    if not stateful:
+        return Value(frozenset({Kind.MODULE}), frozenset({ANYWHERE_PLACE}))
+    return _on_default_device(Value(frozenset({Kind.MODULE}), stateful), env)
+
+
 def _join_env(left: Env | None, right: Env | None) -> Env | None:
     if left is None:
         return None if right is None else dict(right)
@@ -1804,6 +1835,9 @@ class Interpreter:
                 float64 = qualified in torch_api.FROM_NUMPY and bool(positional) and positional[0].float64
             return replace(made, float64=float64) if float64 else made
         if torch_api.loads_pretrained_model(qualified):
+            if "device_map" in keywords:
+                # Placed by the library (`device_map="auto"`, `device_map=device`): somewhere it chose.
+                return Value(frozenset({Kind.MODULE}), frozenset({ANYWHERE_PLACE}))
             return _on_default_device(Value(frozenset({Kind.MODULE}), frozenset({HOST_PLACE})), env)
         host_arguments = torch_api.HOST_ARGUMENT_LOSSES.get(qualified)
         if host_arguments is not None:
@@ -1814,10 +1848,19 @@ class Interpreter:
             if "device" in keywords:
                 return Value(frozenset({Kind.MODULE}), self._device_argument(keywords["device"], node))
             # A loss given a tensor (its class `weight`, `pos_weight`), by keyword or position, keeps it.
-            stateless = torch_api.is_stateless_module(qualified) and not (keywords.keys() & torch_api.STATEFUL_LOSS_KEYWORDS) \
-                and not any(value.is_tensor_like for value in positional)
-            return _on_default_device(
-                Value(frozenset({Kind.MODULE}), frozenset({ANYWHERE_PLACE if stateless else HOST_PLACE})), env)
+            held = [value for value in (*positional, *(keywords[key] for key in keywords.keys() & torch_api.STATEFUL_LOSS_KEYWORDS))
+                    if value.is_tensor_like]
+            if torch_api.is_stateless_module(qualified):
+                if not held:
+                    return Value(frozenset({Kind.MODULE}), frozenset({ANYWHERE_PLACE}))
+                # Where the tensors it keeps are (`pos_weight=torch.tensor([w], device=device)`).
+                places = _places_of(held)
+                return Value(frozenset({Kind.MODULE}), places) if places != _HOST_ONLY \
+                    else _on_default_device(Value(frozenset({Kind.MODULE}), places), env)
+            if qualified in torch_api.MODULE_CONTAINERS and (positional or keywords):
+                # `nn.Sequential(self.fc, *self.blocks)`: where the modules it holds are.
+                return _container_module(positional, keywords, env)
+            return _on_default_device(Value(frozenset({Kind.MODULE}), frozenset({HOST_PLACE})), env)
         if qualified in torch_api.NN_TENSOR_CLASSES:
             # Assigned to a Module, it moves with the Module.
             source = positional[0] if positional else UNKNOWN

@@ -1307,12 +1307,17 @@ class FlowModel:
             if value.is_module_like:
                 # Submodules move with their parent.
                 return value.with_places(instance.places)
+            if _holds_modules(value):
+                # `self.blocks = [self.b1, self.b2]`: the modules in it move with their parent.
+                return _modules_placed(value, instance.places)
             return _substitute_module_device(value, instance.places)
         if summary.is_module and Kind.MODULE in instance.kinds:
             # A model whose place is unknown (a parameter annotated with its class): so is the
             # place of what moves with it.
             if value.is_module_like:
                 return value.with_places(None)
+            if _holds_modules(value):
+                return _modules_placed(value, None)
             if value.places is not None and MODULE_DEVICE_PLACE in value.places:
                 return replace(value, places=None, origins=frozenset())
         return value
@@ -1334,6 +1339,42 @@ class FlowModel:
         init = methods.get("__init__")
         summary.moves_itself = init is not None and self._text_fact("moves itself", init, _moves_self)
         return summary
+
+    def module_owns_state(self, class_id: int) -> bool:
+        """Whether instances of a same-file Module class hold parameters, buffers or tensors
+        they make themselves: a stateful base (`class Head(nn.Linear)`), or an attribute its
+        methods set to a module or tensor made there (`self.fc = nn.Linear(...)`,
+        `nn.Parameter(...)`). Not a module of modules handed in (`Searcher(encoder, decoder)`)
+        or of stateless parts only (a loss, a Gram matrix)."""
+        return self._owns_state(class_id, set())
+
+    def _owns_state(self, class_id: int, seen: set[int]) -> bool:
+        summary = self._class(class_id)
+        if summary is None or not summary.is_module or class_id in seen:
+            return False
+        seen.add(class_id)
+        definition = self._definitions[class_id]
+        flow = self._flows.get(id(definition.enclosing)) or self._flow(definition.enclosing)
+        for base in summary.node.bases:
+            reference = flow.values.get(id(base.value), UNKNOWN).reference if flow is not None else None
+            if reference is None:
+                continue
+            if reference.definition is not None:
+                if self._owns_state(reference.definition, seen):
+                    return True
+            elif torch_api.is_module_constructor(reference.qualified) \
+                    and reference.qualified not in torch_api.MODULE_BASE_CLASSES \
+                    and not torch_api.is_stateless_module(reference.qualified):
+                return True
+        for value in self._attributes(summary).values():
+            if value.instance_of is not None and value.instance_of != class_id:
+                if self._owns_state(value.instance_of, seen):
+                    return True
+                continue
+            made_here = value.places is not None and bool(value.places & {HOST_PLACE, MODULE_DEVICE_PLACE})
+            if made_here and (value.is_module_like or value.is_tensor_like):
+                return True
+        return False
 
     def _bases_make_module(self, node: cst.ClassDef, enclosing: Scope) -> bool:
         flow = self._flows.get(id(enclosing)) or self._running.get(id(enclosing)) or self._flow(enclosing)
@@ -1434,6 +1475,18 @@ def _final_value(flow: FunctionFlow, name: str) -> Value | None:
         last = next(reversed(flow.before.values()))
         return last.get(name)
     return None
+
+
+def _holds_modules(value: Value) -> bool:
+    """A list, tuple or dict whose known items are all modules."""
+    return value.kinds == {Kind.CONTAINER} and bool(value.items) and all(
+        item.is_module_like for _, item in value.items or ())
+
+
+def _modules_placed(value: Value, places: frozenset[Place] | None) -> Value:
+    """A container of modules, each on `places` (None: unknown)."""
+    items = tuple((key, item.with_places(places)) for key, item in value.items or ())
+    return replace(value, items=items, places=places, origins=frozenset())
 
 
 def _substitute_module_device(value: Value, places: frozenset[Place]) -> Value:

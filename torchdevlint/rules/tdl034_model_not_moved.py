@@ -1,0 +1,361 @@
+"""TDL034 model-not-moved."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from torchdevlint.analysis.flow.results import HostMeeting, MeetingKind
+from torchdevlint.analysis.flow.values import HOST_PLACE, MODULE_DEVICE_PLACE
+from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.tree import descendants
+from torchdevlint.diagnostics import Applicability
+from torchdevlint.edits import NodeEdit, PendingFix
+from torchdevlint.rule import Invalid, Rule, Valid
+from torchdevlint.runtime_proof import DEVICE_MISMATCH, RuntimeProof
+
+
+class ModelNotMoved(Rule):
+    """
+    ## What it does
+    Finds a model left on the CPU that is called on data on the device: the data was moved
+    (`x = x.to(device)`, `images.cuda()`) and the model never was. The model is one the file
+    makes with parameters or buffers of its own: a `torch.nn` layer (`nn.Linear(...)`), or an
+    instance of the file's own `nn.Module` class whose `__init__` makes such parts.
+
+    ## Why is this bad?
+    A model's parameters stay where the model was made until it is moved; `x.to(device)`
+    moves only `x`. On a GPU the first forward pass fails with "Expected all tensors to be on
+    the same device, but found at least two devices, cuda:0 and cpu!" (or "Input type
+    (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the same"). On a
+    CPU-only machine both are on the CPU and it runs, so the bug ships.
+
+    Also a layer made inside a model's own method and called there on its inputs
+    (`nn.LayerNorm(d)(x)` in `forward`): it is not one of the model's parts, so it stays on the
+    CPU when the model moves (and is not trained: a new one is made each call).
+
+    ## Not reported
+    Modules without state of their own: losses and activations (`nn.MSELoss()`, `nn.ReLU()`),
+    a file's module class that only combines modules it is handed
+    (`GreedySearchDecoder(encoder, decoder)`), containers of modules moved elsewhere. Models
+    moved on some paths (`if use_cuda: model.cuda()` with the data moved under the same test),
+    models the file cannot see made (a parameter, another file's builder), and data whose
+    device is not known.
+
+    ## Fix safety
+    Where the model is a name bound earlier in the same block, the fix moves it right after
+    that line to the device the data was moved to (`model.to(device)`, or `model.cuda()` for
+    data moved with `.cuda()`), where that device is named by then. Unsafe: the model's
+    parameters then live on the device for the rest of the program, which also changes what
+    code between the two lines sees (an optimizer made there keeps working: `Module.to` moves
+    the parameters in place). No fix where the device is not named before the model is made.
+
+    ## Options
+    None.
+    """
+
+    code = "TDL034"
+    slug = "model-not-moved"
+    message = "Model left on the CPU is called on data on the device: move the model too"
+    fix_title = "Move the model where the data is"
+    proof = RuntimeProof(DEVICE_MISMATCH)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(device)
+            criterion = nn.CrossEntropyLoss()
+            x = torch.randn(16, 4).to(device)
+            y = torch.randint(0, 2, (16,)).to(device)
+            loss = criterion(model(x), y)
+            """,
+            name="model-moved-with-its-data-and-a-stateless-loss",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Searcher(nn.Module):
+                def __init__(self, encoder, decoder):
+                    super().__init__()
+                    self.encoder = encoder
+                    self.decoder = decoder
+
+                def forward(self, tokens):
+                    return self.decoder(self.encoder(tokens))
+
+            use_cuda = torch.cuda.is_available()
+            encoder, decoder = nn.Embedding(10, 4), nn.Linear(4, 10)
+            if use_cuda:
+                encoder, decoder = encoder.cuda(), decoder.cuda()
+            searcher = Searcher(encoder, decoder)
+            tokens = torch.tensor([[1, 2, 3]])
+            if use_cuda:
+                tokens = tokens.cuda()
+            print(searcher(tokens))
+            """,
+            name="a-module-of-modules-moved-elsewhere",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            from transformers import AutoModelForCausalLM
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+
+            class Stack(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.first = nn.Linear(4, 4)
+                    self.rest = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+                    self.blocks = [self.first, *self.rest]
+
+                def forward(self, x):
+                    chain = nn.Sequential(self.first, *self.rest)
+                    for block in self.blocks:
+                        x = block(x)
+                    return chain(x)
+
+            model = Stack().to(device)
+            print(model(torch.randn(2, 4).to(device)))
+            weighted = nn.BCEWithLogitsLoss(pos_weight=torch.tensor([2.0], device=device))
+            print(weighted(torch.randn(3, device=device), torch.ones(3, device=device)))
+            lm = AutoModelForCausalLM.from_pretrained("gpt2", device_map="auto")
+            print(lm(torch.tensor([[1, 2]]).to(device)))
+            """,
+            name="parts-read-in-forward-a-loss-holding-device-weights-and-a-library-placed-model",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            class Classifier(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+
+                def forward(self, x):
+                    return self.body(x.flatten(1))
+
+            model = Classifier()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            images = torch.rand(32, 1, 28, 28).to(device)
+            labels = torch.randint(0, 10, (32,)).to(device)
+            loss = nn.functional.cross_entropy(model(images), labels)
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            class Classifier(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+
+                def forward(self, x):
+                    return self.body(x.flatten(1))
+
+            model = Classifier()
+            model.to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            images = torch.rand(32, 1, 28, 28).to(device)
+            labels = torch.randint(0, 10, (32,)).to(device)
+            loss = nn.functional.cross_entropy(model(images), labels)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="documented-model-never-moved",
+            in_docs=True,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            probe = nn.Linear(512, 10)
+            features = torch.randn(8, 512).cuda()
+            scores = probe(features)
+
+            def evaluate(loader, device):
+                head = nn.Linear(512, 10)
+                for batch in loader:
+                    head(batch.to(device))
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            probe = nn.Linear(512, 10)
+            probe.cuda()
+            features = torch.randn(8, 512).cuda()
+            scores = probe(features)
+
+            def evaluate(loader, device):
+                head = nn.Linear(512, 10)
+                head.to(device)
+                for batch in loader:
+                    head(batch.to(device))
+            """,
+            applicability=Applicability.UNSAFE,
+            count=2,
+            name="a-layer-on-features-moved-with-cuda",
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            class Attention(nn.Module):
+                def __init__(self, width):
+                    super().__init__()
+                    self.width = width
+                    self.query = nn.Linear(width, width)
+
+                def forward(self, x):
+                    return nn.LayerNorm(self.width)(self.query(x) + x)
+            """,
+            name="a-layer-made-inside-forward",
+        ),
+    ]
+
+    def leave_Module(self, node: cst.Module) -> None:
+        flow = self.context.flow
+        seen: set[int] = set()
+        for found in flow.host_meetings():
+            if not self._model_left_behind(found) or id(found.meeting.node) in seen:
+                continue
+            seen.add(id(found.meeting.node))
+            written = self.context.code_for_node(found.host.node)
+            if found.device.value.places == frozenset({MODULE_DEVICE_PLACE}):
+                # Inside a model's own code, on its inputs: a layer made there is not one of its parts.
+                message = (f"{written} is made on the CPU and called on the model's inputs: it stays on the CPU "
+                           f"when the model moves; make it in __init__")
+                self.report(found.meeting.node, message=message)
+                continue
+            self.report(found.meeting.node, message=(
+                f"{written} is on the CPU and is called on data on the device: move the model to that device too"),
+                fix=self._fix(found))
+
+    def _fix(self, found: HostMeeting) -> PendingFix | None:
+        """`model.to(<what moved the data>)` after the line that binds `model`, in the block of
+        the call or a block around it."""
+        name = found.host.node
+        statement = self._statement_of(found.meeting.node)
+        if not isinstance(name, cst.Name) or statement is None:
+            return None
+        levels = list(self._levels(statement))
+        if not levels:
+            return None
+        innermost, call_line = levels[0]
+        move = self._data_move(found.device.node, [*innermost, call_line])
+        if move is None:
+            return None
+        for earlier, _ in levels:
+            for line in reversed(earlier):
+                if not isinstance(line, cst.SimpleStatementLine) or not _binds(line, name.value):
+                    continue
+                after = found.flow.after.get(id(line))
+                if after is None or after.get(name.value) != found.host.value:
+                    return None
+                method, device = move
+                if device and not _QUOTED.fullmatch(device) and device.split(".")[0] not in after:
+                    return None  # the device is named only later
+                return self.make_fix(NodeEdit.insert_line_after(line, f"{name.value}.{method}({device})"),
+                                     applicability=Applicability.UNSAFE)
+        return None
+
+    def _statement_of(self, node: cst.CSTNode) -> cst.BaseStatement | None:
+        current: cst.CSTNode | None = node
+        while current is not None and not isinstance(current, cst.BaseStatement):
+            current = self.context.parents.get(id(current))
+        return current
+
+    def _levels(self, statement: cst.BaseStatement) -> Iterator[tuple[list[cst.BaseStatement], cst.BaseStatement]]:
+        """For the statement and each compound statement around it, up to its function or
+        module: the lines before it in its block, and itself."""
+        current: cst.CSTNode | None = statement
+        while isinstance(current, cst.BaseStatement):
+            block = self.context.parents.get(id(current))
+            body = block.body if isinstance(block, (cst.IndentedBlock, cst.Module)) else None
+            if body is None or current not in body:
+                return
+            yield list(body[: body.index(current)]), current
+            if isinstance(block, cst.Module):
+                return
+            owner = self.context.parents.get(id(block))
+            while owner is not None and not isinstance(owner, cst.BaseStatement):
+                owner = self.context.parents.get(id(owner))
+            if isinstance(owner, (cst.FunctionDef, cst.ClassDef)):
+                return
+            current = owner
+
+    def _data_move(self, data: cst.CSTNode, lines: list[cst.BaseStatement]) -> tuple[str, str] | None:
+        """How the data was moved: ("to", "device") for `x.to(device)`, ("cuda", "") for
+        `x.cuda()`; in the expression itself, or in the line of the block that binds it."""
+        places: list[cst.CSTNode] = [data]
+        if isinstance(data, cst.Name):
+            places.extend(line for line in reversed(lines[:-1])
+                          if isinstance(line, cst.SimpleStatementLine) and _binds(line, data.value))
+        for place in places[:2]:
+            for node in descendants(place):
+                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                    method = node.func.attr.value
+                    positional = [arg for arg in node.args if arg.keyword is None]
+                    if method == "cuda" and not node.args:
+                        return "cuda", ""
+                    if method == "to" and len(positional) == 1 and len(node.args) <= 2:
+                        return "to", self.context.code_for_node(positional[0].value)
+        return None
+
+    def _model_left_behind(self, found: HostMeeting) -> bool:
+        meeting, host = found.meeting, found.host
+        if meeting.kind != MeetingKind.MODULE_CALL or not isinstance(meeting.node, cst.Call):
+            return False
+        if host.node is not meeting.node.func or not host.value.is_module_like:
+            return False
+        if host.value.places != frozenset({HOST_PLACE}) or self._read_through_self(found):
+            return False
+        class_id = host.value.instance_of
+        return class_id is None or self.context.flow.module_owns_state(class_id)
+
+    @staticmethod
+    def _read_through_self(found: HostMeeting) -> bool:
+        """`self.head(z)` in a method: a part of the object the method runs on, which moves
+        with it (or is the class's own affair) wherever the file cannot see it made."""
+        function = found.flow.node
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        params = [*function.params.posonly_params, *function.params.params]
+        written = dotted_name(found.host.node) if isinstance(found.host.node, cst.BaseExpression) else None
+        return bool(params) and written is not None and written.startswith(params[0].name.value + ".")
+
+
+# A device written as a string literal (`"cuda:0"`).
+_QUOTED = re.compile(r"""(['"])[\w:]+\1""")
+
+
+def _binds(line: cst.SimpleStatementLine, name: str) -> bool:
+    """`name = ...`, `a, name = ...`."""
+    for small in line.body:
+        if not isinstance(small, cst.Assign):
+            continue
+        for target in small.targets:
+            names = [element.value for element in target.target.elements] \
+                if isinstance(target.target, (cst.Tuple, cst.List)) else [target.target]
+            if any(isinstance(bound, cst.Name) and bound.value == name for bound in names):
+                return True
+    return False
