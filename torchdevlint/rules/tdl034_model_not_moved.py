@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.results import HostMeeting, MeetingKind
-from torchdevlint.analysis.flow.values import HOST_PLACE, MODULE_DEVICE_PLACE
+from torchdevlint.analysis.flow.results import HostMeeting, Meeting, MeetingKind
+from torchdevlint.analysis.flow.values import HOST_PLACE, MODULE_DEVICE_PLACE, Value
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import descendants
 from torchdevlint.diagnostics import Applicability
@@ -35,6 +35,10 @@ class ModelNotMoved(Rule):
     Also a layer made inside a model's own method and called there on its inputs
     (`nn.LayerNorm(d)(x)` in `forward`): it is not one of the model's parts, so it stays on the
     CPU when the model moves (and is not trained: a new one is made each call).
+
+    Also such a model handed to a function of the file that calls it on data it moves to the
+    device (`evaluate(model_1, loader)` beside `evaluate(model_0, loader)` with `model_0` moved):
+    the function is read with each call's arguments, and the call is reported.
 
     ## Not reported
     Modules without state of their own: losses and activations (`nn.MSELoss()`, `nn.ReLU()`),
@@ -230,9 +234,73 @@ class ModelNotMoved(Rule):
             """,
             name="a-layer-made-inside-forward",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+
+            def evaluate(model, batches):
+                correct = 0
+                for X, y in batches:
+                    X, y = X.to(device), y.to(device)
+                    correct += (model(X).argmax(1) == y).sum().item()
+                return correct
+
+            batches = [(torch.randn(8, 4), torch.randint(0, 2, (8,)))]
+            baseline = nn.Linear(4, 2).to(device)
+            candidate = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+            print(evaluate(baseline, batches), evaluate(candidate, batches))
+            """,
+            name="a-model-left-on-the-cpu-handed-to-a-helper",
+        ),
     ]
 
+    def setup(self) -> None:
+        self._calls: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.args:
+            self._calls.append(node)
+
     def leave_Module(self, node: cst.Module) -> None:
+        self._report_meetings()
+        self._report_calls()
+
+    def _report_calls(self) -> None:
+        """`evaluate(model_1, loader)`: a model left on the CPU handed to a function of the
+        file that calls it on data on the device, run with this call's arguments."""
+        flow = self.context.flow
+        for call in self._calls:
+            handed = {id(arg.value): arg.value for arg in call.args if self._stateful_on_the_host(flow.value_of(arg.value))}
+            if not handed or flow.value_of(call.func).reference is None:
+                continue
+            for meeting in flow.meetings_of_call(call):
+                model = next((operand for operand in meeting.operands if operand.node is getattr(meeting.node, "func", None)
+                              and self._stateful_on_the_host(operand.value)), None)
+                if model is None or meeting.kind != MeetingKind.MODULE_CALL or not isinstance(model.node, cst.Name):
+                    continue
+                if not meeting.host_operands_meeting_device() or self._met_in_its_own_flow(meeting):
+                    continue
+                argument = next(iter(handed.values()))
+                function = self.context.code_for_node(call.func)
+                self.report(call, message=(
+                    f"{self.context.code_for_node(argument)} is on the CPU, and {function} calls it on data on the "
+                    f"device ({self.context.code_for_node(meeting.node)}): move the model to that device first"))
+                break
+
+    def _stateful_on_the_host(self, value: Value) -> bool:
+        if not value.is_module_like or value.places != frozenset({HOST_PLACE}):
+            return False
+        return value.instance_of is None or self.context.flow.module_owns_state(value.instance_of)
+
+    def _met_in_its_own_flow(self, meeting: Meeting) -> bool:
+        """The function's own flow (every call's arguments joined) has the meeting already:
+        reported there."""
+        return any(found.meeting.node is meeting.node for found in self.context.flow.host_meetings())
+
+    def _report_meetings(self) -> None:
         flow = self.context.flow
         seen: set[int] = set()
         for found in flow.host_meetings():
