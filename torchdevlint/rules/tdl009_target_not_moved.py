@@ -6,6 +6,7 @@ import libcst as cst
 
 from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.flow.results import FunctionFlow, HostMeeting, MeetingKind, place_key
+from torchdevlint.analysis.flow.values import HOST_PLACE, Value
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
@@ -54,6 +55,11 @@ class TargetNotMoved(Rule):
     device on one side and made on the host on the other (`if prompt is None: x =
     torch.zeros(1, 4)`, `else: x = encode(prompt).to(device)`) is read as the host side: on a
     GPU machine that side still runs, and the author moved the tensor only where they thought of it.
+
+    A model on the device handed to a function of the file that feeds it batches it never
+    moves (`eval_model(model_1, test_loader)`, where the file also hands it a model left on the
+    CPU, so its own reading joins both) is reported at the call: the function is read with
+    that call's arguments.
 
     ## Why is this bad?
     The model's output is on the GPU and the target is not: the loss fails with "Expected all
@@ -409,6 +415,27 @@ class TargetNotMoved(Rule):
         Invalid(
             """
             import torch
+            import torch.nn as nn
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+
+            def eval_model(model, batches, loss_fn):
+                loss = 0.0
+                for X, y in batches:
+                    loss += loss_fn(model(X), y).item()
+                return loss / len(batches)
+
+            batches = [(torch.randn(8, 4), torch.randint(0, 2, (8,)))]
+            model_0 = nn.Linear(4, 2)
+            model_1 = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2)).to(device)
+            print(eval_model(model_0, batches, nn.CrossEntropyLoss()))
+            print(eval_model(model_1, batches, nn.CrossEntropyLoss()))
+            """,
+            name="a-model-on-the-device-handed-to-a-helper-that-never-moves-its-batches",
+        ),
+        Invalid(
+            """
+            import torch
             from torch import nn
             from torchvision import datasets
             from torchvision.transforms import ToTensor
@@ -720,7 +747,44 @@ class TargetNotMoved(Rule):
         ),
     ]
 
+    def setup(self) -> None:
+        self._calls: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.args:
+            self._calls.append(node)
+
     def leave_Module(self, node: cst.Module) -> None:
+        self._report_meetings()
+        self._report_calls()
+
+    def _report_calls(self) -> None:
+        """`eval_model(model_1, loader)`: a model on the device handed to a function of the
+        file that feeds it batches it never moves, run with this call's arguments (its own
+        flow joins the calls that hand it a model on the CPU)."""
+        flow = self.context.flow
+        for call in self._calls:
+            if not any(_on_the_device(flow.value_of(arg.value)) and flow.value_of(arg.value).is_module_like
+                       for arg in call.args) or flow.value_of(call.func).reference is None:
+                continue
+            for meeting in flow.meetings_of_call(call):
+                if meeting.kind != MeetingKind.MODULE_CALL or not isinstance(meeting.node, cst.Call):
+                    continue
+                model = next((operand for operand in meeting.operands if operand.node is meeting.node.func), None)
+                if model is None or not _on_the_device(model.value) or not model.value.is_module_like:
+                    continue
+                left = [host for host, _ in meeting.host_operands_meeting_device()
+                        if host.value.is_tensor and host.node is not meeting.node.func]
+                if not left or any(found.meeting.node is meeting.node for found in flow.host_meetings()):
+                    continue
+                self.report(call, message=(
+                    f"{self.context.code_for_node(call.func)} feeds the model handed here, on the device, "
+                    f"{self.context.code_for_node(left[0].node)} left on the CPU "
+                    f"({self.context.code_for_node(meeting.node)}): move it to the model's device in "
+                    f"{self.context.code_for_node(call.func)}"))
+                break
+
+    def _report_meetings(self) -> None:
         flow = self.context.flow
         seen: set[tuple[int, str]] = set()
         for found in flow.host_meetings():
@@ -811,3 +875,7 @@ class TargetNotMoved(Rule):
             return None
         value = flow.values.get(id(assign.value))
         return moved[1] if value is not None and value.is_tensor and value.on_accelerator else None
+
+
+def _on_the_device(value: Value) -> bool:
+    return value.places is not None and value.on_accelerator and HOST_PLACE not in value.places
