@@ -7,6 +7,7 @@ import libcst as cst
 from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.flow.results import FunctionFlow, HostMeeting, MeetingKind, place_key
 from torchdevlint.analysis.flow.values import HOST_PLACE, Value
+from torchdevlint.analysis.helper_calls import HelperCalls
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
@@ -748,11 +749,7 @@ class TargetNotMoved(Rule):
     ]
 
     def setup(self) -> None:
-        self._calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and node.args:
-            self._calls.append(node)
+        self._helper_calls = self.context.shared(HelperCalls)
 
     def leave_Module(self, node: cst.Module) -> None:
         self._report_meetings()
@@ -763,15 +760,12 @@ class TargetNotMoved(Rule):
         file that feeds it batches it never moves, run with this call's arguments (its own
         flow joins the calls that hand it a model on the CPU)."""
         flow = self.context.flow
-        for call in self._calls:
-            if not any(_on_the_device(flow.value_of(arg.value)) and flow.value_of(arg.value).is_module_like
-                       for arg in call.args) or flow.value_of(call.func).reference is None:
-                continue
-            for meeting in flow.meetings_of_call(call):
+        for call, meetings in self._helper_calls.handing(flow, _model_on_the_device):
+            for meeting in meetings:
                 if meeting.kind != MeetingKind.MODULE_CALL or not isinstance(meeting.node, cst.Call):
                     continue
                 model = next((operand for operand in meeting.operands if operand.node is meeting.node.func), None)
-                if model is None or not _on_the_device(model.value) or not model.value.is_module_like:
+                if model is None or not _model_on_the_device(model.value):
                     continue
                 left = [host for host, _ in meeting.host_operands_meeting_device()
                         if host.value.is_tensor and host.node is not meeting.node.func]
@@ -877,5 +871,6 @@ class TargetNotMoved(Rule):
         return moved[1] if value is not None and value.is_tensor and value.on_accelerator else None
 
 
-def _on_the_device(value: Value) -> bool:
-    return value.places is not None and value.on_accelerator and HOST_PLACE not in value.places
+def _model_on_the_device(value: Value) -> bool:
+    return value.is_module_like and value.places is not None and value.on_accelerator \
+        and HOST_PLACE not in value.places

@@ -9,6 +9,7 @@ import libcst as cst
 
 from torchdevlint.analysis.flow.results import HostMeeting, Meeting, MeetingKind
 from torchdevlint.analysis.flow.values import HOST_PLACE, MODULE_DEVICE_PLACE, Value
+from torchdevlint.analysis.helper_calls import HelperCalls
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import descendants
 from torchdevlint.diagnostics import Applicability
@@ -258,11 +259,7 @@ class ModelNotMoved(Rule):
     ]
 
     def setup(self) -> None:
-        self._calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and node.args:
-            self._calls.append(node)
+        self._helper_calls = self.context.shared(HelperCalls)
 
     def leave_Module(self, node: cst.Module) -> None:
         self._report_meetings()
@@ -271,19 +268,19 @@ class ModelNotMoved(Rule):
     def _report_calls(self) -> None:
         """`evaluate(model_1, loader)`: a model left on the CPU handed to a function of the
         file that calls it on data on the device, run with this call's arguments."""
-        flow = self.context.flow
-        for call in self._calls:
-            handed = {id(arg.value): arg.value for arg in call.args if self._stateful_on_the_host(flow.value_of(arg.value))}
-            if not handed or flow.value_of(call.func).reference is None:
-                continue
-            for meeting in flow.meetings_of_call(call):
-                model = next((operand for operand in meeting.operands if operand.node is getattr(meeting.node, "func", None)
-                              and self._stateful_on_the_host(operand.value)), None)
-                if model is None or meeting.kind != MeetingKind.MODULE_CALL or not isinstance(model.node, cst.Name):
+        for call, meetings in self._helper_calls.handing(self.context.flow, self._stateful_on_the_host):
+            for meeting in meetings:
+                if meeting.kind != MeetingKind.MODULE_CALL or not isinstance(meeting.node, cst.Call):
+                    continue
+                callee = meeting.node.func
+                model = next((operand for operand in meeting.operands
+                              if operand.node is callee and self._stateful_on_the_host(operand.value)), None)
+                if model is None or not isinstance(model.node, cst.Name):
                     continue
                 if not meeting.host_operands_meeting_device() or self._met_in_its_own_flow(meeting):
                     continue
-                argument = next(iter(handed.values()))
+                argument = next(arg.value for arg in call.args
+                                if self._stateful_on_the_host(self.context.flow.value_of(arg.value)))
                 function = self.context.code_for_node(call.func)
                 self.report(call, message=(
                     f"{self.context.code_for_node(argument)} is on the CPU, and {function} calls it on data on the "
