@@ -656,3 +656,53 @@ def test_assigning_a_tensors_data_moves_the_tensor() -> None:
     )
     assert "x: tensor, on device 'cuda' (cuda:0)" in facts
     assert not any("meets" in fact for fact in facts)
+
+
+# A trainer object (not a Module) whose `check_cuda()` moves its models in place and whose
+# `train()` moves the batch and labels under the same flag: consistent on every path.
+_TRAINER_MOVING_ITS_MODELS = """
+import torch
+import torch.nn as nn
+
+
+class Critic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x))
+
+
+class Trainer(object):
+    def __init__(self, args):
+        self.D = Critic()
+        self.loss = nn.BCELoss()
+        self.cuda = False
+        self.check_cuda(args.cuda)
+
+    def check_cuda(self, cuda_flag=False):
+        if cuda_flag:
+            self.cuda = True
+            self.D.cuda(0)
+
+    def train(self, loader):
+        for images, _ in loader:
+            labels = torch.ones(8)
+            if self.cuda:
+                images, labels = images.cuda(0), labels.cuda(0)
+            print(self.loss(self.D(images).flatten(), labels))
+"""
+
+
+def test_findings_do_not_depend_on_which_body_the_rules_ask_about_first() -> None:
+    from torchdevlint.engine import lint_source
+    from torchdevlint.registry import all_rules
+
+    rules = {rule.code: rule for rule in all_rules()}
+    source = textwrap.dedent(_TRAINER_MOVING_ITS_MODELS)
+    # TDL001 asks about `self.D.cuda(0)` (in `check_cuda`) before TDL009 reads `train`: the
+    # class's attributes were once gathered while `check_cuda` ran, without its move.
+    alone = lint_source(source, "t.py", [rules["TDL009"]])
+    asked_first = lint_source(source, "t.py", [rules["TDL001"], rules["TDL009"]])
+    assert alone == asked_first == []

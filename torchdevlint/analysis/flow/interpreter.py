@@ -876,6 +876,8 @@ class Interpreter:
             self.flow.discarded_moves.add(key)
         if method in torch_api.MODULE_SELF_RETURNING_METHODS and receiver.is_module_like:
             env[key] = self.flow.values.get(id(node), receiver)
+            if method in ("to", "cuda", "cpu"):
+                self._moved_own_attribute(receiver_node, env[key])
         elif method in ("to", "cuda", "cpu") and not receiver.is_tensor_like and not receiver.kinds <= {Kind.CONTAINER, Kind.SCALAR}:
             moved = self.flow.values.get(id(node))
             if receiver.kinds == {Kind.UNKNOWN} and _named_like_a_model(receiver_node) and moved is not None \
@@ -886,10 +888,21 @@ class Interpreter:
             else:
                 # Something unknown moved in place (a module we cannot see): its place is unknown.
                 env[key] = receiver.with_places(None)
+            self._moved_own_attribute(receiver_node, env[key])
         elif self.self_name is not None and isinstance(receiver_node, cst.Name) and receiver_node.value == self.self_name:
             # A method of self may rebind any attribute.
             for other in [k for k in env if k.startswith(key + ".")]:
                 del env[other]
+
+    def _moved_own_attribute(self, receiver: cst.BaseExpression, moved: Value) -> None:
+        """`self.D.cuda()` in a method (`check_cuda()`): the instance's part is there once the
+        method has run, as if the method had assigned it (also where the part's kind is not
+        known while the class's attributes are being gathered)."""
+        if type(receiver) is cst.Attribute and type(receiver.value) is cst.Name \
+                and receiver.value.value == self.self_name:
+            attribute = receiver.attr.value
+            previous = self.flow.attribute_writes.get(attribute)
+            self.flow.attribute_writes[attribute] = moved if previous is None else previous.join(moved)
 
     # ---- expressions ---------------------------------------------------------------
 

@@ -99,6 +99,8 @@ class _ClassSummary:
     methods: dict[str, cst.FunctionDef]
     moves_itself: bool
     attributes: dict[str, Value] | None = None
+    # Methods that were running when `attributes` was collected, and so not read (ids).
+    skipped: frozenset[int] = frozenset()
     collecting: bool = False
     class_level: dict[str, Value] = field(default_factory=dict)
 
@@ -1444,9 +1446,18 @@ class FlowModel:
         return Value(frozenset({Kind.OTHER}), instance_of=id(summary.node))
 
     def _attributes(self, summary: _ClassSummary) -> dict[str, Value]:
-        """`self.<attr>` as all the class's methods assign it (joined)."""
+        """`self.<attr>` as all the class's methods assign it (joined).
+
+        A method still running when they were collected (`check_cuda()`, asked about first,
+        reading `self.D` before its own `self.D.cuda()`) could not be read: the collection is
+        kept only while that method runs, its readers are provisional, and it is made again
+        once the method is done. So the answer does not depend on which body was asked first."""
         if summary.attributes is not None:
-            return summary.attributes
+            if not summary.skipped or summary.skipped <= self._in_progress:
+                if summary.skipped:
+                    self._provisional_reads.add(id(summary.node))
+                return summary.attributes
+            summary.attributes, summary.skipped = None, frozenset()
         summary.attributes = {}  # while collecting, attributes read as unknown
         summary.collecting = True
         collected: dict[str, Value] = {}
@@ -1455,20 +1466,31 @@ class FlowModel:
         # provisional answer: the caller's flow stays complete.
         reads = set(self._provisional_reads)
         try:
-            self._collect_attributes(summary, definition, collected)
+            skipped = self._collect_attributes(summary, definition, collected)
         finally:
             summary.collecting = False
             self._provisional_reads = reads
-        summary.attributes = collected
+        summary.attributes, summary.skipped = collected, skipped
+        if skipped:
+            self._provisional_reads.add(id(summary.node))
         return collected
 
-    def _collect_attributes(self, summary: _ClassSummary, definition: _Definition, collected: dict[str, Value]) -> None:
+    def _collect_attributes(self, summary: _ClassSummary, definition: _Definition,
+                            collected: dict[str, Value]) -> frozenset[int]:
+        """Gather the attribute writes of the class's methods into `collected`; the methods
+        skipped because they are running (ids)."""
+        skipped: set[int] = set()
         for method in summary.methods.values():
             self.register_definition(method, definition.enclosing, summary.node)
             method_definition = self._definitions[id(method)]
             flow = self._flows.get(id(method))
             if flow is None:
-                if id(method) in self._in_progress or not self._text_fact(
+                if id(method) in self._in_progress:
+                    if self._text_fact("assigns own attributes", method,
+                                       lambda m: _assigns_own_attributes(m, self._self_name(m))):
+                        skipped.add(id(method))
+                    continue
+                if not self._text_fact(
                         "assigns own attributes", method, lambda m: _assigns_own_attributes(m, self._self_name(m))):
                     continue
                 # Reads of this class's attributes by an earlier method must not hide this one's.
@@ -1485,6 +1507,7 @@ class FlowModel:
                         value = final
                 previous = collected.get(name)
                 collected[name] = value if previous is None else previous.join(value)
+        return frozenset(skipped)
 
 
 def _operand_values(meeting: Meeting | None) -> tuple[Value, ...] | None:
@@ -1571,8 +1594,9 @@ def _device_setting_bodies(module: cst.Module,
 
 
 def _assigns_own_attributes(method: cst.FunctionDef, self_name: str | None) -> bool:
-    """Whether the method's own body binds `self.<name>` (the only writes its interpretation
-    records): a method that does not adds nothing to the class's attributes."""
+    """Whether the method's own body binds `self.<name>`, or moves one in place
+    (`self.D.cuda()`): the only writes its interpretation records. A method that does neither
+    adds nothing to the class's attributes."""
     if self_name is None:
         return False
     stack: list[cst.CSTNode] = [method.body]
@@ -1581,7 +1605,10 @@ def _assigns_own_attributes(method: cst.FunctionDef, self_name: str | None) -> b
         if type(node) is cst.FunctionDef or type(node) is cst.ClassDef or type(node) is cst.Lambda:
             continue
         targets: list[cst.BaseExpression] = []
-        if type(node) is cst.Assign:
+        if type(node) is cst.Expr and type(node.value) is cst.Call and type(node.value.func) is cst.Attribute \
+                and node.value.func.attr.value in ("to", "cuda", "cpu"):
+            targets = [node.value.func.value]
+        elif type(node) is cst.Assign:
             targets = [target.target for target in node.targets]
         elif type(node) is cst.AnnAssign or type(node) is cst.AugAssign or type(node) is cst.For \
                 or type(node) is cst.CompFor or type(node) is cst.NamedExpr:
