@@ -449,3 +449,29 @@ def test_option_device_ids_are_reported_unless_the_program_selects_a_gpu_elsewhe
     (root / "models.py").write_text("import torch.nn as nn\nfrom tools import select\nNet = nn.Linear\n")
     forget()
     assert _codes(root) == []
+
+
+TRAIN_SAVING_THE_WRAPPER = """
+import torch
+import torch.nn as nn
+model = nn.DataParallel(nn.Linear(4, 2)).cuda()
+torch.save({"state_dict": model.state_dict()}, "checkpoint.pth.tar")
+"""
+
+TEST_LOADING_INTO_A_WRAPPER = """
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 2)
+model = torch.nn.DataParallel(model).cuda()
+checkpoint = torch.load("checkpoint.pth.tar")
+model.load_state_dict(checkpoint["state_dict"])
+"""
+
+
+def test_a_wrappers_state_dict_that_another_file_loads_into_a_wrapper_is_not_reported(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"train.py": TRAIN_SAVING_THE_WRAPPER})
+    assert ("train.py", "TDL004") in _codes(root)
+    # The project's own evaluation script wraps the model before loading: the prefix is meant.
+    (root / "test.py").write_text(textwrap.dedent(TEST_LOADING_INTO_A_WRAPPER).lstrip())
+    forget()
+    assert ("train.py", "TDL004") not in _codes(root)

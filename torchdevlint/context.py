@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -22,6 +23,8 @@ from torchdevlint.project_scan import (
     cpu_mode_option,
     gpu_selection,
     path_target_of_code,
+    project_root,
+    wrapped_checkpoint_loads,
 )
 
 _SharedT = TypeVar("_SharedT")
@@ -116,6 +119,16 @@ class FileContext:
         sees: `torch.cuda.set_device(...)`, `with torch.cuda.device(...)`,
         `CUDA_VISIBLE_DEVICES`. False where the file is not on disk."""
         return gpu_selection(self.path) is not None
+
+    def project_wrapped_checkpoint_load(self) -> str | None:
+        """Another file of the project that loads a state dict into a model it wrapped in
+        DataParallel/DDP (`model = nn.DataParallel(model)`, then `model.load_state_dict(...)`):
+        the project's checkpoints are meant to carry the `module.` prefix. None where there is
+        none, or the file is not on disk."""
+        root = project_root(self.path)
+        own = None if root is None else os.path.relpath(os.path.abspath(self.path), root)
+        # The file's own loads are the flow model's to judge (wrapped on every path or not).
+        return next((path for path in wrapped_checkpoint_loads(self.path) if path != own), None)
 
     def project_cpu_mode(self) -> CpuModeOption | None:
         """The command-line option of another file of the project that gives a program

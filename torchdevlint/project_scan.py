@@ -48,7 +48,7 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -164,19 +164,23 @@ class _Summary:
     path_names: tuple[tuple[str, str], ...] = ()
     # It chooses the current GPU (see `_SELECTS_A_GPU`).
     selects_a_gpu: bool = False
+    # It loads a state dict into a model it wrapped (see `_loads_into_a_wrapper`).
+    loads_into_a_wrapper: bool = False
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
-                list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu]
+                list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
+                self.loads_into_a_wrapper]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
-        names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu = kept
+        names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load = kept
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
         assert isinstance(path_names, list)
         return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
                    tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
-                   tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu))
+                   tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
+                   bool(wrapped_load))
 
 
 @dataclass(frozen=True)
@@ -189,10 +193,12 @@ class _ProjectFacts:
     gpu_selection: dict[str, str] = field(default_factory=dict)
     # The scan stopped early: any file may be in such a program.
     complete: bool = True
+    # The files that load a state dict into a model they wrapped (relative to the root).
+    wrapped_loads: tuple[str, ...] = ()
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 5
+_SUMMARY_FORMAT = 6
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -258,6 +264,14 @@ def gpu_selection(path: str, store: Path | None = None) -> str | None:
     return facts.gpu_selection.get(os.path.abspath(path)) if facts.complete else "?"
 
 
+def wrapped_checkpoint_loads(path: str, store: Path | None = None) -> tuple[str, ...]:
+    """The files of the project of `path` (the first few, relative to its root) that load a
+    state dict into a model they wrapped in DataParallel/DDP; empty where there is none, or
+    no project on disk."""
+    facts = _facts(path, store)
+    return () if facts is None else facts.wrapped_loads
+
+
 def cpu_mode_option(path: str, store: Path | None = None) -> CpuModeOption | None:
     """The option of another file of the project that gives a program importing `path` a CPU
     mode; None where there is none (or `path` has no project on disk)."""
@@ -294,8 +308,10 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
     # The import graph is read only where some file marks the programs that import it.
     marks = any((summary.cpu_options or summary.selects_a_gpu) and not summary.test_code for summary in summaries.values())
     imported = _import_graph(root, summaries) if marks else {}
+    wrapped_loads = tuple(os.path.relpath(path, root) for path, summary in summaries.items()
+                          if summary.loads_into_a_wrapper and not summary.test_code)
     return _ProjectFacts(_writing(root, summaries), _cpu_mode(root, summaries, imported),
-                         _gpu_selection(root, summaries, imported))
+                         _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3])
 
 
 def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
@@ -477,23 +493,64 @@ def _summary(file_path: str) -> _Summary:
     names_accelerator = any(word.encode() in lowered for word in naming.ACCELERATOR_TEXT)
     imports = _imports(source)
     test_code = _is_test_code(source, imports, Path(file_path).name)
-    path_names = _path_names(source)
-    selects = _SELECTS_A_GPU.search(source) is not None
+    read = _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=_path_names(source),
+                    selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
+                    loads_into_a_wrapper=_loads_into_a_wrapper(source))
     if test_code or b"save" not in source and b"add_argument" not in source:
-        return _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=path_names,
-                        selects_a_gpu=selects)
+        return read
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return _Summary(names_accelerator, imports=imports, path_names=path_names, selects_a_gpu=selects)
+        return read
     finder = _SaveFinder()
     try:
         finder.visit(tree)
     except RecursionError:
-        return _Summary(names_accelerator, imports=imports, path_names=path_names, selects_a_gpu=selects)
+        return read
     cpu_options = _cpu_options(source, finder.options) if finder.options else ()
-    return _Summary(names_accelerator, tuple(finder.saves), imports, cpu_options, path_names=path_names,
-                    selects_a_gpu=selects)
+    return replace(read, saves=tuple(finder.saves), cpu_options=cpu_options)
+
+
+# `model = torch.nn.DataParallel(model).cuda()`: a name bound to a wrapper.
+_WRAPPER_BINDING = re.compile(rb"^[ \t]*([A-Za-z_][\w.]*)[ \t]*=[ \t]*(?:[\w.]*\.)?(?:DataParallel|DistributedDataParallel)\(",
+                              re.MULTILINE)
+
+
+def _loads_into_a_wrapper(source: bytes) -> bool:
+    """A state dict loaded into a model the same body bound to a DataParallel/DDP wrapper on
+    every path (`model = nn.DataParallel(model).cuda()` straight in a function's body, then
+    `model.load_state_dict(...)`): the checkpoints it reads carry the wrapper's `module.`
+    prefix. A wrapping under a test (`if device == "cuda":`) is not every path."""
+    if not any(re.search(rb"(?<![\w.])" + re.escape(binding.group(1)) + rb"\.load_state_dict\(", source[binding.end():])
+               for binding in _WRAPPER_BINDING.finditer(source)):
+        return False  # the common case, read from the text alone
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    bodies: list[list[ast.stmt]] = [tree.body]
+    bodies.extend(node.body for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    for body in bodies:
+        wrapped: set[str] = set()
+        for statement in body:
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and _makes_a_wrapper(statement.value):
+                wrapped.add(ast.unparse(statement.targets[0]))
+            elif wrapped and any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                                 and node.func.attr == "load_state_dict" and ast.unparse(node.func.value) in wrapped
+                                 for node in ast.walk(statement)):
+                return True
+    return False
+
+
+def _makes_a_wrapper(value: ast.expr) -> bool:
+    """`nn.DataParallel(model)`, `DistributedDataParallel(model).cuda()`, `...to(device)`."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("cuda", "to"):
+        value = value.func.value
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name in ("DataParallel", "DistributedDataParallel")
 
 
 # Code that chooses which GPU the process uses: `torch.cuda.set_device(gpu_ids[0])`, `with
@@ -757,7 +814,8 @@ def project_facts(path: str, store: Path | None = None) -> str:
     option = facts.cpu_mode.get(os.path.abspath(path))
     offered = "none" if option is None else f"{option.file}:{option.line}"
     selection = facts.gpu_selection.get(os.path.abspath(path), "none") if facts.complete else "?"
-    return f"device-checkpoints={facts.writing.key};cpu-mode={offered};gpu-selection={selection}"
+    return (f"device-checkpoints={facts.writing.key};cpu-mode={offered};gpu-selection={selection};"
+            f"wrapped-loads={','.join(facts.wrapped_loads)}")
 
 
 def _bound_names(target: ast.expr) -> list[str]:

@@ -38,7 +38,11 @@ class DataParallelStateDictSave(Rule):
     DistributedDataParallel tutorial does (`ddp_model.load_state_dict(torch.load(path))`, or
     the wrapped model handed to a loading helper the file cannot see, such as
     `restart_from_checkpoint(path, state_dict=model)`): its reader expects the prefix, and
-    such projects strip it where a bare model loads (`k.replace("module.", "")`).
+    such projects strip it where a bare model loads (`k.replace("module.", "")`). That holds
+    for the project too: where another of its files loads a state dict into a model it wrapped
+    (a `test.py` with `model = nn.DataParallel(model).cuda()`, then `model.load_state_dict(...)`),
+    the checkpoints the training script saves are meant for it (the project is read as for
+    TDL003).
     Nor the branch of `if isinstance(model, nn.DataParallel):` (or `hasattr(model, "module")`)
     where the model is not the wrapper. Nor a model that did its work bare and is wrapped only
     to be saved: `net = DataParallel(net)`
@@ -548,7 +552,7 @@ class DataParallelStateDictSave(Rule):
                                     else self._unwrapped(whole.saved), applicability=Applicability.UNSAFE,
                                     title="Save the unwrapped model")
             self.report(whole.saved, fix=fix, message=_WHOLE_WRAPPER_MESSAGE)
-        if self._loads_into is Wrapping.YES:
+        if self._loads_into is Wrapping.YES or self.context.project_wrapped_checkpoint_load() is not None:
             return
         applicability = Applicability.UNSAFE if self._loads_into is Wrapping.MAYBE else Applicability.SAFE
         for saved in self.context.flow.saved_state_dicts():
