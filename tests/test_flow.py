@@ -706,3 +706,34 @@ def test_findings_do_not_depend_on_which_body_the_rules_ask_about_first() -> Non
     alone = lint_source(source, "t.py", [rules["TDL009"]])
     asked_first = lint_source(source, "t.py", [rules["TDL001"], rules["TDL009"]])
     assert alone == asked_first == []
+
+
+def test_a_module_moved_by_a_helper_or_a_chain_of_its_own_methods_is_there_after() -> None:
+    from torchdevlint.engine import lint_source
+    from torchdevlint.registry import all_rules
+
+    rules = [rule for rule in all_rules() if rule.code == "TDL034"]
+    source = textwrap.dedent(
+        """
+        import torch
+        import torch.nn as nn
+
+        def train_model(model, batches):
+            model.cuda()
+            for x in batches:
+                model(x.cuda()).sum().backward()
+
+        model = nn.Linear(4, 2)
+        train_model(model, [torch.randn(2, 4)])
+        print(model(torch.randn(2, 4).cuda()))
+
+        half = nn.Linear(4, 2)
+        if torch.cuda.is_available():
+            half.cuda().half()
+        x = torch.randn(2, 4)
+        if torch.cuda.is_available():
+            x = x.cuda().half()
+        print(half(x))
+        """)
+    # `train_model` moves the module in place; `half.cuda().half()` moves `half` too.
+    assert lint_source(source, "t.py", rules) == []

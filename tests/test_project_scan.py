@@ -475,3 +475,49 @@ def test_a_wrappers_state_dict_that_another_file_loads_into_a_wrapper_is_not_rep
     (root / "test.py").write_text(textwrap.dedent(TEST_LOADING_INTO_A_WRAPPER).lstrip())
     forget()
     assert ("train.py", "TDL004") not in _codes(root)
+
+
+HAND_MODEL = """
+from collections import OrderedDict
+import torch.nn as nn
+
+def make_layers(spec):
+    layers = [nn.Conv2d(cin, cout, 3, padding=1) for cin, cout in spec]
+    return nn.Sequential(*layers)
+
+class HandModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = make_layers([(3, 8), (8, 8)])
+
+    def forward(self, x):
+        return self.body(x)
+
+class Wrapper(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+"""
+
+MEASURE_OUTPUT_SIZES = """
+import torch
+from src.model import HandModel, Wrapper
+
+model = HandModel()
+wrapped = Wrapper(model)
+for size in range(10, 20):
+    data = torch.randn(1, 3, size, size)
+    if torch.cuda.is_available():
+        data = data.cuda()
+    print(model(data).size(2), wrapped(data).size(2))
+"""
+
+
+def test_a_model_class_of_another_file_is_built_on_the_cpu(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"src/model.py": HAND_MODEL, "src/__init__.py": "", "measure.py": MEASURE_OUTPUT_SIZES})
+    # HandModel makes layers (through make_layers); Wrapper only holds what it is handed.
+    found = json.loads(run_cli("check", "--format", "json", "measure.py", cwd=root).stdout)
+    assert [(item["line"], item["code"]) for item in found] == [(10, "TDL034")]

@@ -24,6 +24,7 @@ from torchdevlint.project_scan import (
     gpu_selection,
     path_target_of_code,
     project_root,
+    stateful_module_classes,
     wrapped_checkpoint_loads,
 )
 
@@ -143,7 +144,8 @@ class FileContext:
 
     def _flow_model(self) -> FlowModel:
         if self._flow is None:
-            self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source, self._flow_memory)
+            self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source, self._flow_memory,
+                                   lambda: stateful_module_classes(self.path))
         return self._flow
 
     def enclosing_scope(self, node: cst.CSTNode) -> Scope:

@@ -166,21 +166,26 @@ class _Summary:
     selects_a_gpu: bool = False
     # It loads a state dict into a model it wrapped (see `_loads_into_a_wrapper`).
     loads_into_a_wrapper: bool = False
+    # Its top-level nn.Module classes that make layers or parameters of their own (see
+    # `_stateful_module_classes`).
+    module_classes: tuple[str, ...] = ()
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
                 list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
-                self.loads_into_a_wrapper]
+                self.loads_into_a_wrapper, list(self.module_classes)]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
-        names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load = kept
+        (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
+         module_classes) = kept
+        assert isinstance(module_classes, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
         assert isinstance(path_names, list)
         return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
                    tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
                    tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
-                   bool(wrapped_load))
+                   bool(wrapped_load), tuple(str(name) for name in module_classes))
 
 
 @dataclass(frozen=True)
@@ -195,10 +200,12 @@ class _ProjectFacts:
     complete: bool = True
     # The files that load a state dict into a model they wrapped (relative to the root).
     wrapped_loads: tuple[str, ...] = ()
+    # `stem.Class` of the project's stateful Module classes (see `_stateful_module_classes`).
+    module_classes: frozenset[str] = frozenset()
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 6
+_SUMMARY_FORMAT = 7
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -272,6 +279,14 @@ def wrapped_checkpoint_loads(path: str, store: Path | None = None) -> tuple[str,
     return () if facts is None else facts.wrapped_loads
 
 
+def stateful_module_classes(path: str, store: Path | None = None) -> frozenset[str]:
+    """`stem.Class` (`model.Net` for `class Net` in `model.py`) of each nn.Module class of the
+    project of `path` that makes layers or parameters of its own; empty where there is none
+    or no project on disk."""
+    facts = _facts(path, store)
+    return frozenset() if facts is None else facts.module_classes
+
+
 def cpu_mode_option(path: str, store: Path | None = None) -> CpuModeOption | None:
     """The option of another file of the project that gives a program importing `path` a CPU
     mode; None where there is none (or `path` has no project on disk)."""
@@ -310,8 +325,11 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
     imported = _import_graph(root, summaries) if marks else {}
     wrapped_loads = tuple(os.path.relpath(path, root) for path, summary in summaries.items()
                           if summary.loads_into_a_wrapper and not summary.test_code)
+    module_classes = frozenset(f"{Path(path).stem}.{name}" for path, summary in summaries.items()
+                               if not summary.test_code for name in summary.module_classes)
     return _ProjectFacts(_writing(root, summaries), _cpu_mode(root, summaries, imported),
-                         _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3])
+                         _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3],
+                         module_classes=module_classes)
 
 
 def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
@@ -495,7 +513,8 @@ def _summary(file_path: str) -> _Summary:
     test_code = _is_test_code(source, imports, Path(file_path).name)
     read = _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=_path_names(source),
                     selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
-                    loads_into_a_wrapper=_loads_into_a_wrapper(source))
+                    loads_into_a_wrapper=_loads_into_a_wrapper(source),
+                    module_classes=_stateful_module_classes(source))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
     try:
@@ -540,6 +559,51 @@ def _loads_into_a_wrapper(source: bytes) -> bool:
                                  for node in ast.walk(statement)):
                 return True
     return False
+
+
+# A top-level class whose bases name a Module (`class Net(nn.Module):`).
+_MODULE_CLASS = re.compile(rb"^class[ \t]+\w+[ \t]*\([^)]*\bModule\b", re.MULTILINE)
+
+
+def _stateful_module_classes(source: bytes) -> tuple[str, ...]:
+    """The file's top-level `nn.Module` classes whose `__init__` makes layers or parameters of
+    its own (`self.fc = nn.Linear(...)`, `nn.Parameter(...)`): a model another file builds
+    with `Net()` is then on the CPU until it is moved. Classes that only hold what they are
+    handed, or stateless parts (a loss, an activation), are not."""
+    if _MODULE_CLASS.search(source) is None:
+        return ()
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    from torchdevlint.analysis.brains import torch_api
+
+    def makes_state(body: ast.AST, helpers: frozenset[str]) -> bool:
+        for call in ast.walk(body):
+            if not isinstance(call, ast.Call):
+                continue
+            dotted = ast.unparse(call.func)
+            last = dotted.rsplit(".", 1)[-1]
+            qualified = f"torch.nn.{last}"
+            if dotted in helpers or last == "Parameter" or dotted.startswith(("nn.", "torch.nn.")) \
+                    and torch_api.is_module_constructor(qualified) and not torch_api.is_stateless_module(qualified) \
+                    and qualified not in torch_api.MODULE_CONTAINERS:
+                return True
+        return False
+
+    # The file's functions that make layers (`make_layers(cfg)` returning an nn.Sequential of convolutions).
+    helpers = frozenset(node.name for node in tree.body
+                        if isinstance(node, ast.FunctionDef) and makes_state(node, frozenset()))
+    found: list[str] = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or not any(
+                (base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")) == "Module"
+                for base in node.bases):
+            continue
+        init = next((item for item in node.body if isinstance(item, ast.FunctionDef) and item.name == "__init__"), None)
+        if init is not None and makes_state(init, helpers):
+            found.append(node.name)
+    return tuple(found)
 
 
 def _makes_a_wrapper(value: ast.expr) -> bool:
@@ -815,7 +879,7 @@ def project_facts(path: str, store: Path | None = None) -> str:
     offered = "none" if option is None else f"{option.file}:{option.line}"
     selection = facts.gpu_selection.get(os.path.abspath(path), "none") if facts.complete else "?"
     return (f"device-checkpoints={facts.writing.key};cpu-mode={offered};gpu-selection={selection};"
-            f"wrapped-loads={','.join(facts.wrapped_loads)}")
+            f"wrapped-loads={','.join(facts.wrapped_loads)};module-classes={_digest(','.join(sorted(facts.module_classes)))}")
 
 
 def _bound_names(target: ast.expr) -> list[str]:

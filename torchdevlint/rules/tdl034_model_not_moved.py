@@ -23,8 +23,11 @@ class ModelNotMoved(Rule):
     ## What it does
     Finds a model left on the CPU that is called on data on the device: the data was moved
     (`x = x.to(device)`, `images.cuda()`) and the model never was. The model is one the file
-    makes with parameters or buffers of its own: a `torch.nn` layer (`nn.Linear(...)`), or an
-    instance of the file's own `nn.Module` class whose `__init__` makes such parts.
+    makes with parameters or buffers of its own: a `torch.nn` layer (`nn.Linear(...)`), an
+    instance of the file's own `nn.Module` class whose `__init__` makes such parts, or one of
+    such a class in another file of the project (`from src.model import handpose_model`, whose
+    `__init__` makes layers directly or through a helper of its file; the project is read as
+    for TDL003).
 
     ## Why is this bad?
     A model's parameters stay where the model was made until it is moved; `x.to(device)`
@@ -46,8 +49,10 @@ class ModelNotMoved(Rule):
     a file's module class that only combines modules it is handed
     (`GreedySearchDecoder(encoder, decoder)`), containers of modules moved elsewhere. Models
     moved on some paths (`if use_cuda: model.cuda()` with the data moved under the same test),
-    models the file cannot see made (a parameter, another file's builder), and data whose
-    device is not known.
+    models the file cannot see made (a parameter, a builder function of another file), and
+    data whose device is not known. A model moved in place by a function of the file it is
+    handed to (`train_model(model, ...)` calling `model.cuda()`), or by a chain of its own
+    methods (`model.cuda().half()`), is where they left it.
 
     ## Fix safety
     Where the model is a name bound earlier in the same block, the fix moves it right after

@@ -135,6 +135,9 @@ class Oracle(Protocol):
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None: ...
     def entry_cuda_device(self, scope: cst.CSTNode) -> Value: ...
     def reads_wrapped_modules(self) -> bool: ...
+    def project_module_class(self, qualified: str) -> bool: ...
+    def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]: ...
+    def parameter_names(self, definition: int) -> tuple[str, ...]: ...
     @property
     def stuck_switches(self) -> frozenset[str]: ...
     @property
@@ -869,6 +872,7 @@ class Interpreter:
         receiver_node = node.func.value
         key = place_key(receiver_node)
         if key is None:
+            self._chained_module_move(node, env)
             return
         receiver = self.flow.values.get(id(receiver_node), UNKNOWN)
         method = node.func.attr.value
@@ -893,6 +897,23 @@ class Interpreter:
             # A method of self may rebind any attribute.
             for other in [k for k in env if k.startswith(key + ".")]:
                 del env[other]
+
+    def _chained_module_move(self, node: cst.Call, env: Env) -> None:
+        """`model.cuda().half()` as a statement: each call hands the same Module on, moved in
+        place; the name ends where the chain put it."""
+        current: cst.BaseExpression = node
+        moves = False
+        while type(current) is cst.Call and type(current.func) is cst.Attribute \
+                and current.func.attr.value in torch_api.MODULE_SELF_RETURNING_METHODS:
+            moves = moves or current.func.attr.value in ("to", "cuda", "cpu")
+            current = current.func.value
+        key = place_key(current) if current is not node else None
+        base = self.flow.values.get(id(current), UNKNOWN) if key is not None else UNKNOWN
+        result = self.flow.values.get(id(node))
+        if key is None or not moves or not base.is_module_like or result is None or not result.is_module_like:
+            return
+        env[key] = result
+        self._moved_own_attribute(current, result)
 
     def _moved_own_attribute(self, receiver: cst.BaseExpression, moved: Value) -> None:
         """`self.D.cuda()` in a method (`check_cuda()`): the instance's part is there once the
@@ -1347,12 +1368,19 @@ class Interpreter:
         if qualified in torch_api.PASS_THROUGH_ITERATORS and arguments:
             # `tqdm(loader)`: the same elements, with a progress bar.
             return self._builtin_container("iter", node, arguments)
+        if qualified is not None and not qualified.startswith("torch") and self.oracle.project_module_class(qualified):
+            # `model = handpose_model()` of another file of the project, whose `__init__` makes
+            # layers: a model on the host (or the default device) until moved.
+            return _on_default_device(Value(frozenset({Kind.MODULE}), _HOST_ONLY), env)
         if qualified is not None:
             return self._torch_call(node, qualified, arguments, env)
         if type(callee_node) is cst.Name and callee_node.value in self._lambdas:
             return self._lambda_call(self._lambdas[callee_node.value], node, arguments, env)
         if callee.reference is not None and callee.reference.definition is not None:
-            return _on_default_device(self._same_file_call(node, callee, arguments), env)
+            result = _on_default_device(self._same_file_call(node, callee, arguments), env)
+            if callee.instance_of is None:
+                self._modules_moved_by(node, callee.reference.definition, env)
+            return result
         if callee.is_module_like:
             return self._module_call(node, callee, arguments)
         moved_module = _moved_then_called(callee)
@@ -1450,6 +1478,24 @@ class Interpreter:
         receiver = callee if callee.instance_of is not None else None
         result = self.oracle.call_result(callee.reference.definition, node, arguments, receiver)
         return result
+
+    def _modules_moved_by(self, node: cst.Call, definition: int, env: Env) -> None:
+        """`train_model(model, loader)` where `train_model` calls `model.cuda()`: a Module moves
+        in place, so the caller's `model` is where the function left it."""
+        moved = dict(self.oracle.moved_parameters(definition))
+        if not moved:
+            return
+        names = self.oracle.parameter_names(definition)
+        for position, arg in enumerate(node.args):
+            if arg.star:
+                return
+            name = arg.keyword.value if arg.keyword is not None else names[position] if position < len(names) else None
+            key = place_key(arg.value)
+            if name not in moved or key is None:
+                continue
+            current = env.get(key)
+            if current is not None and current.is_module_like:
+                env[key] = current.with_places(moved[name].places)
 
     def _constructor_parameter(self, callee: cst.BaseExpression) -> bool:
         """A parameter of a module's `__init__` called there (`self.encoder =

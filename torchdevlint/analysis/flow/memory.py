@@ -102,6 +102,15 @@ class RecordingOracle:
         # Read from the file's own text: no answer of the model's to check again.
         return self._model.reads_wrapped_modules()
 
+    def project_module_class(self, qualified: str) -> bool:
+        return self._ask("project_module_class", qualified)  # type: ignore[return-value]  # the model's answer, of the method's type
+
+    def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]:
+        return self._ask("moved_parameters", definition)  # type: ignore[return-value]  # the model's answer, of the method's type
+
+    def parameter_names(self, definition: int) -> tuple[str, ...]:
+        return self._ask("parameter_names", definition)  # type: ignore[return-value]  # the model's answer, of the method's type
+
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None:
         self._ask("register_definition", node, enclosing, owner)
 

@@ -110,8 +110,12 @@ class FlowModel:
 
     def __init__(self, module: cst.Module, enclosing_scope: Callable[[cst.CSTNode], Scope],
                  deadline: Deadline | None = None, source: str | None = None,
-                 memory: FlowMemory | None = None) -> None:
+                 memory: FlowMemory | None = None,
+                 project_module_classes: Callable[[], frozenset[str]] | None = None) -> None:
         self.module = module
+        # `stem.Class` of the project's other files' stateful Module classes, asked for once.
+        self._project_module_classes = project_module_classes
+        self._known_project_classes: frozenset[str] | None = None
         # Flows kept from the buffer's last version (an editor's), and kept for its next.
         self._memory = memory
         if memory is not None:
@@ -1265,6 +1269,41 @@ class FlowModel:
         if not self._provisional_reads:
             self._per_call_results[key] = returns
         return returns
+
+    def project_module_class(self, qualified: str) -> bool:
+        """`src.model.handpose_model`: a Module class of another file of the project that makes
+        layers of its own (see `project_scan.stateful_module_classes`)."""
+        if self._project_module_classes is None:
+            return False
+        if self._known_project_classes is None:
+            self._known_project_classes = self._project_module_classes()
+        parts = qualified.split(".")
+        return len(parts) >= 2 and ".".join(parts[-2:]) in self._known_project_classes
+
+    def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]:
+        """A plain function's parameters it leaves moved to an accelerator, as its own flow
+        ends (`model.cuda()` in `train_model(model, ...)`): Modules move in place, so the
+        caller's model is there too. Empty while the function runs."""
+        target = self._definitions.get(definition)
+        if target is None or target.owner is not None or not isinstance(target.node, cst.FunctionDef):
+            return ()
+        flow = self._flows.get(definition) or self._flow(target.node)
+        if flow is None:
+            return ()
+        moved = []
+        for name in self.parameter_names(definition):
+            # (A body that ends in `return`: what its last statement saw.)
+            final = _final_value(flow, name)
+            if final is not None and not final.is_tensor_like and final.places is not None and final.on_accelerator:
+                moved.append((name, final))
+        return tuple(moved)
+
+    def parameter_names(self, definition: int) -> tuple[str, ...]:
+        target = self._definitions.get(definition)
+        if target is None or not isinstance(target.node, cst.FunctionDef):
+            return ()
+        params = target.node.params
+        return tuple(param.name.value for param in (*params.posonly_params, *params.params))
 
     def meetings_of_call(self, call: cst.Call) -> list[Meeting]:
         """The meetings of a same-file plain function's body as this call runs it: its
