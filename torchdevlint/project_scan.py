@@ -48,6 +48,7 @@ import os
 import re
 import stat
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -449,6 +450,14 @@ def _import_graph(root: Path, summaries: dict[str, _Summary]) -> dict[str, set[s
     return graph
 
 
+def _parse(source: bytes) -> ast.Module:
+    """Python's tree of a project file: warnings about the user's code (an invalid escape
+    sequence) are not ours to print, and where they are errors the file is not read."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(source)
+
+
 def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
@@ -518,7 +527,7 @@ def _summary(file_path: str) -> _Summary:
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
     try:
-        tree = ast.parse(source)
+        tree = _parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return read
     finder = _SaveFinder()
@@ -544,7 +553,7 @@ def _loads_into_a_wrapper(source: bytes) -> bool:
                for binding in _WRAPPER_BINDING.finditer(source)):
         return False  # the common case, read from the text alone
     try:
-        tree = ast.parse(source)
+        tree = _parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     bodies: list[list[ast.stmt]] = [tree.body]
@@ -573,7 +582,7 @@ def _stateful_module_classes(source: bytes) -> tuple[str, ...]:
     if _MODULE_CLASS.search(source) is None:
         return ()
     try:
-        tree = ast.parse(source)
+        tree = _parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ()
     from torchdevlint.analysis.brains import torch_api
@@ -673,7 +682,9 @@ def _file_name(path: str) -> str:
 def path_target_of_code(code: str) -> PathTarget:
     """`path_target` of an expression's code (a rule's node, rendered)."""
     try:
-        tree = ast.parse(f"(\n{code}\n)", mode="eval")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(f"(\n{code}\n)", mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return PathTarget()
     return path_target(tree.body)
