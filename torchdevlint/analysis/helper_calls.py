@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.results import FlowQueries, Meeting
+from torchdevlint.analysis.flow.results import FlowQueries, Meeting, MeetingKind, Operand
 from torchdevlint.analysis.flow.values import Value
 
 
@@ -27,11 +27,26 @@ class HelperCalls:
         if type(node.func) is cst.Name and node.args:
             self.calls.append(node)
 
-    def handing(self, flow: FlowQueries, wanted: Callable[[Value], bool]) -> Iterator[tuple[cst.Call, list[Meeting]]]:
-        """Each call of a function of the file that is handed a value `wanted` accepts, with
-        the function's meetings as that call runs it."""
+    def model_calls(self, flow: FlowQueries, handed: Callable[[Value], bool],
+                    model: Callable[[Value], bool]) -> Iterator[tuple[cst.Call, Meeting, Operand]]:
+        """For each call of a function of the file handed a value `handed` accepts (a model),
+        the model calls inside that function, as that call runs it, where host data meets
+        device data, the model called passes `model`, and the function's own flow (every
+        call's arguments joined) did not already have the meeting: (the call, the meeting,
+        the model called), in the function's order."""
         for call in self.calls:
             if flow.value_of(call.func).reference is None:
                 continue
-            if any(wanted(flow.value_of(arg.value)) for arg in call.args):
-                yield call, flow.meetings_of_call(call)
+            if not any(handed(flow.value_of(arg.value)) for arg in call.args):
+                continue
+            for meeting in flow.meetings_of_call(call):
+                if meeting.kind != MeetingKind.MODULE_CALL or type(meeting.node) is not cst.Call:
+                    continue
+                callee = meeting.node.func
+                called = next((operand for operand in meeting.operands
+                               if operand.node is callee and model(operand.value)), None)
+                if called is None or not meeting.host_operands_meeting_device():
+                    continue
+                if any(found.meeting.node is meeting.node for found in flow.host_meetings()):
+                    continue  # reported in the function itself
+                yield call, meeting, called

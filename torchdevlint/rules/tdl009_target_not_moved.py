@@ -760,23 +760,20 @@ class TargetNotMoved(Rule):
         file that feeds it batches it never moves, run with this call's arguments (its own
         flow joins the calls that hand it a model on the CPU)."""
         flow = self.context.flow
-        for call, meetings in self._helper_calls.handing(flow, _model_on_the_device):
-            for meeting in meetings:
-                if meeting.kind != MeetingKind.MODULE_CALL or not isinstance(meeting.node, cst.Call):
-                    continue
-                model = next((operand for operand in meeting.operands if operand.node is meeting.node.func), None)
-                if model is None or not _model_on_the_device(model.value):
-                    continue
-                left = [host for host, _ in meeting.host_operands_meeting_device()
-                        if host.value.is_tensor and host.node is not meeting.node.func]
-                if not left or any(found.meeting.node is meeting.node for found in flow.host_meetings()):
-                    continue
-                self.report(call, message=(
-                    f"{self.context.code_for_node(call.func)} feeds the model handed here, on the device, "
-                    f"{self.context.code_for_node(left[0].node)} left on the CPU "
-                    f"({self.context.code_for_node(meeting.node)}): move it to the model's device in "
-                    f"{self.context.code_for_node(call.func)}"))
-                break
+        reported: set[int] = set()
+        for call, meeting, model in self._helper_calls.model_calls(flow, _model_on_the_device, _model_on_the_device):
+            if id(call) in reported:
+                continue  # one report a call
+            left = [host for host, _ in meeting.host_operands_meeting_device()
+                    if host.value.is_tensor and host.node is not model.node]
+            if not left:
+                continue
+            reported.add(id(call))
+            self.report(call, message=(
+                f"{self.context.code_for_node(call.func)} feeds the model handed here, on the device, "
+                f"{self.context.code_for_node(left[0].node)} left on the CPU "
+                f"({self.context.code_for_node(meeting.node)}): move it to the model's device in "
+                f"{self.context.code_for_node(call.func)}"))
 
     def _report_meetings(self) -> None:
         flow = self.context.flow

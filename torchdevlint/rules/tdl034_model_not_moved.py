@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchdevlint.analysis.flow.results import HostMeeting, Meeting, MeetingKind
+from torchdevlint.analysis.flow.results import HostMeeting, MeetingKind
 from torchdevlint.analysis.flow.values import HOST_PLACE, MODULE_DEVICE_PLACE, Value
 from torchdevlint.analysis.helper_calls import HelperCalls
 from torchdevlint.analysis.names import dotted_name
@@ -273,34 +273,26 @@ class ModelNotMoved(Rule):
     def _report_calls(self) -> None:
         """`evaluate(model_1, loader)`: a model left on the CPU handed to a function of the
         file that calls it on data on the device, run with this call's arguments."""
-        for call, meetings in self._helper_calls.handing(self.context.flow, self._stateful_on_the_host):
-            for meeting in meetings:
-                if meeting.kind != MeetingKind.MODULE_CALL or not isinstance(meeting.node, cst.Call):
-                    continue
-                callee = meeting.node.func
-                model = next((operand for operand in meeting.operands
-                              if operand.node is callee and self._stateful_on_the_host(operand.value)), None)
-                if model is None or not isinstance(model.node, cst.Name):
-                    continue
-                if not meeting.host_operands_meeting_device() or self._met_in_its_own_flow(meeting):
-                    continue
-                argument = next(arg.value for arg in call.args
-                                if self._stateful_on_the_host(self.context.flow.value_of(arg.value)))
-                function = self.context.code_for_node(call.func)
-                self.report(call, message=(
-                    f"{self.context.code_for_node(argument)} is on the CPU, and {function} calls it on data on the "
-                    f"device ({self.context.code_for_node(meeting.node)}): move the model to that device first"))
-                break
+        flow = self.context.flow
+        reported: set[int] = set()
+        for call, meeting, model in self._helper_calls.model_calls(flow, self._stateful_on_the_host,
+                                                                   self._stateful_on_the_host):
+            if id(call) in reported:
+                continue  # one report a call
+            if not isinstance(model.node, cst.Name) or not any(
+                    host.node is model.node for host, _ in meeting.host_operands_meeting_device()):
+                continue
+            argument = next(arg.value for arg in call.args if self._stateful_on_the_host(flow.value_of(arg.value)))
+            function = self.context.code_for_node(call.func)
+            reported.add(id(call))
+            self.report(call, message=(
+                f"{self.context.code_for_node(argument)} is on the CPU, and {function} calls it on data on the "
+                f"device ({self.context.code_for_node(meeting.node)}): move the model to that device first"))
 
     def _stateful_on_the_host(self, value: Value) -> bool:
         if not value.is_module_like or value.places != frozenset({HOST_PLACE}):
             return False
         return value.instance_of is None or self.context.flow.module_owns_state(value.instance_of)
-
-    def _met_in_its_own_flow(self, meeting: Meeting) -> bool:
-        """The function's own flow (every call's arguments joined) has the meeting already:
-        reported there."""
-        return any(found.meeting.node is meeting.node for found in self.context.flow.host_meetings())
 
     def _report_meetings(self) -> None:
         flow = self.context.flow
