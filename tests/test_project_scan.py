@@ -521,3 +521,65 @@ def test_a_model_class_of_another_file_is_built_on_the_cpu(tmp_path: Path) -> No
     # HandModel makes layers (through make_layers); Wrapper only holds what it is handed.
     found = json.loads(run_cli("check", "--format", "json", "measure.py", cwd=root).stdout)
     assert [(item["line"], item["code"]) for item in found] == [(10, "TDL034")]
+
+
+DECODER_BASE = """
+import torch.nn as nn
+
+class DecoderBase(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def decode(self, x, z):
+        raise NotImplementedError
+"""
+
+GREEDY_DECODER = """
+import torch
+import torch.nn as nn
+from .base import DecoderBase
+from .search import Hypothesis
+
+
+class GreedyDecoder(DecoderBase):
+    def __init__(self, args, vocab):
+        super().__init__()
+        self.vocab = vocab
+        self.device = args.device
+        self.embed = nn.Embedding(len(vocab), args.width)
+        self.rnn = nn.GRU(args.width, args.width, batch_first=True)
+        self.out = nn.Linear(args.width, len(vocab))
+
+    def beam(self, start, width=4):
+        hypotheses = [Hypothesis(torch.tensor([[start]], device=self.device), 0.0)]
+        for _ in range(30):
+            words = torch.cat([h.word for h in hypotheses], dim=0)
+            scores, _ = self.rnn(self.embed(words))
+            logits = self.out(scores).log_softmax(-1)
+            so_far = torch.tensor([h.score for h in hypotheses], device=self.device)
+            total = logits + so_far.view(-1, 1, 1)
+            best, index = total.view(-1).topk(width)
+            hypotheses = [Hypothesis(index[i:i + 1].view(1, 1) % len(self.vocab), best[i].item())
+                          for i in range(width)]
+        return hypotheses
+
+    def greedy(self, start, end, count):
+        words = torch.tensor([[start]] * count, device=self.device)
+        stop = torch.tensor([end] * count, device=self.device)
+        running = torch.ones(count, dtype=torch.bool, device=self.device)
+        while running.any():
+            scores, _ = self.rnn(self.embed(words))
+            best = self.out(scores).squeeze(1).argmax(dim=1)
+            running = running & (best != stop)
+            words = best.unsqueeze(1)
+        return words
+"""
+
+
+def test_a_model_whose_base_class_is_in_another_file_is_a_module(tmp_path: Path) -> None:
+    # The layers of a Module go where its owner moves it; taken for a plain class, its layers
+    # stayed on the host, and their output met the tensors it makes on `self.device`.
+    root = _project(tmp_path, {"decoders/__init__.py": "", "decoders/base.py": DECODER_BASE,
+                               "decoders/greedy.py": GREEDY_DECODER})
+    found = json.loads(run_cli("check", "--format", "json", "decoders/greedy.py", cwd=root).stdout)
+    assert found == []

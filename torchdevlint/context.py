@@ -22,6 +22,7 @@ from torchdevlint.project_scan import (
     checkpoint_writing,
     cpu_mode_option,
     gpu_selection,
+    module_classes,
     path_target_of_code,
     project_root,
     stateful_module_classes,
@@ -145,7 +146,7 @@ class FileContext:
     def _flow_model(self) -> FlowModel:
         if self._flow is None:
             self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source, self._flow_memory,
-                                   lambda: stateful_module_classes(self.path))
+                                   lambda: (stateful_module_classes(self.path), module_classes(self.path)))
         return self._flow
 
     def enclosing_scope(self, node: cst.CSTNode) -> Scope:

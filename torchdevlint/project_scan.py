@@ -170,23 +170,26 @@ class _Summary:
     # Its top-level nn.Module classes that make layers or parameters of their own (see
     # `_stateful_module_classes`).
     module_classes: tuple[str, ...] = ()
+    # All its top-level nn.Module classes (a base class another file derives its model from).
+    all_module_classes: tuple[str, ...] = ()
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
                 list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
-                self.loads_into_a_wrapper, list(self.module_classes)]
+                self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes)]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
         (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
-         module_classes) = kept
-        assert isinstance(module_classes, list)
+         module_classes, all_module_classes) = kept
+        assert isinstance(module_classes, list) and isinstance(all_module_classes, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
         assert isinstance(path_names, list)
         return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
                    tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
                    tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
-                   bool(wrapped_load), tuple(str(name) for name in module_classes))
+                   bool(wrapped_load), tuple(str(name) for name in module_classes),
+                   tuple(str(name) for name in all_module_classes))
 
 
 @dataclass(frozen=True)
@@ -201,12 +204,14 @@ class _ProjectFacts:
     complete: bool = True
     # The files that load a state dict into a model they wrapped (relative to the root).
     wrapped_loads: tuple[str, ...] = ()
-    # `stem.Class` of the project's stateful Module classes (see `_stateful_module_classes`).
+    # `stem.Class` of the project's stateful Module classes (see `_stateful_module_classes`),
+    # and of all its Module classes.
     module_classes: frozenset[str] = frozenset()
+    all_module_classes: frozenset[str] = frozenset()
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 7
+_SUMMARY_FORMAT = 8
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -288,6 +293,13 @@ def stateful_module_classes(path: str, store: Path | None = None) -> frozenset[s
     return frozenset() if facts is None else facts.module_classes
 
 
+def module_classes(path: str, store: Path | None = None) -> frozenset[str]:
+    """`stem.Class` of every nn.Module class of the project of `path` (a base class such as
+    `decoder.Decoder`, which another file's model derives from)."""
+    facts = _facts(path, store)
+    return frozenset() if facts is None else facts.all_module_classes
+
+
 def cpu_mode_option(path: str, store: Path | None = None) -> CpuModeOption | None:
     """The option of another file of the project that gives a program importing `path` a CPU
     mode; None where there is none (or `path` has no project on disk)."""
@@ -328,9 +340,11 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
                           if summary.loads_into_a_wrapper and not summary.test_code)
     module_classes = frozenset(f"{Path(path).stem}.{name}" for path, summary in summaries.items()
                                if not summary.test_code for name in summary.module_classes)
+    all_module_classes = frozenset(f"{Path(path).stem}.{name}" for path, summary in summaries.items()
+                                   if not summary.test_code for name in summary.all_module_classes)
     return _ProjectFacts(_writing(root, summaries), _cpu_mode(root, summaries, imported),
                          _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3],
-                         module_classes=module_classes)
+                         module_classes=module_classes, all_module_classes=all_module_classes)
 
 
 def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
@@ -523,7 +537,7 @@ def _summary(file_path: str) -> _Summary:
     read = _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=_path_names(source),
                     selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
                     loads_into_a_wrapper=_loads_into_a_wrapper(source),
-                    module_classes=_stateful_module_classes(source))
+                    module_classes=_stateful_module_classes(source), all_module_classes=_module_classes(source))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
     try:
@@ -572,6 +586,14 @@ def _loads_into_a_wrapper(source: bytes) -> bool:
 
 # A top-level class whose bases name a Module (`class Net(nn.Module):`).
 _MODULE_CLASS = re.compile(rb"^class[ \t]+\w+[ \t]*\([^)]*\bModule\b", re.MULTILINE)
+
+
+def _module_classes(source: bytes) -> tuple[str, ...]:
+    """The file's top-level classes whose bases name a Module (`class Decoder(nn.Module):`)."""
+    return tuple(match.group(1).decode() for match in _NAMED_MODULE_CLASS.finditer(source))
+
+
+_NAMED_MODULE_CLASS = re.compile(rb"^class[ \t]+(\w+)[ \t]*\([^)]*\bModule\b", re.MULTILINE)
 
 
 def _stateful_module_classes(source: bytes) -> tuple[str, ...]:
@@ -890,7 +912,8 @@ def project_facts(path: str, store: Path | None = None) -> str:
     offered = "none" if option is None else f"{option.file}:{option.line}"
     selection = facts.gpu_selection.get(os.path.abspath(path), "none") if facts.complete else "?"
     return (f"device-checkpoints={facts.writing.key};cpu-mode={offered};gpu-selection={selection};"
-            f"wrapped-loads={','.join(facts.wrapped_loads)};module-classes={_digest(','.join(sorted(facts.module_classes)))}")
+            f"wrapped-loads={','.join(facts.wrapped_loads)};module-classes={_digest(','.join(sorted(facts.module_classes)))}"
+            f":{_digest(','.join(sorted(facts.all_module_classes)))}")
 
 
 def _bound_names(target: ast.expr) -> list[str]:

@@ -111,11 +111,12 @@ class FlowModel:
     def __init__(self, module: cst.Module, enclosing_scope: Callable[[cst.CSTNode], Scope],
                  deadline: Deadline | None = None, source: str | None = None,
                  memory: FlowMemory | None = None,
-                 project_module_classes: Callable[[], frozenset[str]] | None = None) -> None:
+                 project_module_classes: Callable[[], tuple[frozenset[str], frozenset[str]]] | None = None) -> None:
         self.module = module
-        # `stem.Class` of the project's other files' stateful Module classes, asked for once.
+        # `stem.Class` of the project's other files' Module classes (those that make layers of
+        # their own, and all of them), asked for once.
         self._project_module_classes = project_module_classes
-        self._known_project_classes: frozenset[str] | None = None
+        self._known_project_classes: tuple[frozenset[str], frozenset[str]] | None = None
         # Flows kept from the buffer's last version (an editor's), and kept for its next.
         self._memory = memory
         if memory is not None:
@@ -1273,12 +1274,16 @@ class FlowModel:
     def project_module_class(self, qualified: str) -> bool:
         """`src.model.handpose_model`: a Module class of another file of the project that makes
         layers of its own (see `project_scan.stateful_module_classes`)."""
+        return self._in_project_classes(qualified, stateful=True)
+
+    def _in_project_classes(self, qualified: str, *, stateful: bool) -> bool:
         if self._project_module_classes is None:
             return False
         if self._known_project_classes is None:
             self._known_project_classes = self._project_module_classes()
         parts = qualified.split(".")
-        return len(parts) >= 2 and ".".join(parts[-2:]) in self._known_project_classes
+        known = self._known_project_classes[0 if stateful else 1]
+        return len(parts) >= 2 and ".".join(parts[-2:]) in known
 
     def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]:
         """A plain function's parameters it leaves moved to an accelerator, as its own flow
@@ -1414,6 +1419,25 @@ class FlowModel:
         summary.moves_itself = init is not None and self._text_fact("moves itself", init, _moves_self)
         return summary
 
+    def _imported_from(self, node: cst.BaseExpression) -> str | None:
+        """`decoder.DecoderBase` for `DecoderBase` after `from .decoder import DecoderBase` (or
+        `from pkg.decoder import ...`) at the top of the file."""
+        if not isinstance(node, cst.Name):
+            return None
+        for statement in self.module.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar) \
+                        or small.module is None:
+                    continue
+                for alias in small.names:
+                    bound = alias.asname.name if alias.asname is not None else alias.name
+                    if isinstance(bound, cst.Name) and bound.value == node.value:
+                        module_name = dotted_name(small.module) or ""
+                        return f"{module_name.rsplit('.', 1)[-1]}.{dotted_name(alias.name)}"
+        return None
+
     def module_owns_state(self, class_id: int) -> bool:
         """Whether instances of a same-file Module class hold parameters, buffers or tensors
         they make themselves: a stateful base (`class Head(nn.Linear)`), or an attribute its
@@ -1458,6 +1482,10 @@ class FlowModel:
             value = flow.values.get(id(base.value), UNKNOWN) if flow is not None else UNKNOWN
             reference = value.reference
             if reference is None:
+                # `from .decoder import DecoderBase` (a relative import names no reference).
+                imported = self._imported_from(base.value)
+                if imported is not None and self._in_project_classes(imported, stateful=False):
+                    return True
                 continue
             if reference.definition is not None:
                 base_summary = self._class(reference.definition)
@@ -1466,7 +1494,8 @@ class FlowModel:
                 continue
             qualified = reference.qualified
             if qualified in torch_api.MODULE_BASE_CLASSES or torch_api.is_module_constructor(qualified) \
-                    or qualified in torch_api.WRAPPERS:
+                    or qualified in torch_api.WRAPPERS or self._in_project_classes(qualified, stateful=False):
+                # (Also a Module class of another file of the project: `class LSTMDecoder(Decoder)`.)
                 return True
         return False
 
