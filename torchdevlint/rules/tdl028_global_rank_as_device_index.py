@@ -127,6 +127,25 @@ class GlobalRankAsDeviceIndex(Rule):
             """,
             name="local-ranks-from-the-launcher",
         ),
+        Valid(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+            def init_distributed(settings):
+                if "RANK" in os.environ:
+                    settings["rank"] = int(os.environ["RANK"])
+                    settings["gpu"] = int(os.environ["LOCAL_RANK"])
+                elif "SLURM_PROCID" in os.environ:
+                    settings["rank"] = int(os.environ["SLURM_PROCID"])
+                    settings["gpu"] = settings["rank"] % torch.cuda.device_count()
+                else:
+                    return
+                torch.cuda.set_device(settings["gpu"])
+                dist.init_process_group("nccl", world_size=settings["world_size"], rank=settings["rank"])
+            """,
+            name="ranks-kept-in-a-dict-of-settings",
+        ),
     ]
     INVALID = [
         Invalid(

@@ -823,6 +823,11 @@ class Interpreter:
                     items = (("*", tensor(base.places, origins=base.origins)), (constant, value))
                     places = None if value.places is None else base.places | value.places
                     env[base_key] = replace(base, items=items, places=places)
+                elif constant is not None and _names_a_field(constant) and not base.is_tensor_like \
+                        and base.places is None and all(_names_a_field(key) for key, _ in base.items or ()):
+                    # `settings["gpu"] = local_rank` on a dict of settings (a parameter, `{}`): each
+                    # key keeps its own value, so `settings["rank"]` is not taken for the GPU index.
+                    env[base_key] = replace(base, items=(*(base.items or ()), (constant, value)))
                 elif base.items is not None:
                     env[base_key] = replace(base, items=None, places=None)
                 if value.holds:
@@ -2327,6 +2332,11 @@ def _held_by(values: Iterable[Value]) -> frozenset[int]:
     for value in values:
         held |= value.holds
     return held
+
+
+def _names_a_field(key: str) -> bool:
+    """`"rank"` of `settings["rank"]`: a field of a record, not a position (`"0"`) or any element (`*`)."""
+    return key.isidentifier()
 
 
 def _constant_index(node: cst.Subscript) -> str | None:

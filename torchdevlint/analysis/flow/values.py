@@ -308,6 +308,11 @@ def _join_items(
         # (a dataset of the MNIST family also knows its split's attributes); tuples of another
         # shape join to nothing known.
         right_items = dict(right)
+        shared = tuple((key, value.join(right_items[key])) for key, value in left if key in right_items)
+        if shared and all(key.isidentifier() for key, _ in (*left, *right)):
+            # Records filled field by field on two paths (`settings["gpu"] = ...` in each branch
+            # of a launcher test): the fields both set keep their values.
+            return shared
         if "*" not in right_items or not any(key == "*" for key, _ in left):
             return None
         return tuple((key, value.join(right_items[key])) for key, value in left if key in right_items)
