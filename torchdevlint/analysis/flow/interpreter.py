@@ -1626,6 +1626,9 @@ class Interpreter:
             if method == "forward":
                 return self._module_call(node, receiver, arguments)
             return UNKNOWN
+        if receiver.kinds == {Kind.UNKNOWN} and method in ("parameters", "buffers") and not node.args:
+            # `next(model.parameters())` of a model we cannot see: a tensor, wherever the model is.
+            return replace(Value.of(Kind.OTHER), items=(("*", tensor(None)),))
         if receiver.kinds == {Kind.UNKNOWN} and method in ("to", "cuda", "cpu", "xpu", "mps"):
             # `Net().to(device)`: a module or a tensor we cannot see, but placed on `device`.
             moved = self.flow.moves[id(node)]
