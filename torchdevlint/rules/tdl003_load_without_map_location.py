@@ -63,7 +63,8 @@ class LoadWithoutMapLocation(Rule):
     that saves its best weights during training and reloads them to evaluate, or a notebook
     cell that reads what an earlier cell saved. The saving device is then the loading one.
     The save and the load must name the same file (the same literal, constant, `args.save`
-    attribute, or `os.path.join` of those), and the save must run first: earlier in the same
+    attribute, or `os.path.join` of those; or one module-level name assigned once, in no loop,
+    whatever folder it joins), and the save must run first: earlier in the same
     body, in a same-file function called earlier, or before every call of the function that
     loads. A resume that loads before the script saves anything is still reported.
 
@@ -381,6 +382,31 @@ class LoadWithoutMapLocation(Rule):
             model.load_state_dict(torch.load("linear_epoch05_%s.pt" % device))
             """,
             name="the-last-epoch-file-this-run-saved-named-printf-style",
+        ),
+        Valid(
+            """
+            import os
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = nn.Linear(4, 2).to(device)
+            run_dir = "runs/0"
+            while os.path.isdir(run_dir):
+                run_dir = os.path.join("runs", str(len(os.listdir("runs"))))
+            weights = os.path.join(run_dir, "net.pt")
+            def fit(best):
+                loss = net(torch.randn(8, 4, device=device)).pow(2).mean()
+                if loss.item() < best:
+                    torch.save(net.state_dict(), weights)
+                return min(best, loss.item())
+            def evaluate():
+                net.load_state_dict(torch.load(weights))
+            best = float("inf")
+            for epoch in range(10):
+                best = fit(best)
+            evaluate()
+            """,
+            name="a-path-bound-once-to-a-folder-chosen-at-run-time",
         ),
     ]
     INVALID = [

@@ -92,6 +92,8 @@ class _Body:
     binding_orders: dict[str, list[int | None]] = field(default_factory=dict)
     saves: list[cst.Call] = field(default_factory=list)
     calls: list[cst.Call] = field(default_factory=list)
+    # The assignment statement of each plain binding (`model_file = os.path.join(...)`).
+    binding_statements: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
 
 
 class CheckpointFiles:
@@ -342,7 +344,25 @@ class CheckpointFiles:
             if before:
                 order, bound = before[-1]
                 return self._key(bound, self._module, {}, depth - 1, order) if bound is not None else None
-        return self._bound_key(bindings, self._module, {}, depth)
+        key = self._bound_key(bindings, self._module, {}, depth)
+        if key is None and self._bound_once(name):
+            # `model_file = os.path.join(save_folder, "encoder.pt")` of a folder the file cannot
+            # name: one string, bound once, so every read of the name reads the same file.
+            return f"<bound once {name}>"
+        return key
+
+    def _bound_once(self, name: str) -> bool:
+        """Whether a module-level name holds one value for the whole run: a single plain
+        assignment in no loop, and no function that declares it `global`."""
+        module = self._bodies[id(self._module)]
+        bindings = module.bindings.get(name, [])
+        statements = module.binding_statements.get(name, [])
+        if len(bindings) != 1 or bindings[0] is None or len(statements) != 1:
+            return False
+        if any(isinstance(ancestor, (cst.For, cst.While)) for ancestor in self._path_up(statements[0])[1:]):
+            return False
+        return not any(isinstance(scope, cst.FunctionDef) and name in function_bindings(scope).declared_outer
+                       for scope in self._scope_by_id.values())
 
     def _bound_key(self, bindings: list[cst.BaseExpression | None], scope: _Scope, arguments: _Arguments,
                    depth: int) -> str | None:
@@ -502,6 +522,8 @@ class CheckpointFiles:
             at = self._top_level_order(node, scope)
             for target in node.targets:
                 self._bind_target(scope, target.target, node.value, at)
+                if isinstance(target.target, cst.Name):
+                    self._bodies[id(scope)].binding_statements.setdefault(target.target.value, []).append(node)
         elif isinstance(node, cst.AnnAssign) and node.value is not None:
             self._bind_target(scope, node.target, node.value, self._top_level_order(node, scope))
         elif isinstance(node, (cst.AugAssign, cst.For, cst.CompFor)):
