@@ -79,6 +79,9 @@ def _device_safe_use(node: cst.Attribute, ancestors: list[cst.CSTNode]) -> bool:
     parent = ancestors[0]
     if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in _DEVICE_SAFE_METHODS:
         return True
+    if isinstance(parent, cst.Comparison) and all(
+            isinstance(target.operator, (cst.Is, cst.IsNot)) for target in parent.comparisons):
+        return True  # `if self.alpha is not None:` asks what it is, not where
     # float(self.lo), int(self.n): a Python number
     return (
         len(ancestors) >= 2
@@ -203,12 +206,15 @@ class ModuleAttributes:
             value = value.func.value
         type_as = isinstance(value.func, cst.Attribute) and value.func.attr.value == "type_as"
         explicit = flow.move_destination(value) is not None or keyword_argument(value, "device") is not None or type_as
-        if type_as and value.args and isinstance(value.args[0].value, cst.Name):
+        like = value.args[0].value if type_as and value.args else None
+        while isinstance(like, cst.Attribute) and like.attr.value == "data":
+            like = like.value  # `.type_as(x.data)`: the same storage, where `x` is
+        if isinstance(like, cst.Name):
             # `.type_as(x)` with `x` the method's input: where the module's data is, whatever
             # the model could tell of `x`.
             method = self.context.enclosing_method()
             params = method.function.params if method is not None else None
-            if params is not None and value.args[0].value.value in {
+            if params is not None and like.value in {
                     param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}:
                 return True
         return explicit and placed

@@ -28,9 +28,9 @@ class TensorAttributeNotBuffer(Rule):
     constructor was told, and a `.cpu()` is still reported) or with `requires_grad=` (a
     would-be parameter is another problem),
     tensors that `forward` never reads, or reads only in device-safe ways
-    (`self.mean.to(x.device)`, `.item()`, `float(self.low)`), and placeholders that a method
+    (`self.mean.to(x.device)`, `.item()`, `float(self.low)`, `self.alpha is not None`), and placeholders that a method
     rebuilds where the module's data is (`self.grid = self._make_grid(nx, ny).to(x.device)`,
-    `self.means = self.means.type_as(boxes)`): the module keeps them on the right device itself.
+    `self.means = self.means.type_as(boxes)`, also of its `.data`): the module keeps them on the right device itself.
 
     ## Fix safety
     Safe: `register_buffer(..., persistent=False)` makes the tensor follow the module's moves
@@ -254,6 +254,28 @@ class TensorAttributeNotBuffer(Rule):
                     return self.act(self.fc(x))
             """,
             name="a-layer-class-annotated-as-a-module",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class WeightedNLL(nn.Module):
+                def __init__(self, weights=None):
+                    super().__init__()
+                    self.weights = weights
+                    if isinstance(weights, (list, tuple)):
+                        self.weights = torch.Tensor(weights)
+                def forward(self, scores, labels):
+                    picked = F.log_softmax(scores, dim=1).gather(1, labels.view(-1, 1)).view(-1)
+                    if self.weights is not None:
+                        if self.weights.type() != scores.data.type():
+                            self.weights = self.weights.type_as(scores.data)
+                        picked = picked * self.weights.gather(0, labels.view(-1))
+                    return -picked.mean()
+            """,
+            name="class-weights-recast-to-the-inputs-type",
         ),
     ]
     INVALID = [
