@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from torchdevlint.analysis.timing import unsynchronised_readings
+from torchdevlint.analysis.timing import TIMERS, unsynchronised_readings
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -287,11 +287,24 @@ class TimingWithoutSynchronize(Rule):
         ),
     ]
 
+    def setup(self) -> None:
+        # Clock readings seen in the module's body and in each function being walked: a scope
+        # with fewer than two measures nothing, and its flow need not be walked (keystrokes).
+        self._readings: list[int] = [0]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._readings.append(0)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.context.names.qualified_name(node.func, among=TIMERS) is not None:
+            self._readings[-1] += 1
+
     def leave_Module(self, node: cst.Module) -> None:
-        self._check_scope(node.body)
+        if self._readings[-1] >= 2:
+            self._check_scope(node.body)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if isinstance(node.body, cst.IndentedBlock):
+        if self._readings.pop() >= 2 and isinstance(node.body, cst.IndentedBlock):
             self._check_scope(node.body.body)
 
     def _check_scope(self, body: Sequence[cst.BaseStatement]) -> None:
