@@ -583,3 +583,40 @@ def test_a_model_whose_base_class_is_in_another_file_is_a_module(tmp_path: Path)
                                "decoders/greedy.py": GREEDY_DECODER})
     found = json.loads(run_cli("check", "--format", "json", "decoders/greedy.py", cwd=root).stdout)
     assert found == []
+
+
+BASE_MODEL = """
+import torch
+
+class BaseModel(torch.nn.Module):
+    def initialize(self, opt):
+        self.opt = opt
+        self.gpu_ids = opt.gpu_ids
+"""
+
+COLOURISER_MODEL = """
+import torch
+import torch.nn as nn
+from .base_model import BaseModel
+
+class ColouriserModel(BaseModel):
+    def initialize(self, opt):
+        BaseModel.initialize(self, opt)
+        self.net = nn.Conv2d(1, 3, 3, padding=1)
+        if len(self.gpu_ids) > 0:
+            self.net.cuda(self.gpu_ids[0])
+
+    def forward(self, gray):
+        gray = gray.cuda()
+        return self.net(gray)
+"""
+
+
+def test_a_model_wrapper_on_another_files_base_keeps_the_programs_cpu_mode(tmp_path: Path) -> None:
+    # ColouriserModel is a Module only through BaseModel of another file: its test of
+    # self.gpu_ids is the program choosing the CPU (gpu_ids empty), so the unguarded
+    # .cuda() in forward fails there; a layer's `if self.cuda:` would not be such a choice.
+    root = _project(tmp_path, {"models/__init__.py": "", "models/base_model.py": BASE_MODEL,
+                               "models/colouriser.py": COLOURISER_MODEL})
+    found = json.loads(run_cli("check", "--format", "json", "models/colouriser.py", cwd=root).stdout)
+    assert [(item["line"], item["code"]) for item in found] == [(13, "TDL007")]

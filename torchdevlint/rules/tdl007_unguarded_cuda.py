@@ -59,7 +59,10 @@ class UnguardedCuda(Rule):
     tested in a method of a model class (`if self.cuda:` of a layer built with `cuda=True`,
     `if next(self.parameters()).is_cuda:`): that is the model working wherever it is put, not
     the program choosing the CPU; a demo under `if __name__ == "__main__":` of such a module
-    that calls `.cuda()` is a GPU-only script.
+    that calls `.cuda()` is a GPU-only script. A class that is a Module only through a base
+    class of another file of the project (`class Pix2PixHDModel(BaseModel)`) is the program's
+    model wrapper, built from its options: its `if len(self.gpu_ids) > 0:` is the program
+    choosing.
 
     The CPU mode is the run with no GPU in which every setting chooses the CPU: availability
     checks are false, `use_cuda`/`opt.use_gpu`/`args.gpu` are off, `args.no_cuda` is on, a

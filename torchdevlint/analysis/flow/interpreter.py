@@ -138,6 +138,7 @@ class Oracle(Protocol):
     def project_module_class(self, qualified: str) -> bool: ...
     def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]: ...
     def parameter_names(self, definition: int) -> tuple[str, ...]: ...
+    def model_wrapper_class(self, class_id: int) -> bool: ...
     @property
     def stuck_switches(self) -> frozenset[str]: ...
     @property
@@ -1185,8 +1186,10 @@ class Interpreter:
             return replace(value, in_cpu_mode="cpu")
         if attr == "type" and isinstance(base.in_cpu_mode, str):
             return replace(value, in_cpu_mode=cpu_mode.device_type(base.in_cpu_mode))
-        if base.reference is not None or base.is_tensor_like or base.is_module_like:
+        if base.reference is not None or base.is_tensor_like:
             return value
+        if base.is_module_like and not (base.instance_of is not None and self.oracle.model_wrapper_class(base.instance_of)):
+            return value  # `if self.cuda:` of a layer built with `cuda=True`: where it is put, not a choice
         return self._with_setting(attr, value, option=True)
 
     def _attribute_value(self, node: cst.Attribute, env: Env) -> Value:

@@ -117,6 +117,8 @@ class FlowModel:
         # their own, and all of them), asked for once.
         self._project_module_classes = project_module_classes
         self._known_project_classes: tuple[frozenset[str], frozenset[str]] | None = None
+        # Class id -> whether it is a Module only through another file's base (see `model_wrapper_class`).
+        self._model_wrapper_classes: dict[int, bool] = {}
         # Flows kept from the buffer's last version (an editor's), and kept for its next.
         self._memory = memory
         if memory is not None:
@@ -327,7 +329,20 @@ class FlowModel:
         if type(node) is not cst.FunctionDef:
             return False
         owner = self.class_of_method(node)
-        return owner is not None and self.is_module_class(owner)
+        return owner is not None and self.is_module_class(owner) and not self.model_wrapper_class(id(owner))
+
+    def model_wrapper_class(self, class_id: int) -> bool:
+        """A class that is an `nn.Module` only through a base of another file of the project
+        (`class Pix2PixHDModel(BaseModel)`): a program's model wrapper, built from its options,
+        whose tests of `self.gpu_ids` are the program choosing its device, not a layer
+        following where it is put."""
+        known = self._model_wrapper_classes.get(class_id)
+        if known is None:
+            summary = self._class(class_id)
+            known = summary is not None and summary.is_module and not self._bases_make_module(
+                summary.node, self._enclosing_scope(summary.node), other_files=False)
+            self._model_wrapper_classes[class_id] = known
+        return known
 
     def cpu_mode_truth(self, test: cst.BaseExpression) -> bool | None:
         """Whether a test holds when the program runs in its CPU mode, where that is known."""
@@ -1474,7 +1489,9 @@ class FlowModel:
                 return True
         return False
 
-    def _bases_make_module(self, node: cst.ClassDef, enclosing: Scope) -> bool:
+    def _bases_make_module(self, node: cst.ClassDef, enclosing: Scope, *, other_files: bool = True) -> bool:
+        """Whether a base makes the class an `nn.Module`: torch's, a same-file Module class, or
+        (with `other_files`) a Module class of another file of the project."""
         flow = self._flows.get(id(enclosing)) or self._running.get(id(enclosing)) or self._flow(enclosing)
         for base in node.bases:
             if base.keyword is not None:
@@ -1483,7 +1500,7 @@ class FlowModel:
             reference = value.reference
             if reference is None:
                 # `from .decoder import DecoderBase` (a relative import names no reference).
-                imported = self._imported_from(base.value)
+                imported = self._imported_from(base.value) if other_files else None
                 if imported is not None and self._in_project_classes(imported, stateful=False):
                     return True
                 continue
@@ -1494,7 +1511,8 @@ class FlowModel:
                 continue
             qualified = reference.qualified
             if qualified in torch_api.MODULE_BASE_CLASSES or torch_api.is_module_constructor(qualified) \
-                    or qualified in torch_api.WRAPPERS or self._in_project_classes(qualified, stateful=False):
+                    or qualified in torch_api.WRAPPERS \
+                    or other_files and self._in_project_classes(qualified, stateful=False):
                 # (Also a Module class of another file of the project: `class LSTMDecoder(Decoder)`.)
                 return True
         return False
