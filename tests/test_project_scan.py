@@ -620,3 +620,28 @@ def test_a_model_wrapper_on_another_files_base_keeps_the_programs_cpu_mode(tmp_p
                                "models/colouriser.py": COLOURISER_MODEL})
     found = json.loads(run_cli("check", "--format", "json", "models/colouriser.py", cwd=root).stdout)
     assert [(item["line"], item["code"]) for item in found] == [(13, "TDL007")]
+
+
+EVALUATE_STRIPPING_THE_PREFIX = """
+import torch
+import torch.nn as nn
+
+net = nn.Linear(8, 2)
+saved = torch.load("net.pth", map_location="cpu")
+bare = {}
+for key, value in saved.items():
+    if "module" in key:
+        bare[key[7:]] = value
+    else:
+        bare[key] = value
+net.load_state_dict(bare)
+"""
+
+
+def test_a_wrappers_state_dict_whose_prefix_another_file_strips_is_not_reported(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"train.py": TRAIN_SAVING_THE_WRAPPER})
+    assert ("train.py", "TDL004") in _codes(root)
+    # The project's evaluation script takes the prefix off before loading: it is expected.
+    (root / "evaluate.py").write_text(textwrap.dedent(EVALUATE_STRIPPING_THE_PREFIX).lstrip())
+    forget()
+    assert ("train.py", "TDL004") not in _codes(root)

@@ -124,8 +124,9 @@ class FileContext:
 
     def project_wrapped_checkpoint_load(self) -> str | None:
         """Another file of the project that loads a state dict into a model it wrapped in
-        DataParallel/DDP (`model = nn.DataParallel(model)`, then `model.load_state_dict(...)`):
-        the project's checkpoints are meant to carry the `module.` prefix. None where there is
+        DataParallel/DDP (`model = nn.DataParallel(model)`, then `model.load_state_dict(...)`),
+        or strips the `module.` prefix before a load: the project's checkpoints are meant to
+        carry the prefix. None where there is
         none, or the file is not on disk."""
         root = project_root(self.path)
         own = None if root is None else os.path.relpath(os.path.abspath(self.path), root)

@@ -165,7 +165,8 @@ class _Summary:
     path_names: tuple[tuple[str, str], ...] = ()
     # It chooses the current GPU (see `_SELECTS_A_GPU`).
     selects_a_gpu: bool = False
-    # It loads a state dict into a model it wrapped (see `_loads_into_a_wrapper`).
+    # It reads wrappers' checkpoints: loads a state dict into a model it wrapped (see
+    # `_loads_into_a_wrapper`), or strips the `module.` prefix from one (`_strips_the_prefix`).
     loads_into_a_wrapper: bool = False
     # Its top-level nn.Module classes that make layers or parameters of their own (see
     # `_stateful_module_classes`).
@@ -211,7 +212,7 @@ class _ProjectFacts:
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 8
+_SUMMARY_FORMAT = 9
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -279,8 +280,8 @@ def gpu_selection(path: str, store: Path | None = None) -> str | None:
 
 def wrapped_checkpoint_loads(path: str, store: Path | None = None) -> tuple[str, ...]:
     """The files of the project of `path` (the first few, relative to its root) that load a
-    state dict into a model they wrapped in DataParallel/DDP; empty where there is none, or
-    no project on disk."""
+    state dict into a model they wrapped in DataParallel/DDP, or strip the wrapper's `module.`
+    prefix before a load; empty where there is none, or no project on disk."""
     facts = _facts(path, store)
     return () if facts is None else facts.wrapped_loads
 
@@ -536,7 +537,7 @@ def _summary(file_path: str) -> _Summary:
     test_code = _is_test_code(source, imports, Path(file_path).name)
     read = _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=_path_names(source),
                     selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
-                    loads_into_a_wrapper=_loads_into_a_wrapper(source),
+                    loads_into_a_wrapper=_loads_into_a_wrapper(source) or _strips_the_prefix(source),
                     module_classes=_stateful_module_classes(source), all_module_classes=_module_classes(source))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
@@ -582,6 +583,48 @@ def _loads_into_a_wrapper(source: bytes) -> bool:
                                  for node in ast.walk(statement)):
                 return True
     return False
+
+
+def _strips_the_prefix(source: bytes) -> bool:
+    """A state dict's keys stripped of the wrapper's `module.` prefix before a load
+    (`k.replace("module.", "")`, `if "module" in k: new[k[7:]] = v`, torch's
+    `consume_prefix_in_state_dict_if_present(sd, "module.")`): the project's checkpoints carry
+    the prefix, and its readers expect it. Read from the code, not from text in docstrings."""
+    if b"load_state_dict" not in source or b"module" not in source:
+        return False
+    lines = source.splitlines()
+    if b"consume_prefix_in_state_dict_if_present" not in source and not any(
+            _KEY_STRIPPING.search(b"\n".join(lines[max(0, index - 2):index + 4])) is not None
+            for index, line in enumerate(lines) if _PREFIX_LITERAL.search(line) is not None):
+        return False  # the common case, read from the text alone
+    try:
+        tree = _parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else \
+                node.func.id if isinstance(node.func, ast.Name) else ""
+            if name == "consume_prefix_in_state_dict_if_present":
+                return True
+            if name in _STRIPPING_METHODS and node.args and _names_the_prefix(node.args[0]):
+                return True
+        elif isinstance(node, ast.If) and any(_names_the_prefix(part) for part in ast.walk(node.test)) \
+                and any(isinstance(part, ast.Subscript) and isinstance(part.slice, ast.Slice)
+                        and part.slice.lower is not None for statement in node.body for part in ast.walk(statement)):
+            return True  # `if "module" in key: new[key[7:]] = value`
+    return False
+
+
+def _names_the_prefix(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) \
+        and node.value.lstrip("^").startswith("module") and len(node.value) <= 10
+
+
+_PREFIX_LITERAL = re.compile(rb"""(['"])\^?module(\.|\\\.)?\1""")
+# What takes the prefix off a key: a replacement, a slice past it, `removeprefix`, `re.sub`.
+_KEY_STRIPPING = re.compile(rb"""\.replace\(|\[\s*7\s*:\s*\]|\[\s*len\(|removeprefix\(|\.sub\(|\.lstrip\(|\.split\(""")
+_STRIPPING_METHODS = frozenset({"replace", "removeprefix", "sub", "lstrip", "split"})
 
 
 # A top-level class whose bases name a Module (`class Net(nn.Module):`).

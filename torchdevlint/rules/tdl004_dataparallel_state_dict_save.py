@@ -42,7 +42,9 @@ class DataParallelStateDictSave(Rule):
     for the project too: where another of its files loads a state dict into a model it wrapped
     (a `test.py` with `model = nn.DataParallel(model).cuda()`, then `model.load_state_dict(...)`),
     the checkpoints the training script saves are meant for it (the project is read as for
-    TDL003).
+    TDL003); so they are where another file strips the prefix before it loads
+    (`k.replace("module.", "")`, `new[k[7:]] = v` for keys holding `"module"`, torch's
+    `consume_prefix_in_state_dict_if_present`).
     Nor the branch of `if isinstance(model, nn.DataParallel):` (or `hasattr(model, "module")`)
     where the model is not the wrapper. Nor a model that did its work bare and is wrapped only
     to be saved: `net = DataParallel(net)`
