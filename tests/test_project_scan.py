@@ -645,3 +645,67 @@ def test_a_wrappers_state_dict_whose_prefix_another_file_strips_is_not_reported(
     (root / "evaluate.py").write_text(textwrap.dedent(EVALUATE_STRIPPING_THE_PREFIX).lstrip())
     forget()
     assert ("train.py", "TDL004") not in _codes(root)
+
+
+CHECKPOINT_HELPERS = """
+import torch
+
+
+def save_checkpoint(epoch, model, folder):
+    torch.save({"epoch": epoch, "weights": model.state_dict()}, f"{folder}/last.pth")
+
+
+def save_unwrapped(model, folder):
+    bare = getattr(model, "module", model)
+    torch.save(bare.state_dict(), f"{folder}/bare.pth")
+
+
+class KeepBest:
+    def __init__(self):
+        self.best = float("inf")
+
+    def __call__(self, model, loss, folder):
+        if loss < self.best:
+            self.best = loss
+            torch.save(model.state_dict(), f"{folder}/best.pth")
+"""
+
+DISTRIBUTED_TRAINING = """
+import argparse
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from helpers.checkpoints import KeepBest, save_checkpoint, save_unwrapped
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--distributed", action="store_true")
+parser.add_argument("--local-rank", type=int, default=0)
+args = parser.parse_args()
+
+
+def main():
+    model = nn.Linear(8, 2).cuda()
+    if args.distributed:
+        torch.distributed.init_process_group("nccl")
+        model = DDP(model, device_ids=[args.local_rank])
+    keep_best = KeepBest()
+    for epoch in range(3):
+        loss = model(torch.randn(4, 8).cuda()).pow(2).mean()
+        save_checkpoint(epoch, model, "runs")
+        save_unwrapped(model, "runs")
+        keep_best(model, loss.item(), "runs")
+
+
+main()
+"""
+
+
+def test_a_helper_saving_the_state_dict_of_a_model_another_file_wraps(tmp_path: Path) -> None:
+    # train.py hands the DDP-wrapped model to the helpers: the ones that save its state_dict()
+    # as handed write 'module.' keys; the one that unwraps it first does not.
+    root = _project(tmp_path, {"helpers/__init__.py": "", "helpers/checkpoints.py": CHECKPOINT_HELPERS,
+                               "train.py": DISTRIBUTED_TRAINING})
+    found = json.loads(run_cli("check", "--format", "json", "--select", "TDL004", "helpers/checkpoints.py",
+                               cwd=root).stdout)
+    assert [(item["line"], item["code"]) for item in found] == [(5, "TDL004"), (20, "TDL004")]
+    assert all("train.py" in item["message"] for item in found)

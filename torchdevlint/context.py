@@ -27,6 +27,7 @@ from torchdevlint.project_scan import (
     project_root,
     stateful_module_classes,
     wrapped_checkpoint_loads,
+    wrapped_handoffs,
 )
 
 _SharedT = TypeVar("_SharedT")
@@ -132,6 +133,12 @@ class FileContext:
         own = None if root is None else os.path.relpath(os.path.abspath(self.path), root)
         # The file's own loads are the flow model's to judge (wrapped on every path or not).
         return next((path for path in wrapped_checkpoint_loads(self.path) if path != own), None)
+
+    def project_wrapped_handoffs(self) -> dict[str, dict[str, str]]:
+        """This file's functions that another file of the project hands a model it bound to a
+        DataParallel/DDP wrapper: function name -> {position or keyword -> that file}. Empty
+        where there is none, or the file is not on disk."""
+        return wrapped_handoffs(self.path)
 
     def project_cpu_mode(self) -> CpuModeOption | None:
         """The command-line option of another file of the project that gives a program

@@ -49,6 +49,7 @@ import re
 import stat
 import time
 import warnings
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -173,24 +174,29 @@ class _Summary:
     module_classes: tuple[str, ...] = ()
     # All its top-level nn.Module classes (a base class another file derives its model from).
     all_module_classes: tuple[str, ...] = ()
+    # Functions of other files it hands a model bound to a DataParallel/DDP wrapper (see
+    # `_wrapped_handoffs`): `stem.function:position` and `stem.function:keyword`.
+    wrapped_handoffs: tuple[str, ...] = ()
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
                 list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
-                self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes)]
+                self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes),
+                list(self.wrapped_handoffs)]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
         (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
-         module_classes, all_module_classes) = kept
+         module_classes, all_module_classes, wrapped_handoffs) = kept
         assert isinstance(module_classes, list) and isinstance(all_module_classes, list)
+        assert isinstance(wrapped_handoffs, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
         assert isinstance(path_names, list)
         return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
                    tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
                    tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
                    bool(wrapped_load), tuple(str(name) for name in module_classes),
-                   tuple(str(name) for name in all_module_classes))
+                   tuple(str(name) for name in all_module_classes), tuple(str(name) for name in wrapped_handoffs))
 
 
 @dataclass(frozen=True)
@@ -209,10 +215,13 @@ class _ProjectFacts:
     # and of all its Module classes.
     module_classes: frozenset[str] = frozenset()
     all_module_classes: frozenset[str] = frozenset()
+    # `stem.function:position` / `stem.function:keyword` the project's code hands a wrapped model
+    # (see `_wrapped_handoffs`), with the first file that does.
+    wrapped_handoffs: dict[str, str] = field(default_factory=dict)
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 9
+_SUMMARY_FORMAT = 10
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -286,6 +295,24 @@ def wrapped_checkpoint_loads(path: str, store: Path | None = None) -> tuple[str,
     return () if facts is None else facts.wrapped_loads
 
 
+def wrapped_handoffs(path: str, store: Path | None = None) -> dict[str, dict[str, str]]:
+    """The functions of the file `path` that other files of its project hand a model bound to
+    a DataParallel/DDP wrapper: function name (`save_model`, or `SaveBestModel.__call__` for
+    an instance called) -> {position or keyword -> the first such file, relative to the root}.
+    Empty where there is none, or no project on disk."""
+    facts = _facts(path, store)
+    if facts is None:
+        return {}
+    stem = Path(path).stem
+    found: dict[str, dict[str, str]] = {}
+    for handoff, caller in facts.wrapped_handoffs.items():
+        qualified, _, argument = handoff.rpartition(":")
+        module, _, function = qualified.partition(".")  # `general.SaveBestModel.__call__`
+        if module == stem:
+            found.setdefault(function, {}).setdefault(argument, caller)
+    return found
+
+
 def stateful_module_classes(path: str, store: Path | None = None) -> frozenset[str]:
     """`stem.Class` (`model.Net` for `class Net` in `model.py`) of each nn.Module class of the
     project of `path` that makes layers or parameters of its own; empty where there is none
@@ -343,9 +370,15 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
                                if not summary.test_code for name in summary.module_classes)
     all_module_classes = frozenset(f"{Path(path).stem}.{name}" for path, summary in summaries.items()
                                    if not summary.test_code for name in summary.all_module_classes)
+    wrapped_handoffs: dict[str, str] = {}
+    for path, summary in summaries.items():
+        if not summary.test_code:
+            for handoff in summary.wrapped_handoffs:
+                wrapped_handoffs.setdefault(handoff, os.path.relpath(path, root))
     return _ProjectFacts(_writing(root, summaries), _cpu_mode(root, summaries, imported),
                          _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3],
-                         module_classes=module_classes, all_module_classes=all_module_classes)
+                         module_classes=module_classes, all_module_classes=all_module_classes,
+                         wrapped_handoffs=wrapped_handoffs)
 
 
 def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
@@ -538,7 +571,8 @@ def _summary(file_path: str) -> _Summary:
     read = _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=_path_names(source),
                     selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
                     loads_into_a_wrapper=_loads_into_a_wrapper(source) or _strips_the_prefix(source),
-                    module_classes=_stateful_module_classes(source), all_module_classes=_module_classes(source))
+                    module_classes=_stateful_module_classes(source), all_module_classes=_module_classes(source),
+                    wrapped_handoffs=_wrapped_handoffs(source))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
     try:
@@ -583,6 +617,109 @@ def _loads_into_a_wrapper(source: bytes) -> bool:
                                  for node in ast.walk(statement)):
                 return True
     return False
+
+
+def _wrapped_handoffs(source: bytes) -> tuple[str, ...]:
+    """The functions of other files a body hands a name it bound to a DataParallel/DDP wrapper
+    earlier (`model = DistributedDataParallel(model)` under `if args.distributed:`, then
+    `save_model(epoch, model, ...)` with `from utils.general import save_model`), as
+    `general.save_model:1` (the position) or `general.save_model:model` (the keyword)."""
+    if b"DataParallel" not in source:
+        return ()  # the common case, read from the text alone
+    try:
+        tree = _parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    imported: dict[str, str] = {}  # local name -> `stem.name` (or `stem` for a module)
+    wrappers = {"DataParallel", "DistributedDataParallel"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            stem = node.module.rsplit(".", 1)[-1]
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{stem}.{alias.name}"
+                if alias.name in wrappers and alias.asname:
+                    wrappers.add(alias.asname)  # `DistributedDataParallel as DDP`
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                imported[alias.asname or alias.name.split(".")[0]] = alias.name.rsplit(".", 1)[-1] \
+                    if alias.asname else alias.name.split(".")[0]
+    found: list[str] = []
+    bodies: list[list[ast.stmt]] = [tree.body]
+    bodies.extend(node.body for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    for body in bodies:
+        wrapped: set[str] = set()
+        # Instances of imported classes: `save_best = SaveBestModel()`, called as `save_best(model, ...)`.
+        instances: dict[str, str] = {}
+        for statement in _statements_in_order(body):
+            for node in _own_nodes(statement):
+                if not isinstance(node, ast.Call):
+                    continue
+                callee = _imported_callee(node.func, imported)
+                if callee is None and isinstance(node.func, ast.Name) and node.func.id in instances:
+                    callee = f"{instances[node.func.id]}.__call__"
+                if callee is None:
+                    continue
+                for position, argument in enumerate(node.args):
+                    if isinstance(argument, ast.Name) and argument.id in wrapped:
+                        found.append(f"{callee}:{position}")
+                for keyword in node.keywords:
+                    if keyword.arg is not None and isinstance(keyword.value, ast.Name) and keyword.value.id in wrapped:
+                        found.append(f"{callee}:{keyword.arg}")
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+                    and isinstance(statement.targets[0], ast.Name):
+                name = statement.targets[0].id
+                made = _imported_callee(statement.value.func, imported) if isinstance(statement.value, ast.Call) else None
+                instances.pop(name, None)
+                if _makes_a_wrapper(statement.value, wrappers):
+                    wrapped.add(name)
+                else:
+                    wrapped.discard(name)
+                    if made is not None and made.rsplit(".", 1)[-1][:1].isupper():
+                        instances[name] = made
+    return tuple(dict.fromkeys(found))
+
+
+def _statements_in_order(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """A body's statements and those of the blocks in them, in program order (not the bodies
+    of functions and classes defined there)."""
+    for statement in body:
+        yield statement
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field_name in ("body", "orelse", "finalbody"):
+            inner = getattr(statement, field_name, None)
+            if isinstance(inner, list):
+                yield from _statements_in_order([item for item in inner if isinstance(item, ast.stmt)])
+        for handler in getattr(statement, "handlers", []):
+            yield from _statements_in_order(handler.body)
+
+
+def _own_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
+    """The nodes of a statement outside the blocks it holds (those come as statements of their own)."""
+    stack: list[ast.AST] = [statement]
+    while stack:
+        node = stack.pop()
+        yield node
+        for field_name, value in ast.iter_fields(node):
+            if field_name in ("body", "orelse", "finalbody", "handlers") and isinstance(value, list):
+                continue
+            if isinstance(value, ast.AST):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(item for item in value if isinstance(item, ast.AST))
+
+
+def _imported_callee(func: ast.expr, imported: dict[str, str]) -> str | None:
+    """`general.save_model` for `save_model(...)` after `from utils.general import save_model`,
+    or for `general.save_model(...)` after `from utils import general`."""
+    if isinstance(func, ast.Name):
+        found = imported.get(func.id)
+        return found if found is not None and "." in found else None
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        module = imported.get(func.value.id)
+        if module is not None:
+            return f"{module.rsplit('.', 1)[-1]}.{func.attr}"
+    return None
 
 
 def _strips_the_prefix(source: bytes) -> bool:
@@ -680,15 +817,16 @@ def _stateful_module_classes(source: bytes) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _makes_a_wrapper(value: ast.expr) -> bool:
-    """`nn.DataParallel(model)`, `DistributedDataParallel(model).cuda()`, `...to(device)`."""
+def _makes_a_wrapper(value: ast.expr, names: Collection[str] = ("DataParallel", "DistributedDataParallel")) -> bool:
+    """`nn.DataParallel(model)`, `DistributedDataParallel(model).cuda()`, `...to(device)`
+    (`names`: what the file calls the wrappers)."""
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("cuda", "to"):
         value = value.func.value
     if not isinstance(value, ast.Call):
         return False
     func = value.func
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    return name in ("DataParallel", "DistributedDataParallel")
+    return name in names
 
 
 # Code that chooses which GPU the process uses: `torch.cuda.set_device(gpu_ids[0])`, `with
@@ -956,7 +1094,8 @@ def project_facts(path: str, store: Path | None = None) -> str:
     selection = facts.gpu_selection.get(os.path.abspath(path), "none") if facts.complete else "?"
     return (f"device-checkpoints={facts.writing.key};cpu-mode={offered};gpu-selection={selection};"
             f"wrapped-loads={','.join(facts.wrapped_loads)};module-classes={_digest(','.join(sorted(facts.module_classes)))}"
-            f":{_digest(','.join(sorted(facts.all_module_classes)))}")
+            f":{_digest(','.join(sorted(facts.all_module_classes)))}"
+            f";handoffs={_digest(repr(sorted(wrapped_handoffs(path, store).items())))}")
 
 
 def _bound_names(target: ast.expr) -> list[str]:

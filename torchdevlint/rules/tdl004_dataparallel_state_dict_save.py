@@ -25,6 +25,12 @@ class DataParallelStateDictSave(Rule):
     `nn.DataParallel` or `DistributedDataParallel`, for instance under
     `if torch.cuda.device_count() > 1:`. Reported at the `.state_dict()` call.
 
+    Also across files: a function (or a callable class's `__call__`) that saves the
+    `state_dict()` of a model it is handed, as it is handed, where another file of the
+    project hands it a model that file bound to a wrapper (`model = DDP(model)` under `if
+    args.distributed:`, then `save_model(epoch, model, ...)` imported from `utils/general.py`).
+    Not where the function unwraps it first (`getattr(model, "module", model)`, `model.module`).
+
     ## Why is this bad?
     A wrapper's state dict prefixes every key with `module.`. Loading the file into the bare
     model (for inference, on one GPU, on a CPU) then fails with "Missing key(s) in
@@ -77,6 +83,7 @@ class DataParallelStateDictSave(Rule):
     """
 
     code = "TDL004"
+    reads_the_project = True
     slug = "dataparallel-state-dict-save"
     message = "state_dict() of a DataParallel/DDP-wrapped model is saved with 'module.'-prefixed keys"
     fix_title = "Save the unwrapped model's state_dict()"
@@ -564,6 +571,37 @@ class DataParallelStateDictSave(Rule):
             receiver = saved.call.func.value
             wrapping = self.context.flow.value_of(receiver).wrapping
             self.report(saved.call, fix=self._fix(receiver, wrapping, applicability))
+        handoffs = self.context.project_wrapped_handoffs()
+        for statement in node.body if handoffs else ():
+            if isinstance(statement, cst.FunctionDef) and statement.name.value in handoffs:
+                self._saves_what_it_is_handed(statement, handoffs[statement.name.value], method=False)
+            elif isinstance(statement, cst.ClassDef) and isinstance(statement.body, cst.IndentedBlock):
+                for method in statement.body.body:
+                    handed = handoffs.get(f"{statement.name.value}.{method.name.value}") \
+                        if isinstance(method, cst.FunctionDef) else None
+                    if handed is not None:
+                        assert isinstance(method, cst.FunctionDef)
+                        self._saves_what_it_is_handed(method, handed, method=True)
+
+    def _saves_what_it_is_handed(self, function: cst.FunctionDef, handed: dict[str, str], *, method: bool) -> None:
+        """`def save_model(epoch, model, ...)`: torch.save(model.state_dict(), ...)` in a file
+        whose project hands it a wrapped model (`save_model(epoch, ddp_model, ...)` in train.py;
+        for a method, an instance called: `save_best(ddp_model, ...)`)."""
+        params = [*function.params.posonly_params, *function.params.params][1 if method else 0:]
+        for position, param in enumerate(params):
+            name = param.name.value
+            caller = handed.get(str(position)) or handed.get(name)
+            if caller is None:
+                continue
+            calls = _state_dict_calls(function, name)
+            if calls is None or not any(self.context.names.qualified_name(call.func, among=_SAVES) is not None
+                                        for call in _calls_in(function)):
+                continue
+            for call in calls:
+                assert isinstance(call.func, cst.Attribute)
+                self.report(call, fix=self._fix(call.func.value, Wrapping.MAYBE, Applicability.UNSAFE),
+                            message=f"state_dict() of the model {caller} hands this function wrapped in "
+                                    f"DataParallel/DDP is saved with 'module.'-prefixed keys")
 
     def _fix(self, receiver: cst.BaseExpression, wrapping: Wrapping, applicability: Applicability) -> PendingFix | None:
         if self._loads_into is Wrapping.MAYBE and self._loads_to_unwrap is None:
@@ -578,3 +616,49 @@ class DataParallelStateDictSave(Rule):
     def _unwrapped(self, model: cst.BaseExpression) -> NodeEdit:
         code = self.context.code_for_node(model)
         return NodeEdit(model, f'getattr({code}, "module", {code})')
+
+
+_SAVES = frozenset({"torch.save"})
+
+
+def _calls_in(function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls of a function's own body (not of functions or classes defined in it)."""
+    found: list[cst.Call] = []
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Call):
+            found.append(node)
+        stack.extend(node.children)
+    return found
+
+
+def _state_dict_calls(function: cst.FunctionDef, name: str) -> list[cst.Call] | None:
+    """`model.state_dict()` calls of a parameter the function neither rebinds nor unwraps
+    (`model.module`, `getattr(model, "module", model)`, `hasattr(model, "module")`); None where
+    it does either."""
+    found: list[cst.Call] = []
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+            target = node.target
+            if isinstance(target, cst.Name) and target.value == name:
+                return None
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == name \
+                and node.attr.value == "module":
+            return None
+        if isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Name) and func.value in ("getattr", "hasattr") and node.args \
+                    and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == name:
+                return None
+            if isinstance(func, cst.Attribute) and func.attr.value == "state_dict" and not node.args \
+                    and isinstance(func.value, cst.Name) and func.value.value == name:
+                found.append(node)
+        stack.extend(node.children)
+    return found

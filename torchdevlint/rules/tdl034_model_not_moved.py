@@ -67,6 +67,7 @@ class ModelNotMoved(Rule):
     """
 
     code = "TDL034"
+    reads_the_project = True
     slug = "model-not-moved"
     message = "Model left on the CPU is called on data on the device: move the model too"
     fix_title = "Move the model where the data is"
