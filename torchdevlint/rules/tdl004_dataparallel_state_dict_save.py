@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from torchdevlint.analysis.brains import naming
@@ -621,18 +623,19 @@ class DataParallelStateDictSave(Rule):
 _SAVES = frozenset({"torch.save"})
 
 
-def _calls_in(function: cst.FunctionDef) -> list[cst.Call]:
-    """The calls of a function's own body (not of functions or classes defined in it)."""
-    found: list[cst.Call] = []
+def _own_nodes(function: cst.FunctionDef) -> Iterator[cst.CSTNode]:
+    """The nodes of a function's own body (not of functions or classes defined in it)."""
     stack: list[cst.CSTNode] = [function.body]
     while stack:
         node = stack.pop()
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        if isinstance(node, cst.Call):
-            found.append(node)
+        yield node
         stack.extend(node.children)
-    return found
+
+
+def _calls_in(function: cst.FunctionDef) -> list[cst.Call]:
+    return [node for node in _own_nodes(function) if isinstance(node, cst.Call)]
 
 
 def _state_dict_calls(function: cst.FunctionDef, name: str) -> list[cst.Call] | None:
@@ -640,11 +643,7 @@ def _state_dict_calls(function: cst.FunctionDef, name: str) -> list[cst.Call] | 
     (`model.module`, `getattr(model, "module", model)`, `hasattr(model, "module")`); None where
     it does either."""
     found: list[cst.Call] = []
-    stack: list[cst.CSTNode] = [function.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
+    for node in _own_nodes(function):
         if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
             target = node.target
             if isinstance(target, cst.Name) and target.value == name:
@@ -660,5 +659,4 @@ def _state_dict_calls(function: cst.FunctionDef, name: str) -> list[cst.Call] | 
             if isinstance(func, cst.Attribute) and func.attr.value == "state_dict" and not node.args \
                     and isinstance(func.value, cst.Name) and func.value.value == name:
                 found.append(node)
-        stack.extend(node.children)
     return found

@@ -81,7 +81,9 @@ class UnguardedCuda(Rule):
     Not reached by the CPU mode: a branch its tests do not take (`if use_cuda:`, the
     `else` of `if args.cpu:`, `x.cuda() if use_cuda else x`, `use_cuda and x.cuda()`), code
     after `assert torch.cuda.is_available()` or `if not torch.cuda.is_available():
-    sys.exit(...)`, a function the file calls only from such code, a function named for the
+    sys.exit(...)`, code after a call of a function of the file that raises on every way out
+    without a GPU (`else: raise NotImplementedError("needs a GPU")`), a function the file
+    calls only from such code, a function named for the
     GPU (`def to_cuda(x)`) that the file does not call where the CPU mode goes, or a function
     decorated with a GPU condition (`@pytest.mark.skipif(not torch.cuda.is_available(),
     ...)`). A test about the device whose answer the model cannot
@@ -362,6 +364,31 @@ class UnguardedCuda(Rule):
                 print(index, torch.cuda.get_device_name(index))
             """,
             name="a-loop-over-the-gpus-that-a-cpu-only-machine-never-enters",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def build(width):
+                net = nn.Linear(width, 2)
+                if torch.cuda.is_available():
+                    net = net.cuda()
+                else:
+                    raise NotImplementedError("training needs a GPU")
+                return net
+
+            def evaluate(net, batches):
+                for x in batches:
+                    print(net(x.cuda()).argmax(1))
+
+            def main():
+                net = build(8)
+                evaluate(net, [torch.randn(4, 8)])
+
+            main()
+            """,
+            name="a-helper-that-raises-without-a-gpu-before-the-rest-runs",
         ),
     ]
     INVALID = [

@@ -277,6 +277,26 @@ class TensorAttributeNotBuffer(Rule):
             """,
             name="class-weights-recast-to-the-inputs-type",
         ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            def small_mlp():
+                return nn.Sequential(nn.Linear(4, 16), nn.ReLU())
+
+            BACKBONES = {"small": [small_mlp, 16]}
+
+            class Probe(nn.Module):
+                def __init__(self, name="small", classes=3):
+                    super().__init__()
+                    model_fun, width = BACKBONES[name]
+                    self.encoder = model_fun()
+                    self.head = nn.Linear(width, classes)
+                def forward(self, x):
+                    return self.head(self.encoder(x))
+            """,
+            name="a-backbone-made-by-a-function-from-a-table",
+        ),
     ]
     INVALID = [
         Invalid(

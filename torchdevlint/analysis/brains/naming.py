@@ -34,8 +34,9 @@ BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "se
 
 # `resnet_block(dim, dim)`, `net_fn(...)`: a name ending so makes a part of a model (often a
 # `partial` of a class), or is some other callable: what it returns is no model's output.
-PART_MAKER_NOUNS = frozenset({"block", "blocks", "layer", "layers", "fn", "func", "factory", "cls", "klass",
-                              "class", "builder", "type", "ctor", "constructor", "cfg", "config", "kwargs"})
+PART_MAKER_NOUNS = frozenset({"block", "blocks", "layer", "layers", "fn", "fun", "func", "function", "factory",
+                              "maker", "cls", "klass", "class", "builder", "type", "ctor", "constructor", "cfg",
+                              "config", "kwargs"})
 
 # A tensor of sequence lengths (`lengths`, `src_len`, `seq_lens`): a model packing its input
 # (`pack_padded_sequence`) wants it on the CPU, beside data on the GPU.

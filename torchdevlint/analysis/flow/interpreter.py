@@ -139,6 +139,7 @@ class Oracle(Protocol):
     def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]: ...
     def parameter_names(self, definition: int) -> tuple[str, ...]: ...
     def model_wrapper_class(self, class_id: int) -> bool: ...
+    def returns_in_cpu_mode(self, definition: int) -> bool: ...
     @property
     def stuck_switches(self) -> frozenset[str]: ...
     @property
@@ -265,6 +266,7 @@ class Interpreter:
         self.deadline = deadline
         self.is_forward = isinstance(scope, cst.FunctionDef) and scope.name.value == "forward" and module_method
         self._returns: list[Value] = []
+        self._returned_in_cpu_mode = False
         # Depth of `with torch.no_grad():` blocks (and grad-disabling decorators) around here.
         self._grad_off = 0
         # Inside branches that run only where an availability check found no GPU.
@@ -302,6 +304,8 @@ class Interpreter:
             if final is not None:
                 self._returns.append(SCALAR)
             self.flow.returns = join_all(self._returns)
+            self.flow.returns_in_cpu_mode = self._returned_in_cpu_mode or (
+                final is not None and CPU_MODE_UNREACHED not in final)
         return self.flow
 
     def _tensor_by_use(self, move: cst.Call, env: Env) -> None:
@@ -701,6 +705,7 @@ class Interpreter:
                 self._record_meeting(node, MeetingKind.RETURN,
                                      [*returned, Operand(node, Value.of(Kind.TENSOR, places=[MODULE_DEVICE_PLACE]))])
             self._returns.append(value)
+            self._returned_in_cpu_mode = self._returned_in_cpu_mode or CPU_MODE_UNREACHED not in env
             return None
         if type(node) is cst.Raise:
             if node.exc is not None:
@@ -1388,6 +1393,9 @@ class Interpreter:
             result = _on_default_device(self._same_file_call(node, callee, arguments), env)
             if callee.instance_of is None:
                 self._modules_moved_by(node, callee.reference.definition, env)
+                if CPU_MODE_UNREACHED not in env and not self.oracle.returns_in_cpu_mode(callee.reference.definition):
+                    # `model = set_model(opt)` that raises without a GPU: the CPU mode stops here.
+                    env[CPU_MODE_UNREACHED] = SCALAR
             return result
         if callee.is_module_like:
             return self._module_call(node, callee, arguments)

@@ -108,6 +108,9 @@ class RecordingOracle:
     def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]:
         return self._ask("moved_parameters", definition)  # type: ignore[return-value]  # the model's answer, of the method's type
 
+    def returns_in_cpu_mode(self, definition: int) -> bool:
+        return self._ask("returns_in_cpu_mode", definition)  # type: ignore[return-value]  # the model's answer, of the method's type
+
     def model_wrapper_class(self, class_id: int) -> bool:
         return self._ask("model_wrapper_class", class_id)  # type: ignore[return-value]  # the model's answer, of the method's type
 

@@ -1318,6 +1318,17 @@ class FlowModel:
                 moved.append((name, final))
         return tuple(moved)
 
+    def returns_in_cpu_mode(self, definition: int) -> bool:
+        """Whether the CPU mode gets past a call of a plain function of the file: False where
+        every way out of it without a GPU raises or exits (`else: raise NotImplementedError(
+        "This code requires GPU")`). True while the function runs (a recursive call)."""
+        target = self._definitions.get(definition)
+        if target is None or target.owner is not None or not isinstance(target.node, cst.FunctionDef) \
+                or definition in self._running:
+            return True
+        flow = self._flows.get(definition) or self._flow(target.node)
+        return flow is None or flow.returns_in_cpu_mode
+
     def parameter_names(self, definition: int) -> tuple[str, ...]:
         target = self._definitions.get(definition)
         if target is None or not isinstance(target.node, cst.FunctionDef):

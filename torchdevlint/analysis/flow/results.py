@@ -145,6 +145,9 @@ class FunctionFlow:
     # Calls (by id) the CPU mode never reaches.
     calls_unreached_in_cpu_mode: set[int] = field(default_factory=set)
     final: Env | None = None
+    # Whether the CPU mode reaches a `return` of the function, or its end (False for a
+    # `set_model()` whose `else: raise NotImplementedError("needs a GPU")` is its only way on).
+    returns_in_cpu_mode: bool = True
 
 
 def names_bound_by(node: cst.BaseExpression) -> Iterator[cst.Name]:
