@@ -142,7 +142,20 @@ def device_that_may_be_the_cpu(call: cst.Call, flow: FlowQueries,
             return None
     elif value.in_cpu_mode != "cpu":
         return None
+    elif not _data_device(device, flow) and flow.calls_cuda_without_a_device() \
+            and not flow.offers_cpu_mode(by_gpu_settings=True):
+        # `self.device` handed in, in a file that also calls `.cuda()` bare and has no CPU mode:
+        # GPU-only code, whose `device` names a GPU (another tensor's `.device` may still be the CPU).
+        return None
     return device if flow.reached_in_cpu_mode(call, ancestors) else None
+
+
+def _data_device(device: cst.BaseExpression, flow: FlowQueries) -> bool:
+    """A tensor's or a module's own `.device` (`x.device`): where that data is, maybe the CPU."""
+    if type(device) is not cst.Attribute or device.attr.value != "device":
+        return False
+    owner = flow.value_of(device.value)
+    return owner.is_tensor_like or owner.is_module_like
 
 
 def _hands_cuda(arg: cst.Arg, position: int, is_move: bool, names: NameResolver) -> bool:

@@ -50,8 +50,9 @@ class NumpyOnDeviceTensor(Rule):
     Not reported: tensors that never left the CPU, tensors brought back with `.cpu()` or
     `.to("cpu")` anywhere on their path, values that are on the device only on some paths,
     calls inside a conditional on `is_cuda` or `.device` (or the CPU branch of a GPU test),
-    `.numpy(force=True)`, and `.numpy()` of anything the model cannot show is a torch tensor
-    on a device.
+    `.numpy(force=True)`, `.numpy()` of anything the model cannot show is a torch tensor
+    on a device, and data where a module is, outside its `forward`, in a file that names no
+    GPU, device or move anywhere (an agent's own update step in a CPU-only program).
 
     ## Fix safety
     Safe: the fix inserts `.cpu()` before `.numpy()`, and `.detach()` too when the value may
@@ -174,6 +175,26 @@ class NumpyOnDeviceTensor(Rule):
                 shown = np.transpose(pictures[0], (1, 2, 0))
             """,
             name="copied-back-or-a-numpy-function-that-calls-the-tensors-method",
+        ),
+        Valid(
+            """
+            import numpy as np
+            import torch
+            import torch.nn as nn
+
+            class Critic(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.value = nn.Linear(4, 1)
+                def train_step(self, states, rewards):
+                    errors = rewards - self.value(states)
+                    errors = errors.detach().numpy()
+                    return np.abs(errors).mean()
+
+            critic = Critic()
+            print(critic.train_step(torch.randn(8, 4), torch.randn(8, 1)))
+            """,
+            name="an-agents-own-update-in-a-program-that-never-names-a-gpu",
         ),
     ]
     INVALID = [
@@ -627,6 +648,9 @@ class NumpyOnDeviceTensor(Rule):
 
     def _check(self, node: cst.CSTNode, tensor: cst.BaseExpression, message: str | None) -> None:
         value = self.context.flow.value_of(tensor)
+        if value.places == frozenset({MODULE_DEVICE_PLACE}) and self.context.flow.names_no_accelerator() \
+                and not self._on_module_device_in_forward(value):
+            return  # an agent's `train_net` in a program that never names a GPU: its model stays on the CPU
         if not value.is_tensor_like or not (value.on_accelerator or self._on_module_device_in_forward(value)):
             # Moved under `if train_on_gpu:`: on a machine with a GPU that branch is taken.
             value = self.context.flow.value_on_a_gpu_machine(tensor)

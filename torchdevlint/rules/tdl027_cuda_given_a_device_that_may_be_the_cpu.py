@@ -30,8 +30,10 @@ class CudaGivenADeviceThatMayBeTheCpu(Rule):
     Not reported: `.cuda()` with no device (TDL007 and TDL203 cover CUDA used without a
     GPU), with a GPU index or a name for one (`.cuda(args.gpu)`, `.cuda(local_rank)`,
     `.cuda(0)`), or with a device that is a GPU on every path (`"cuda:1"`,
-    `torch.device("cuda", rank)`); calls under a test the CPU mode fails
-    (`if device.type == "cuda":`); `super().cuda(device)` in a module that overrides `cuda`.
+    `torch.device("cuda", rank)`); a parameter or setting named as a device in a file with
+    no CPU mode that calls `.cuda()` bare elsewhere (GPU-only code handed its GPU); calls
+    under a test the CPU mode fails (`if device.type == "cuda":`); `super().cuda(device)` in
+    a module that overrides `cuda`.
 
     ## Fix safety
     The fix calls `.to(device)` with the same arguments, which moves a tensor or a module to
@@ -89,6 +91,21 @@ class CudaGivenADeviceThatMayBeTheCpu(Rule):
                     return super().cuda(device)
             """,
             name="an-override-calling-the-original",
+        ),
+        Valid(
+            """
+            import torch
+
+            class Shuffled:
+                def __init__(self, loader, device):
+                    self.loader = loader
+                    self.device = device
+                def __iter__(self):
+                    for images, labels in self.loader:
+                        order = torch.randperm(images.size(0)).cuda()
+                        yield images.cuda(self.device)[order], labels.cuda(self.device)[order]
+            """,
+            name="gpu-only-code-handed-its-gpu",
         ),
     ]
     INVALID = [

@@ -224,6 +224,10 @@ class FlowModel:
             self._names_no_accelerator = not any(word in text for word in naming.ACCELERATOR_TEXT)
         return self._names_no_accelerator
 
+    def calls_cuda_without_a_device(self) -> bool:
+        """The file's text calls `.cuda()` with no device somewhere: code written for a GPU."""
+        return ".cuda()" in self._lower_text()
+
     def reads_wrapped_modules(self) -> bool:
         """The file's text reads a `.module` attribute somewhere (`model.module`): only then
         can a branch unwrap a model (see `Interpreter._unwrapped_on_one_side`)."""
