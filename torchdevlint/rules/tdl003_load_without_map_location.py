@@ -64,7 +64,8 @@ class LoadWithoutMapLocation(Rule):
     cell that reads what an earlier cell saved. The saving device is then the loading one.
     The save and the load must name the same file (the same literal, constant, `args.save`
     attribute, or `os.path.join` of those; or one module-level name assigned once, in no loop,
-    whatever folder it joins), and the save must run first: earlier in the same
+    whatever folder it joins; or a parameter the function never rebinds, within one call), and
+    the save must run first: earlier in the same
     body, in a same-file function called earlier, or before every call of the function that
     loads. A resume that loads before the script saves anything is still reported.
 
@@ -407,6 +408,28 @@ class LoadWithoutMapLocation(Rule):
             evaluate()
             """,
             name="a-path-bound-once-to-a-folder-chosen-at-run-time",
+        ),
+        Valid(
+            """
+            import os
+            import torch
+            import torch.nn as nn
+
+            def fit(net, batches, out_dir, epochs=5):
+                if torch.cuda.is_available():
+                    net = net.cuda()
+                best = float("inf")
+                for epoch in range(epochs):
+                    loss = sum(net(x).pow(2).mean().item() for x in batches)
+                    if loss < best:
+                        best = loss
+                        torch.save(net.state_dict(), os.path.join(out_dir, "best.pt"))
+                net.load_state_dict(torch.load(os.path.join(out_dir, "best.pt")))
+                return net
+
+            fit(nn.Linear(4, 2), [torch.randn(8, 4)], "runs")
+            """,
+            name="a-folder-handed-to-the-function-that-saves-and-reloads",
         ),
     ]
     INVALID = [

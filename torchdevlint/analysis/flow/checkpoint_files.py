@@ -122,8 +122,10 @@ class CheckpointFiles:
         if path is None or scope is None:
             return False
         key = self._file_key(load, path, scope, {})
-        if key is not None:
-            return self._written_before(load, scope, key, _CALL_DEPTH, set())
+        if key is not None and self._written_before(load, scope, key, _CALL_DEPTH, set()):
+            return True
+        if key is not None and not key.startswith(_PARAMETER_KEY):
+            return False
         if not isinstance(scope, cst.FunctionDef):
             return False
         # `def load_checkpoint(path): torch.load(path)`: the file each same-file call names,
@@ -324,7 +326,10 @@ class CheckpointFiles:
             if name in _parameter_names(scope):
                 passed = arguments.get(name)
                 if passed is None:
-                    return None
+                    # `def train(model, save): ... torch.save(..., os.path.join(save, "model.dat"))`,
+                    # then the same path loaded in that call: one folder for the whole call.
+                    rebound = self._bodies[id(scope)].bindings.get(name)
+                    return f"{_PARAMETER_KEY}{id(scope)} {name}>" if rebound is None else None
                 expression, caller = passed
                 return self._key(expression, caller, {}, depth - 1)
             bindings = self._bodies[id(scope)].bindings.get(name)
@@ -561,6 +566,10 @@ class CheckpointFiles:
         body = self._bodies[id(scope)]
         body.bindings.setdefault(name, []).append(value)
         body.binding_orders.setdefault(name, []).append(at)
+
+
+# The key of a path a parameter names, in one call of its function (see `_name_key`).
+_PARAMETER_KEY = "<parameter "
 
 
 def _different_branches(statement: cst.CSTNode, first: cst.CSTNode, second: cst.CSTNode) -> bool:
