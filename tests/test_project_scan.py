@@ -709,3 +709,42 @@ def test_a_helper_saving_the_state_dict_of_a_model_another_file_wraps(tmp_path: 
                                cwd=root).stdout)
     assert [(item["line"], item["code"]) for item in found] == [(5, "TDL004"), (20, "TDL004")]
     assert all("train.py" in item["message"] for item in found)
+
+
+TINY_VAE = """
+import torch.nn as nn
+
+
+class TinyVAE(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.encode = nn.Linear(width, 4)
+        self.decode = nn.Linear(4, width)
+
+    def forward(self, x):
+        return self.decode(self.encode(x))
+"""
+
+FIT_THE_REEXPORTED_MODEL = """
+import torch
+from models import TinyVAE
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = TinyVAE(16)
+optimizer = torch.optim.Adam(model.parameters())
+for step in range(10):
+    batch = torch.randn(8, 16).to(device)
+    loss = (model(batch) - batch).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_model_class_a_package_re_exports_is_known_by_its_name(tmp_path: Path) -> None:
+    # `from models import TinyVAE`: models/__init__.py re-exports it from models/vae.py, the
+    # one file of the project that defines a class so named.
+    root = _project(tmp_path, {"models/__init__.py": "from .vae import TinyVAE\n", "models/vae.py": TINY_VAE,
+                               "fit.py": FIT_THE_REEXPORTED_MODEL})
+    found = json.loads(run_cli("check", "--format", "json", "fit.py", cwd=root).stdout)
+    assert [(item["line"], item["code"]) for item in found] == [(9, "TDL034")]

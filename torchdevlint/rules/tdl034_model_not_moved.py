@@ -26,8 +26,9 @@ class ModelNotMoved(Rule):
     makes with parameters or buffers of its own: a `torch.nn` layer (`nn.Linear(...)`), an
     instance of the file's own `nn.Module` class whose `__init__` makes such parts, or one of
     such a class in another file of the project (`from src.model import handpose_model`, whose
-    `__init__` makes layers directly or through a helper of its file; the project is read as
-    for TDL003).
+    `__init__` makes layers directly or through a helper of its file, or `from models import
+    TinyVAE` re-exported by a package from the one file that defines a class so named; the
+    project is read as for TDL003).
 
     ## Why is this bad?
     A model's parameters stay where the model was made until it is moved; `x.to(device)`

@@ -49,6 +49,7 @@ from torchdevlint.analysis.flow.values import (
     CPU_MODE_UNREACHED,
     HOST_PLACE,
     MODULE_DEVICE_PLACE,
+    SCALAR,
     UNKNOWN,
     Kind,
     Off,
@@ -69,6 +70,7 @@ _HOST_PARAMETER_WORDS = ("size", "num", "count", "step", "dim", "idx", "index")
 # Sequence lengths: data, unless the function hands them to a function wanting them on the CPU.
 _LENGTH_WORDS = ("len",)
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "list", "tuple", "dict"})
+_NUMBER_ANNOTATIONS = frozenset({"int", "float"})
 # `type=bool`, `store_true`: the text that makes a walk for stuck switches worth it
 # (`cpu_mode.stuck_switch`).
 _SWITCH_OPTION_TEXT = re.compile(r"\btype\s*=\s*bool\b|\bstore_true\b")
@@ -1135,6 +1137,8 @@ class FlowModel:
     def _parameter_value(self, param: cst.Param, is_forward: bool, definition: _Definition) -> Value:
         annotation = param.annotation.annotation if param.annotation is not None else None
         annotated = self._annotation_value(annotation, definition) if annotation is not None else UNKNOWN
+        if annotation is not None and dotted_name(annotation) in _NUMBER_ANNOTATIONS:
+            return SCALAR  # `num_components: int = 50`: `torch.tensor(self.num_components)` is 0-dim
         if annotation is not None and dotted_name(annotation) in _SCALAR_ANNOTATIONS:
             return UNKNOWN
         if annotated.is_module_like and param.default is not None:
@@ -1302,7 +1306,15 @@ class FlowModel:
             self._known_project_classes = self._project_module_classes()
         parts = qualified.split(".")
         known = self._known_project_classes[0 if stateful else 1]
-        return len(parts) >= 2 and ".".join(parts[-2:]) in known
+        if len(parts) < 2:
+            return False
+        if ".".join(parts[-2:]) in known:
+            return True
+        # `from models import VariationalAutoencoder`, which `models/__init__.py` re-exports
+        # from `models/vae.py`: a class name only one file of the project defines.
+        defined_by = [entry for entry in self._known_project_classes[1] if entry.rsplit(".", 1)[-1] == parts[-1]]
+        return len(defined_by) == 1 and defined_by[0] in known \
+            and not any(entry.split(".", 1)[0] == parts[-2] for entry in self._known_project_classes[1])
 
     def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]:
         """A plain function's parameters it leaves moved to an accelerator, as its own flow
