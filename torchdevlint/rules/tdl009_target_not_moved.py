@@ -76,6 +76,8 @@ class TargetNotMoved(Rule):
     given to a model of the file whose `forward` hands them to `pack_padded_sequence`, which
     wants them on the CPU (lengths moved to the device are TDL026's), nor lengths (`src_len`,
     `lengths`) given to a model whose class is not the file's, whose `forward` may pack them.
+    Nor the parts of a batch a loop writes back under its keys (`batch[k] = to_var(v)`):
+    each may be on the device by then.
 
     ## Fix safety
     The fix moves the target right after the inputs, with the same arguments. It is unsafe:
@@ -410,6 +412,27 @@ class TargetNotMoved(Rule):
             print(classify(Classifier().to(device), [4, 8, 15], device))
             """,
             name="lengths-a-model-packs-stay-on-the-host",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            from torch.utils.data import DataLoader
+            from helpers import to_var
+
+            model = nn.Linear(8, 3)
+            if torch.cuda.is_available():
+                model = model.cuda()
+            criterion = nn.CrossEntropyLoss()
+            data = [{"features": torch.randn(8), "label": torch.tensor(1)} for _ in range(32)]
+            for batch in DataLoader(data, batch_size=4):
+                for key, value in batch.items():
+                    if torch.is_tensor(value):
+                        batch[key] = to_var(value)
+                loss = criterion(model(batch["features"]), batch["label"])
+                loss.backward()
+            """,
+            name="each-tensor-of-a-batch-moved-by-another-files-helper",
         ),
     ]
     INVALID = [

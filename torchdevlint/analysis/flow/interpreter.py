@@ -836,6 +836,11 @@ class Interpreter:
                     env[base_key] = replace(base, items=(*(base.items or ()), (constant, value)))
                 elif base.items is not None:
                     env[base_key] = replace(base, items=None, places=None)
+                elif constant is None and base.kinds == {Kind.CONTAINER} and base.places is not None:
+                    # `batch[k] = to_var(v)` for each key of a loader's batch: any element may now
+                    # be the new value, wherever that is.
+                    places = None if value.places is None else base.places | value.places
+                    env[base_key] = replace(base, places=places)
                 if value.holds:
                     env[base_key] = replace(env[base_key], holds=env[base_key].holds | value.holds)
 
