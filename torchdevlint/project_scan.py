@@ -568,16 +568,16 @@ def _summary(file_path: str) -> _Summary:
     names_accelerator = any(word.encode() in lowered for word in naming.ACCELERATOR_TEXT)
     imports = _imports(source)
     test_code = _is_test_code(source, imports, Path(file_path).name)
+    parsed = _ParsedOnce(source)
     read = _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=_path_names(source),
                     selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
-                    loads_into_a_wrapper=_loads_into_a_wrapper(source) or _strips_the_prefix(source),
-                    module_classes=_stateful_module_classes(source), all_module_classes=_module_classes(source),
-                    wrapped_handoffs=_wrapped_handoffs(source))
+                    loads_into_a_wrapper=_loads_into_a_wrapper(source, parsed) or _strips_the_prefix(source, parsed),
+                    module_classes=_stateful_module_classes(source, parsed), all_module_classes=_module_classes(source),
+                    wrapped_handoffs=_wrapped_handoffs(source, parsed))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
-    try:
-        tree = _parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parsed.tree()
+    if tree is None:
         return read
     finder = _SaveFinder()
     try:
@@ -588,12 +588,31 @@ def _summary(file_path: str) -> _Summary:
     return replace(read, saves=tuple(finder.saves), cpu_options=cpu_options)
 
 
+class _ParsedOnce:
+    """A file's syntax tree, parsed the first time a reader of the file needs it (most need only
+    its text), and only once; None where Python cannot parse it."""
+
+    def __init__(self, source: bytes) -> None:
+        self._source = source
+        self._tree: ast.Module | None = None
+        self._tried = False
+
+    def tree(self) -> ast.Module | None:
+        if not self._tried:
+            self._tried = True
+            try:
+                self._tree = _parse(self._source)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._tree = None
+        return self._tree
+
+
 # `model = torch.nn.DataParallel(model).cuda()`: a name bound to a wrapper.
 _WRAPPER_BINDING = re.compile(rb"^[ \t]*([A-Za-z_][\w.]*)[ \t]*=[ \t]*(?:[\w.]*\.)?(?:DataParallel|DistributedDataParallel)\(",
                               re.MULTILINE)
 
 
-def _loads_into_a_wrapper(source: bytes) -> bool:
+def _loads_into_a_wrapper(source: bytes, parsed: _ParsedOnce) -> bool:
     """A state dict loaded into a model the same body bound to a DataParallel/DDP wrapper on
     every path (`model = nn.DataParallel(model).cuda()` straight in a function's body, then
     `model.load_state_dict(...)`): the checkpoints it reads carry the wrapper's `module.`
@@ -601,9 +620,8 @@ def _loads_into_a_wrapper(source: bytes) -> bool:
     if not any(re.search(rb"(?<![\w.])" + re.escape(binding.group(1)) + rb"\.load_state_dict\(", source[binding.end():])
                for binding in _WRAPPER_BINDING.finditer(source)):
         return False  # the common case, read from the text alone
-    try:
-        tree = _parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parsed.tree()
+    if tree is None:
         return False
     bodies: list[list[ast.stmt]] = [tree.body]
     bodies.extend(node.body for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
@@ -619,16 +637,15 @@ def _loads_into_a_wrapper(source: bytes) -> bool:
     return False
 
 
-def _wrapped_handoffs(source: bytes) -> tuple[str, ...]:
+def _wrapped_handoffs(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
     """The functions of other files a body hands a name it bound to a DataParallel/DDP wrapper
     earlier (`model = DistributedDataParallel(model)` under `if args.distributed:`, then
     `save_model(epoch, model, ...)` with `from utils.general import save_model`), as
     `general.save_model:1` (the position) or `general.save_model:model` (the keyword)."""
     if b"DataParallel" not in source:
         return ()  # the common case, read from the text alone
-    try:
-        tree = _parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parsed.tree()
+    if tree is None:
         return ()
     imported: dict[str, str] = {}  # local name -> `stem.name` (or `stem` for a module)
     wrappers = {"DataParallel", "DistributedDataParallel"}
@@ -722,7 +739,7 @@ def _imported_callee(func: ast.expr, imported: dict[str, str]) -> str | None:
     return None
 
 
-def _strips_the_prefix(source: bytes) -> bool:
+def _strips_the_prefix(source: bytes, parsed: _ParsedOnce) -> bool:
     """A state dict's keys stripped of the wrapper's `module.` prefix before a load
     (`k.replace("module.", "")`, `if "module" in k: new[k[7:]] = v`, torch's
     `consume_prefix_in_state_dict_if_present(sd, "module.")`): the project's checkpoints carry
@@ -734,9 +751,8 @@ def _strips_the_prefix(source: bytes) -> bool:
             _KEY_STRIPPING.search(b"\n".join(lines[max(0, index - 2):index + 4])) is not None
             for index, line in enumerate(lines) if _PREFIX_LITERAL.search(line) is not None):
         return False  # the common case, read from the text alone
-    try:
-        tree = _parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parsed.tree()
+    if tree is None:
         return False
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -776,16 +792,15 @@ def _module_classes(source: bytes) -> tuple[str, ...]:
 _NAMED_MODULE_CLASS = re.compile(rb"^class[ \t]+(\w+)[ \t]*\([^)]*\bModule\b", re.MULTILINE)
 
 
-def _stateful_module_classes(source: bytes) -> tuple[str, ...]:
+def _stateful_module_classes(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
     """The file's top-level `nn.Module` classes whose `__init__` makes layers or parameters of
     its own (`self.fc = nn.Linear(...)`, `nn.Parameter(...)`): a model another file builds
     with `Net()` is then on the CPU until it is moved. Classes that only hold what they are
     handed, or stateless parts (a loss, an activation), are not."""
     if _MODULE_CLASS.search(source) is None:
         return ()
-    try:
-        tree = _parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parsed.tree()
+    if tree is None:
         return ()
     from torchdevlint.analysis.brains import torch_api
 

@@ -119,6 +119,9 @@ class FlowModel:
         # their own, and all of them), asked for once.
         self._project_module_classes = project_module_classes
         self._known_project_classes: tuple[frozenset[str], frozenset[str]] | None = None
+        # Of all those classes: each class name -> the `stem.Class` entries defining it, and the stems.
+        self._project_class_names: dict[str, list[str]] = {}
+        self._project_class_stems: frozenset[str] = frozenset()
         # Class id -> whether it is a Module only through another file's base (see `model_wrapper_class`).
         self._model_wrapper_classes: dict[int, bool] = {}
         # Flows kept from the buffer's last version (an editor's), and kept for its next.
@@ -1304,6 +1307,9 @@ class FlowModel:
             return False
         if self._known_project_classes is None:
             self._known_project_classes = self._project_module_classes()
+            for entry in self._known_project_classes[1]:
+                self._project_class_names.setdefault(entry.rsplit(".", 1)[-1], []).append(entry)
+            self._project_class_stems = frozenset(entry.split(".", 1)[0] for entry in self._known_project_classes[1])
         parts = qualified.split(".")
         known = self._known_project_classes[0 if stateful else 1]
         if len(parts) < 2:
@@ -1312,9 +1318,8 @@ class FlowModel:
             return True
         # `from models import VariationalAutoencoder`, which `models/__init__.py` re-exports
         # from `models/vae.py`: a class name only one file of the project defines.
-        defined_by = [entry for entry in self._known_project_classes[1] if entry.rsplit(".", 1)[-1] == parts[-1]]
-        return len(defined_by) == 1 and defined_by[0] in known \
-            and not any(entry.split(".", 1)[0] == parts[-2] for entry in self._known_project_classes[1])
+        defined_by = self._project_class_names.get(parts[-1], [])
+        return len(defined_by) == 1 and defined_by[0] in known and parts[-2] not in self._project_class_stems
 
     def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]:
         """A plain function's parameters it leaves moved to an accelerator, as its own flow
