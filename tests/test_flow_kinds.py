@@ -87,6 +87,57 @@ def test_wrapped_definitely_and_maybe() -> None:
     assert helper.kinds == {Kind.MODULE}
 
 
+def test_a_test_of_the_same_text_takes_the_side_that_wrapped_the_model() -> None:
+    wrapped_here, bare_here, after_unwrapping, negated = kinds_of(
+        """
+        import torch.nn as nn
+        net = nn.Linear(2, 2)
+        if args.cuda:
+            net = nn.DataParallel(net.cuda())
+        if args.cuda:
+            probe(net.module)
+        else:
+            probe(net)
+        def train(model):
+            if args.cuda:
+                model = model.module
+            probe(model)
+            if not args.cuda:
+                probe(model)
+        train(net)
+        """
+    )
+    assert wrapped_here.kinds == {Kind.MODULE}
+    assert bare_here.wrapping is Wrapping.NO
+    assert after_unwrapping.wrapping is Wrapping.NO
+    assert negated.wrapping is Wrapping.NO
+
+
+def test_the_wrapping_test_is_kept_only_where_the_other_side_is_the_bare_model() -> None:
+    known, from_a_factory, device_chosen = kinds_of(
+        """
+        import torch.nn as nn
+        net = nn.Linear(2, 2)
+        if torch.cuda.device_count() > 1:
+            net = nn.DataParallel(net)
+        probe(net)
+        model = create_model(opt)
+        if opt.fp16:
+            model = nn.DataParallel(model)
+        probe(model)
+        other = build(opt)
+        if opt.cuda:
+            other = nn.DataParallel(other)
+        probe(other)
+        print(net.module)  # the flow keeps wrapping tests only in files that read `.module`
+        """
+    )
+    assert known.wrapped_when is not None and known.wrapped_when.describe() == "torch.cuda.device_count()>1"
+    assert not known.wrapped_when.bare_in_cpu_mode
+    assert from_a_factory.wrapping is Wrapping.MAYBE and from_a_factory.wrapped_when is None
+    assert device_chosen.wrapped_when is not None and device_chosen.wrapped_when.bare_in_cpu_mode
+
+
 def test_dataloader_loop_targets() -> None:
     infos = kinds_of(
         """

@@ -136,6 +136,31 @@ class WrappedModelAttributeOnWrapper(Rule):
             """,
             name="a-side-that-unwraps-and-an-attribute-set-on-the-wrapper",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class CapsuleNet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.routing = nn.Linear(8, 8)
+                    self.num_routes = 3
+
+            def train(model, loader):
+                # Unwrapped under the test that wrapped it: what follows reads the model.
+                if args.cuda:
+                    model = model.module
+                for images, _ in loader:
+                    print(model.num_routes, model.routing(images))
+
+            model = CapsuleNet()
+            if args.cuda:
+                model = nn.DataParallel(model.cuda())
+            train(model, loader)
+            """,
+            name="unwrapped-in-another-function-under-the-same-test",
+        ),
     ]
 
     INVALID = [

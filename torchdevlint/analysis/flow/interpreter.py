@@ -55,6 +55,7 @@ from torchdevlint.analysis.flow.values import (
     PlaceKind,
     Value,
     Wrapping,
+    WrappingTest,
     cuda_place,
     device_value,
     join_all,
@@ -383,7 +384,8 @@ class Interpreter:
             # there is on a GPU, so nothing there meets data on one.
             gpu_when_true = self._asks_for_a_gpu(node.test, env)
             self._no_gpu_depth += gpu_when_true is False
-            unwrapped = self._unwrapped_on_one_side(node.body, node.orelse, env)
+            unwrapped = self._unwrapped_on_one_side(node.body, node.orelse, env) | \
+                self._wrapped_by_the_same_test(node.test, node.body, node.orelse, env)
             try:
                 body = self._block(node.body.body, self._as_unwrapped(
                     self._narrowed(node.test, self._branch(env, taken is False), True), unwrapped, True))
@@ -405,8 +407,11 @@ class Interpreter:
             if taken is not None and CPU_MODE_UNREACHED not in env:
                 self._record_cpu_mode_test(node.test, (body if taken else other) is not None)
             joined = _join_env(body, other)
-            if joined is not None and body is not None and other is not None and gpu_when_true is None:
-                _keep_the_side_left_on_the_host(joined, env, body, other, taken, node.test)
+            if joined is not None and body is not None and other is not None:
+                if gpu_when_true is None:
+                    _keep_the_side_left_on_the_host(joined, env, body, other, taken, node.test)
+                if self.oracle.reads_wrapped_modules() and not unwrapped and not _asks_about_the_wrapper(node.test):
+                    _remember_the_wrapping_test(joined, body, other, node.test, taken)
             return joined
         if type(node) is cst.For or type(node) is cst.While:
             return self._loop(node, env)
@@ -529,8 +534,33 @@ class Interpreter:
             value = env.get(key)
             if value is None:
                 value = self._evaluate(in_body.get(key) or in_orelse[key], env)
-            if value.wrapping is Wrapping.MAYBE:
+            # The other side reads the model itself: one that only raises (`else: raise
+            # RuntimeError("no checkpoint")`) says nothing of the wrapper.
+            if value.wrapping is Wrapping.MAYBE and _mentions(orelse if key in in_body else body, key):
                 found[key] = (key in in_body, value)
+        return found
+
+    def _wrapped_by_the_same_test(self, test: cst.BaseExpression, body: cst.CSTNode, orelse: cst.CSTNode | None,
+                                  env: Env) -> dict[str, tuple[bool, Value]]:
+        """Models whose `.module` a branch reads, wrapped earlier under a test of the same text
+        (`if args.cuda: model = nn.DataParallel(model)`, then `if args.cuda: model =
+        model.module` in `train`): the same test takes the same side. Key -> (whether the body
+        sees the wrapper, the model's value)."""
+        if not self.oracle.reads_wrapped_modules():
+            return {}
+        reads = _modules_read(body)
+        if orelse is not None:
+            reads.update(_modules_read(orelse))
+        if not reads:
+            return {}
+        text, holds = _test_text(test)
+        found: dict[str, tuple[bool, Value]] = {}
+        for key, expression in reads.items():
+            value = env.get(key)
+            if value is None:
+                value = self._evaluate(expression, env)
+            if value.wrapping is Wrapping.MAYBE and value.wrapped_when is not None and value.wrapped_when.text == text:
+                found[key] = (value.wrapped_when.holds is holds, value)
         return found
 
     @staticmethod
@@ -1240,7 +1270,7 @@ class Interpreter:
         if base.is_module_like:
             if attr == "module":
                 if Kind.WRAPPED_MODULE in base.kinds and base.kinds == {Kind.WRAPPED_MODULE}:
-                    return replace(base, kinds=frozenset({Kind.MODULE}))
+                    return replace(base, kinds=frozenset({Kind.MODULE}), wrapped_when=None)
                 return UNKNOWN
             if attr in ("weight", "bias"):
                 return tensor(base.places)
@@ -2431,11 +2461,67 @@ def _bound_by_comprehension(node: cst.CSTNode, name: str) -> bool:
     return False
 
 
+def _test_text(test: cst.BaseExpression) -> tuple[str, bool]:
+    """A test's text without spaces and outer `not`s, and whether it holds when that text does."""
+    holds = True
+    while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        test, holds = test.expression, not holds
+    return "".join(_EMPTY_MODULE.code_for_node(test).split()), holds
+
+
+_EMPTY_MODULE = cst.Module(body=[])
+
+
+def _asks_about_the_wrapper(test: cst.BaseExpression) -> bool:
+    """`isinstance(model, nn.DataParallel)`, `hasattr(model, "module")`: a test whose sides
+    the flow narrows to the wrapper and the bare model, not one that chose to wrap."""
+    while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        test = test.expression
+    return type(test) is cst.Call and type(test.func) is cst.Name and test.func.value in ("isinstance", "hasattr")
+
+
+def _remember_the_wrapping_test(joined: Env, body: Env, other: Env, test: cst.BaseExpression,
+                                taken_in_cpu_mode: ModeConstant | None) -> None:
+    """Names wrapped on one side of a test and bare on the other keep the test (see
+    `Value.wrapped_when`)."""
+    text: tuple[str, bool] | None = None
+    cpu_side = cpu_mode.truth(taken_in_cpu_mode)
+    for key, value in joined.items():
+        if value.wrapped_when is not None or value.wrapping is not Wrapping.MAYBE:
+            continue
+        in_body, in_other = body.get(key), other.get(key)
+        if in_body is None or in_other is None or Wrapping.MAYBE in (in_body.wrapping, in_other.wrapping):
+            continue
+        if text is None:
+            text = _test_text(test)
+        body_wraps = in_body.wrapping is Wrapping.YES
+        bare_in_cpu_mode = cpu_side is not None and (cpu_side is not body_wraps)
+        bare = in_other if body_wraps else in_body
+        if bare.kinds != _MODULE_ONLY and not (bare_in_cpu_mode and bare.kinds == _UNKNOWN_ONLY):
+            # What the other side holds must be the bare model: a model the file made, or,
+            # where the test chose the device, what the GPU side wrapped (`if args.cuda: model =
+            # nn.DataParallel(model)`: the author took it for bare). `if opt.fp16: model =
+            # nn.DataParallel(model)` may leave what another file's factory wrapped already.
+            continue
+        joined[key] = replace(value, wrapped_when=WrappingTest(text[0], body_wraps is text[1], bare_in_cpu_mode))
+
+
 def _as_wrapped(value: Value, wrapped: bool) -> Value:
     """A model that may be wrapped, seen where a test says whether it is: the wrapper, or the
     model it wraps."""
     return replace(value, kinds=frozenset({Kind.WRAPPED_MODULE}) if wrapped else (
         value.kinds - {Kind.WRAPPED_MODULE} or frozenset({Kind.MODULE})))
+
+
+def _mentions(node: cst.CSTNode, key: str) -> bool:
+    """Whether the code reads the place `key` names (`generator`, `self.net`)."""
+    pending: list[cst.CSTNode] = [node]
+    while pending:
+        current = pending.pop()
+        if (type(current) is cst.Name or type(current) is cst.Attribute) and place_key(current) == key:
+            return True
+        pending.extend(current.children)
+    return False
 
 
 def _modules_read(node: cst.CSTNode) -> dict[str, cst.BaseExpression]:

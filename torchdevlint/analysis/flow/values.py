@@ -98,6 +98,23 @@ class Wrapping(Enum):
 
 
 @dataclass(frozen=True)
+class WrappingTest:
+    """The test under which a model was wrapped on one side and left bare on the other."""
+
+    # Its text without spaces, outer `not`s taken off.
+    text: str
+    # Whether the text holding meant wrapped.
+    holds: bool
+    # Whether the program's CPU mode took the bare side (False: it took the wrapped side, or
+    # the test is not about the device: `if torch.cuda.device_count() > 1:` decides on GPU
+    # machines too).
+    bare_in_cpu_mode: bool
+
+    def describe(self) -> str:
+        return f"{'' if self.holds else 'not '}{self.text}"
+
+
+@dataclass(frozen=True)
 class Reference:
     """What a name bound to a definition or an import stands for."""
 
@@ -147,6 +164,10 @@ class Value:
     # A float64 tensor (or NumPy array) on every path: `dtype=torch.float64`, `.double()`,
     # `np.random.rand(...)` and what `torch.from_numpy` makes of it.
     float64: bool = False
+    # For a model wrapped on some paths only, the test that chose (`if args.cuda: model =
+    # nn.DataParallel(model)`). A later test of the same text, in this function or another,
+    # takes the same side.
+    wrapped_when: WrappingTest | None = None
 
     # ---- construction -------------------------------------------------------------
 
@@ -187,6 +208,7 @@ class Value:
             self.holds | other.holds,
             self.in_cpu_mode if self.in_cpu_mode == other.in_cpu_mode else None,
             self.float64 and other.float64,
+            self.wrapped_when if self.wrapped_when == other.wrapped_when else None,
         )
 
     # ---- questions ------------------------------------------------------------------
@@ -288,6 +310,8 @@ class Value:
         if self.in_cpu_mode is not None:
             answer = "off" if isinstance(self.in_cpu_mode, Off) else repr(self.in_cpu_mode)
             parts.append(f"{answer} in the CPU mode")
+        if self.wrapped_when is not None and self.wrapping is Wrapping.MAYBE:
+            parts.append(f"wrapped where `{self.wrapped_when.describe()}`")
         if self.items is not None:
             inner = ", ".join(f"{key}: {value.describe()}" for key, value in self.items)
             parts.append(f"[{inner}]")
