@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import run_cli
 
-from torchdevlint.project_scan import checkpoint_writing, forget, project_root
+from torchdevlint.project_scan import checkpoint_writing, forget, path_target_of_code, project_root
 
 PREDICT = """
 import torch
@@ -748,3 +748,88 @@ def test_a_model_class_a_package_re_exports_is_known_by_its_name(tmp_path: Path)
                                "fit.py": FIT_THE_REEXPORTED_MODEL})
     found = json.loads(run_cli("check", "--format", "json", "fit.py", cwd=root).stdout)
     assert [(item["line"], item["code"]) for item in found] == [(9, "TDL034")]
+
+
+SETTINGS = """
+cuda = True
+multi_gpu = False
+"""
+
+TRAIN_WRAPPING_ON_A_SETTING = """
+import torch
+import torch.nn as nn
+import settings
+
+
+class Recogniser(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+
+model = Recogniser()
+if settings.cuda and torch.cuda.is_available():
+    model = model.cuda()
+    if settings.multi_gpu:
+        model = nn.DataParallel(model)
+for epoch in range(3):
+    torch.save(model.state_dict(), "recogniser.pth")
+"""
+
+DEMO_WRAPPING_ON_THE_SAME_SETTING = """
+import torch
+import torch.nn as nn
+import settings
+from train import Recogniser
+
+model = Recogniser()
+if settings.multi_gpu:
+    model = nn.DataParallel(model)
+model.load_state_dict(torch.load("recogniser.pth", map_location="cpu"))
+"""
+
+
+def _fixes(root: Path, code: str) -> list[str | None]:
+    found = json.loads(run_cli("check", "--format", "json", "--unsafe-fixes", ".", cwd=root).stdout)
+    return [item["fix"] and item["fix"]["applicability"] for item in found if item["code"] == code]
+
+
+def test_no_fix_unwraps_a_save_whose_keys_another_files_load_expects_under_the_same_setting(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"settings.py": SETTINGS, "train.py": TRAIN_WRAPPING_ON_A_SETTING})
+    assert _fixes(root, "TDL004") == ["safe"]
+    # The demo wraps under the same setting before it loads: unwrapping the save would break
+    # the demo's multi-GPU load, and the fix cannot edit the demo.
+    (root / "demo.py").write_text(textwrap.dedent(DEMO_WRAPPING_ON_THE_SAME_SETTING).lstrip())
+    forget()
+    assert _fixes(root, "TDL004") == [None]
+    # Under another setting the demo's load is bare where the save is: the fix stays.
+    (root / "demo.py").write_text(textwrap.dedent(DEMO_WRAPPING_ON_THE_SAME_SETTING).lstrip().replace(
+        "settings.multi_gpu", "settings.distributed"))
+    forget()
+    assert _fixes(root, "TDL004") == ["safe"]
+
+
+EXAMPLES_CACHED_BESIDE_A_GPU_MODEL = """
+import os
+import torch
+
+data_dir = "data/squad/"
+examples_path = data_dir + "train_examples.pt"
+if os.path.exists(examples_path):
+    examples = torch.load(examples_path)
+else:
+    examples = read_examples("train.jsonl")
+    torch.save(examples, examples_path)
+model = build(examples).cuda()
+torch.save(model.state_dict(), data_dir + "model.pt")
+"""
+
+
+def test_examples_saved_to_a_path_joined_with_a_plus_are_host_data(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"prepare.py": EXAMPLES_CACHED_BESIDE_A_GPU_MODEL})
+    writing = checkpoint_writing(str(root / "prepare.py"))
+    assert writing is not None and writing.writes_device_checkpoints
+    assert writing.file_names(path_target_of_code("examples_path")) == {"train_examples.pt"}
+    assert not writing.may_hold_device_tensors(frozenset({"train_examples.pt"}))
+    assert writing.may_hold_device_tensors(frozenset({"model.pt"}))
+    assert _codes(root) == []

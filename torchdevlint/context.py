@@ -21,6 +21,7 @@ from torchdevlint.project_scan import (
     CpuModeOption,
     checkpoint_writing,
     cpu_mode_option,
+    files_loading_wrapped_under,
     gpu_selection,
     module_classes,
     path_target_of_code,
@@ -133,6 +134,14 @@ class FileContext:
         own = None if root is None else os.path.relpath(os.path.abspath(self.path), root)
         # The file's own loads are the flow model's to judge (wrapped on every path or not).
         return next((path for path in wrapped_checkpoint_loads(self.path) if path != own), None)
+
+    def project_load_wrapped_under(self, test: str) -> str | None:
+        """Another file of the project that loads a state dict into a model it wraps under a
+        test of this text (`if params.multi_gpu:`, spaces and `not`s taken off); None where there
+        is none, or the file is not on disk."""
+        root = project_root(self.path)
+        own = None if root is None else os.path.relpath(os.path.abspath(self.path), root)
+        return min((path for path in files_loading_wrapped_under(self.path, test) if path != own), default=None)
 
     def project_wrapped_handoffs(self) -> dict[str, dict[str, str]]:
         """This file's functions that another file of the project hands a model it bound to a

@@ -177,26 +177,31 @@ class _Summary:
     # Functions of other files it hands a model bound to a DataParallel/DDP wrapper (see
     # `_wrapped_handoffs`): `stem.function:position` and `stem.function:keyword`.
     wrapped_handoffs: tuple[str, ...] = ()
+    # The tests under which it wraps a model it then loads a state dict into (`if
+    # params.multi_gpu: model = nn.DataParallel(model)`), as text without spaces (see
+    # `_wrapping_tests_of_loads`).
+    wrapping_tests_of_loads: tuple[str, ...] = ()
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
                 list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
                 self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes),
-                list(self.wrapped_handoffs)]
+                list(self.wrapped_handoffs), list(self.wrapping_tests_of_loads)]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
         (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
-         module_classes, all_module_classes, wrapped_handoffs) = kept
+         module_classes, all_module_classes, wrapped_handoffs, wrapping_tests_of_loads) = kept
         assert isinstance(module_classes, list) and isinstance(all_module_classes, list)
-        assert isinstance(wrapped_handoffs, list)
+        assert isinstance(wrapped_handoffs, list) and isinstance(wrapping_tests_of_loads, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
         assert isinstance(path_names, list)
         return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
                    tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
                    tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
                    bool(wrapped_load), tuple(str(name) for name in module_classes),
-                   tuple(str(name) for name in all_module_classes), tuple(str(name) for name in wrapped_handoffs))
+                   tuple(str(name) for name in all_module_classes), tuple(str(name) for name in wrapped_handoffs),
+                   tuple(str(test) for test in wrapping_tests_of_loads))
 
 
 @dataclass(frozen=True)
@@ -218,10 +223,13 @@ class _ProjectFacts:
     # `stem.function:position` / `stem.function:keyword` the project's code hands a wrapped model
     # (see `_wrapped_handoffs`), with the first file that does.
     wrapped_handoffs: dict[str, str] = field(default_factory=dict)
+    # The tests under which the project's files wrap a model they load a state dict into ->
+    # those files (relative to the root).
+    wrapping_tests_of_loads: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 10
+_SUMMARY_FORMAT = 11
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -375,10 +383,15 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
         if not summary.test_code:
             for handoff in summary.wrapped_handoffs:
                 wrapped_handoffs.setdefault(handoff, os.path.relpath(path, root))
+    loading_files: dict[str, set[str]] = {}
+    for path, summary in summaries.items():
+        for test in () if summary.test_code else summary.wrapping_tests_of_loads:
+            loading_files.setdefault(test, set()).add(os.path.relpath(path, root))
+    wrapping_tests_of_loads = {test: frozenset(files) for test, files in loading_files.items()}
     return _ProjectFacts(_writing(root, summaries), _cpu_mode(root, summaries, imported),
                          _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3],
                          module_classes=module_classes, all_module_classes=all_module_classes,
-                         wrapped_handoffs=wrapped_handoffs)
+                         wrapped_handoffs=wrapped_handoffs, wrapping_tests_of_loads=wrapping_tests_of_loads)
 
 
 def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
@@ -573,7 +586,8 @@ def _summary(file_path: str) -> _Summary:
                     selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
                     loads_into_a_wrapper=_loads_into_a_wrapper(source, parsed) or _strips_the_prefix(source, parsed),
                     module_classes=_stateful_module_classes(source, parsed), all_module_classes=_module_classes(source),
-                    wrapped_handoffs=_wrapped_handoffs(source, parsed))
+                    wrapped_handoffs=_wrapped_handoffs(source, parsed),
+                    wrapping_tests_of_loads=_wrapping_tests_of_loads(source, parsed))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
     tree = parsed.tree()
@@ -635,6 +649,45 @@ def _loads_into_a_wrapper(source: bytes, parsed: _ParsedOnce) -> bool:
                                  for node in ast.walk(statement)):
                 return True
     return False
+
+
+def _wrapping_tests_of_loads(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
+    """The tests under which a body wraps a model in DataParallel/DDP and, after the test,
+    loads a state dict into it (`if params.multi_gpu: model = nn.DataParallel(model)`, then
+    `model.load_state_dict(torch.load(path))`): the checkpoints it reads carry the `module.`
+    prefix where the test holds. The text of each test, `not`s taken off, without spaces."""
+    if not _WRAPPER_BINDING.search(source) or b"load_state_dict" not in source:
+        return ()  # the common case, read from the text alone
+    tree = parsed.tree()
+    if tree is None:
+        return ()
+    found: list[str] = []
+    bodies: list[list[ast.stmt]] = [tree.body]
+    bodies.extend(node.body for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    for body in bodies:
+        wrapped: dict[str, str] = {}  # name -> the test it was wrapped under
+        for statement in body:
+            if isinstance(statement, ast.If):
+                for inner in (*statement.body, *statement.orelse):
+                    if isinstance(inner, ast.Assign) and len(inner.targets) == 1 and _makes_a_wrapper(inner.value):
+                        test = statement.test
+                        while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                            test = test.operand
+                        wrapped[ast.unparse(inner.targets[0])] = "".join(ast.unparse(test).split())
+            for node in ast.walk(statement) if wrapped else ():
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr == "load_state_dict":
+                    test_text = wrapped.get(ast.unparse(node.func.value))
+                    if test_text is not None and test_text not in found:
+                        found.append(test_text)
+    return tuple(found)
+
+
+def files_loading_wrapped_under(path: str, test: str, store: Path | None = None) -> frozenset[str]:
+    """The files of the project of `path` (relative to its root) that load a state dict into a
+    model they wrapped under a test of this text (see `_wrapping_tests_of_loads`)."""
+    facts = _facts(path, store)
+    return frozenset() if facts is None else facts.wrapping_tests_of_loads.get(test, frozenset())
 
 
 def _wrapped_handoffs(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
@@ -856,6 +909,10 @@ _PATH_ASSIGNMENT = re.compile(rb"""^[ \t]*(?:self\.)?(\w+)[ \t]*(?::[^=\n]*)?=[ 
 _JOINED_PATH_ASSIGNMENT = re.compile(
     rb"""^[ \t]*(?:self\.)?(\w+)[ \t]*(?::[^=\n]*)?=[ \t]*(?:[\w.]*\bjoin|Path)\([^\n]*?[rR]?(['"])([^'"\n]*)\2[ \t]*\)[ \t]*(?:#[^\n]*)?$""",
     re.MULTILINE)
+# `vocab_path = data_dir + "vocab.pt"`, `path = root + "/model.pth"`: a folder's name and a file name.
+_CONCATENATED_PATH_ASSIGNMENT = re.compile(
+    rb"""^[ \t]*(?:self\.)?(\w+)[ \t]*(?::[^=\n]*)?=[ \t]*([\w.]+)[ \t]*\+[ \t]*[rR]?(['"])([^'"\n]*)\3[ \t]*(?:#[^\n]*)?$""",
+    re.MULTILINE)
 # `parser.add_argument("--weights", ..., default="model.pth")`: an option's default path.
 _PATH_OPTION = re.compile(rb"""add_argument\(\s*['"]-{1,2}([\w-]+)['"][^()]*?\bdefault\s*=\s*[rR]?(['"])([^'"\n]*)\2""")
 
@@ -870,7 +927,27 @@ def _path_names(source: bytes) -> tuple[tuple[str, str], ...]:
             file_name = _file_name(match.group(3).decode("utf-8", "replace"))
             if file_name:
                 found.add((name, file_name))
+    for match in _CONCATENATED_PATH_ASSIGNMENT.finditer(source):
+        file_name = _concatenated_file_name(match.group(2).decode("utf-8", "replace"),
+                                            match.group(4).decode("utf-8", "replace"))
+        if file_name:
+            found.add((match.group(1).decode("utf-8", "replace"), file_name))
     return tuple(sorted(found))
+
+
+def _concatenated_file_name(folder: str, text: str) -> str:
+    """The file name of `folder + text`: where the text starts a folder (`"/model.pth"`), or
+    the name on the left is a folder's (`data_dir + "vocab.pt"`); not `stem + ".pth"` or
+    `prefix + "_model.pth"`, which name part of a file."""
+    from torchdevlint.analysis.brains import naming
+
+    if "/" in text or set(naming.words(folder.rsplit(".", 1)[-1])) & _FOLDER_WORDS:
+        return _file_name(text)
+    return ""
+
+
+# Words of a name that holds a folder (`data_dir`, `dataset_path`, `save_folder`, `root`).
+_FOLDER_WORDS = frozenset({"dir", "directory", "folder", "path", "root"})
 
 
 def _made_elsewhere(file_name: str) -> bool:
@@ -919,8 +996,12 @@ def path_target(path: ast.expr) -> PathTarget:
             return PathTarget(_file_name(last.value))
         return PathTarget()
     if isinstance(path, ast.BinOp) and isinstance(path.right, ast.Constant) and isinstance(path.right.value, str):
-        # `folder / "model.pth"`; `folder + "/model.pth"` (not `stem + ".pth"`).
-        if isinstance(path.op, ast.Div) or isinstance(path.op, ast.Add) and "/" in path.right.value:
+        # `folder / "model.pth"`; `folder + "/model.pth"`, `data_dir + "vocab.pt"` (not `stem + ".pth"`).
+        if isinstance(path.op, ast.Div):
+            return PathTarget(_file_name(path.right.value))
+        if isinstance(path.op, ast.Add) and isinstance(path.left, (ast.Name, ast.Attribute)):
+            return PathTarget(_concatenated_file_name(ast.unparse(path.left), path.right.value))
+        if isinstance(path.op, ast.Add) and "/" in path.right.value:
             return PathTarget(_file_name(path.right.value))
         return PathTarget()
     if isinstance(path, ast.Call) and path.args and not path.keywords:
@@ -1110,7 +1191,8 @@ def project_facts(path: str, store: Path | None = None) -> str:
     return (f"device-checkpoints={facts.writing.key};cpu-mode={offered};gpu-selection={selection};"
             f"wrapped-loads={','.join(facts.wrapped_loads)};module-classes={_digest(','.join(sorted(facts.module_classes)))}"
             f":{_digest(','.join(sorted(facts.all_module_classes)))}"
-            f";handoffs={_digest(repr(sorted(wrapped_handoffs(path, store).items())))}")
+            f";handoffs={_digest(repr(sorted(wrapped_handoffs(path, store).items())))}"
+            f";wrapping-tests-of-loads={_digest(repr(sorted(facts.wrapping_tests_of_loads.items())))}")
 
 
 def _bound_names(target: ast.expr) -> list[str]:

@@ -76,7 +76,9 @@ class DataParallelStateDictSave(Rule):
     the prefix where the model is wrapped, so the fix unwraps it too
     (`getattr(model, "module", model).load_state_dict(...)`) and both sides agree on keys
     without the prefix on every path. That fix is unsafe: checkpoints saved before it carry
-    the prefix. No fix where such a load goes through a helper the file cannot show.
+    the prefix. No fix where such a load goes through a helper the file cannot show, or is in
+    another file of the project, wrapped under a test of the same text (`if params.multi_gpu:`
+    in `train.py` and in `demo.py`): the fix cannot unwrap that load too.
     A wrapper saved whole gets `.module` (or `getattr(model, "module", model)`), unsafe: a
     reader that expects the wrapper back (and unwraps it itself) must change with it.
 
@@ -571,8 +573,15 @@ class DataParallelStateDictSave(Rule):
                 continue  # the prefixed keys are what the wrapping is for
             assert isinstance(saved.call.func, cst.Attribute)
             receiver = saved.call.func.value
-            wrapping = self.context.flow.value_of(receiver).wrapping
-            self.report(saved.call, fix=self._fix(receiver, wrapping, applicability))
+            value = self.context.flow.value_of(receiver)
+            fix = self._fix(receiver, value.wrapping, applicability)
+            if fix is not None and value.wrapped_when is not None \
+                    and self.context.project_load_wrapped_under(value.wrapped_when.text) is not None:
+                # Another file loads into a model it wraps under the same test (`if
+                # params.multi_gpu:` in train.py and demo.py): unwrapping the save here would
+                # break that load where the test holds, and the fix cannot edit that file.
+                fix = None
+            self.report(saved.call, fix=fix)
         handoffs = self.context.project_wrapped_handoffs()
         for statement in node.body if handoffs else ():
             if isinstance(statement, cst.FunctionDef) and statement.name.value in handoffs:

@@ -17,6 +17,9 @@ from torchdevlint.runtime_proof import WRAPPER_LACKS_ATTRIBUTE, RuntimeProof
 # How close a name must be to one of the wrapper's own to be taken for it misspelt
 # (`moduel`, `modle`; `mean_latent` and `width` are far from all of them).
 _TYPO_SIMILARITY = 0.8
+# What a misspelt name may have meant: the wrapper's public attributes (`crnn.backward_hook`
+# is a method of the model, not `_backward_hooks` misspelt).
+_PUBLIC_WRAPPER_ATTRIBUTES = sorted(name for name in WRAPPER_ATTRIBUTES if not name.startswith("_"))
 # Where an attribute is written or deleted, not read.
 _WRITTEN = (cst.AssignTarget, cst.Del)
 
@@ -269,6 +272,28 @@ class WrappedModelAttributeOnWrapper(Rule):
             """,
             name="the-wrappers-own-attribute-misspelt",
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            recogniser = Recogniser()
+            if multi_gpu:
+                recogniser = nn.DataParallel(recogniser)
+            # The model's own hook, named like the wrapper's private `_backward_hooks`.
+            recogniser.register_full_backward_hook(recogniser.backward_hook)
+            """,
+            fixed="""
+            import torch.nn as nn
+
+            recogniser = Recogniser()
+            if multi_gpu:
+                recogniser = nn.DataParallel(recogniser)
+            # The model's own hook, named like the wrapper's private `_backward_hooks`.
+            recogniser.register_full_backward_hook(getattr(recogniser, "module", recogniser).backward_hook)
+            """,
+            applicability=Applicability.UNSAFE,
+            name="a-model-method-named-like-a-private-attribute-of-the-wrapper",
+        ),
     ]
 
     def setup(self) -> None:
@@ -321,7 +346,7 @@ class WrappedModelAttributeOnWrapper(Rule):
 
     def _report(self, node: cst.Attribute, wrapping: Wrapping, base: str, attribute: str) -> None:
         where = "" if wrapping is Wrapping.YES else " where the model is wrapped"
-        meant = difflib.get_close_matches(attribute, WRAPPER_ATTRIBUTES, n=1, cutoff=_TYPO_SIMILARITY)
+        meant = difflib.get_close_matches(attribute, _PUBLIC_WRAPPER_ATTRIBUTES, n=1, cutoff=_TYPO_SIMILARITY)
         if meant:
             # `model.moduel`: the wrapper's own attribute misspelt, not the model's.
             self.report(node, message=(f"`{base}.{attribute}` is no attribute of the DataParallel/DDP wrapper{where}, "

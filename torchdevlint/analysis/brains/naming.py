@@ -84,9 +84,10 @@ ENVIRONMENT_WORDS = frozenset({"env", "envs", "environment", "environments", "ve
 DEVICE_FLAG_WORDS = ("cuda", "gpu", "cpu", "device", "mps", "xpu", "accelerator")
 
 # Words of names of what stays host data whatever device a program runs on: a vocabulary, a
-# tokenizer, the program's options, its logged numbers (`torch.save((vocab_src, vocab_tgt), path)`).
+# tokenizer, the program's options, its logged numbers (`torch.save((vocab_src, vocab_tgt), path)`),
+# a text dataset's examples read before training (`torch.save(train_data.examples, path)`).
 HOST_DATA_WORDS = frozenset({"vocab", "vocabs", "vocabulary", "tokenizer", "stoi", "itos", "args", "hparams",
-                             "config", "cfg", "history", "metrics"})
+                             "config", "cfg", "history", "metrics", "examples"})
 # ... unless the name also says it holds tensors or a model's state (`vocab_embeddings`).
 TENSOR_HOLDER_WORDS = frozenset({"model", "net", "state", "weights", "weight", "params", "embedding", "embeddings",
                                  "tensor", "tensors", "optimizer", "checkpoint", "ckpt"})

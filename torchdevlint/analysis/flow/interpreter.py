@@ -136,6 +136,7 @@ class Oracle(Protocol):
     def register_definition(self, node: cst.CSTNode, enclosing: cst.CSTNode, owner: cst.ClassDef | None) -> None: ...
     def entry_cuda_device(self, scope: cst.CSTNode) -> Value: ...
     def reads_wrapped_modules(self) -> bool: ...
+    def makes_wrappers(self) -> bool: ...
     def project_module_class(self, qualified: str) -> bool: ...
     def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]: ...
     def parameter_names(self, definition: int) -> tuple[str, ...]: ...
@@ -410,7 +411,7 @@ class Interpreter:
             if joined is not None and body is not None and other is not None:
                 if gpu_when_true is None:
                     _keep_the_side_left_on_the_host(joined, env, body, other, taken, node.test)
-                if self.oracle.reads_wrapped_modules() and not unwrapped and not _asks_about_the_wrapper(node.test):
+                if self.oracle.makes_wrappers() and not unwrapped and not _asks_about_the_wrapper(node.test):
                     _remember_the_wrapping_test(joined, body, other, node.test, taken)
             return joined
         if type(node) is cst.For or type(node) is cst.While:
@@ -2490,10 +2491,19 @@ def _remember_the_wrapping_test(joined: Env, body: Env, other: Env, test: cst.Ba
         if value.wrapped_when is not None or value.wrapping is not Wrapping.MAYBE:
             continue
         in_body, in_other = body.get(key), other.get(key)
-        if in_body is None or in_other is None or Wrapping.MAYBE in (in_body.wrapping, in_other.wrapping):
+        if in_body is None or in_other is None:
             continue
         if text is None:
             text = _test_text(test)
+        if Wrapping.MAYBE in (in_body.wrapping, in_other.wrapping):
+            # Wrapped again under the same test (`if multi_gpu:` in a helper, then in the
+            # script): still wrapped where it holds.
+            inner = in_body.wrapped_when if in_body.wrapping is Wrapping.MAYBE else in_other.wrapped_when
+            definite = in_other if in_body.wrapping is Wrapping.MAYBE else in_body
+            if inner is not None and inner.text == text[0] and definite.wrapping is not Wrapping.MAYBE \
+                    and (definite.wrapping is Wrapping.YES) is (definite is in_body) is (inner.holds is text[1]):
+                joined[key] = replace(value, wrapped_when=inner)
+            continue
         body_wraps = in_body.wrapping is Wrapping.YES
         bare_in_cpu_mode = cpu_side is not None and (cpu_side is not body_wraps)
         bare = in_other if body_wraps else in_body

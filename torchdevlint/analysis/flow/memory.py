@@ -98,6 +98,10 @@ class RecordingOracle:
         # Read from the body's own text: no answer of the model's to check again.
         return self._model.names_used_as_tensors(scope)
 
+    def makes_wrappers(self) -> bool:
+        # Read from the file's own text: no answer of the model's to check again.
+        return self._model.makes_wrappers()
+
     def reads_wrapped_modules(self) -> bool:
         # Read from the file's own text: no answer of the model's to check again.
         return self._model.reads_wrapped_modules()

@@ -137,6 +137,7 @@ class FlowModel:
         self._trains_only_on_the_host: bool | None = None
         self._names_no_accelerator: bool | None = None
         self._reads_wrapped_modules: bool | None = None
+        self._makes_wrappers: bool | None = None
         self._enclosing_scope = enclosing_scope
         self.deadline = deadline if deadline is not None else NoDeadline()
         self._definitions: dict[int, _Definition] = {}
@@ -232,6 +233,13 @@ class FlowModel:
     def calls_cuda_without_a_device(self) -> bool:
         """The file's text calls `.cuda()` with no device somewhere: code written for a GPU."""
         return ".cuda()" in self._lower_text()
+
+    def makes_wrappers(self) -> bool:
+        """The file's text names DataParallel or DistributedDataParallel: only then can a test
+        wrap a model on one side (see `Value.wrapped_when`)."""
+        if self._makes_wrappers is None:
+            self._makes_wrappers = "DataParallel" in (self._source if self._source is not None else self.module.code)
+        return self._makes_wrappers
 
     def reads_wrapped_modules(self) -> bool:
         """The file's text reads a `.module` attribute somewhere (`model.module`): only then

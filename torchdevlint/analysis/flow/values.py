@@ -131,6 +131,7 @@ _JUST_SCALAR = frozenset({Kind.SCALAR})
 _SCALAR_OR_TENSOR = frozenset({Kind.SCALAR, Kind.TENSOR})
 _MODULE_LIKE = frozenset({Kind.MODULE, Kind.WRAPPED_MODULE})
 _JUST_DEVICE = frozenset({Kind.DEVICE})
+_JUST_MODULE = frozenset({Kind.MODULE})
 _JUST_HOST = frozenset({HOST_PLACE})
 
 
@@ -208,7 +209,7 @@ class Value:
             self.holds | other.holds,
             self.in_cpu_mode if self.in_cpu_mode == other.in_cpu_mode else None,
             self.float64 and other.float64,
-            self.wrapped_when if self.wrapped_when == other.wrapped_when else None,
+            _join_wrapping_tests(self, other),
         )
 
     # ---- questions ------------------------------------------------------------------
@@ -320,6 +321,19 @@ class Value:
 
 _PLACED_KINDS = frozenset({Kind.TENSOR, Kind.MODEL_OUTPUT, Kind.MODULE, Kind.WRAPPED_MODULE, Kind.CONTAINER,
                            Kind.DATALOADER, Kind.DATASET})
+
+
+def _join_wrapping_tests(left: Value, right: Value) -> WrappingTest | None:
+    """A model wrapped under a test, joined with the bare model of a path that did not wrap
+    (`if pretrained: if multi_gpu: model = nn.DataParallel(model)`), is still wrapped only
+    under that test."""
+    if left.wrapped_when == right.wrapped_when:
+        return left.wrapped_when
+    if right.wrapped_when is None and right.kinds == _JUST_MODULE:
+        return left.wrapped_when
+    if left.wrapped_when is None and left.kinds == _JUST_MODULE:
+        return right.wrapped_when
+    return None
 
 
 def _join_items(
