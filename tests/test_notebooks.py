@@ -68,6 +68,16 @@ def test_a_later_cell_sees_the_earlier_cells_bindings(tmp_path: Path) -> None:
     assert findings(result.stdout) == ["analysis.ipynb:cell 4:2:1: TDL001"]
 
 
+def test_a_loader_with_workers_iterated_in_a_cell_is_not_code_run_on_import(tmp_path: Path) -> None:
+    loader = "from torch.utils.data import DataLoader, TensorDataset\n" \
+             "loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=2, num_workers=2)"
+    write_notebook(tmp_path, SETUP, loader, "for (x,) in loader:\n    print(x)")
+    (tmp_path / "train.py").write_text("import torch\n" + loader + "\nfor (x,) in loader:\n    print(x)\n")
+    result = run_cli("check", "--no-cache", "--select", "TDL037", ".", cwd=tmp_path)
+    # A notebook's cells are never imported again by a spawned worker; the same code in a script is.
+    assert findings(result.stdout) == ["train.py:3:10: TDL037"]
+
+
 def test_a_host_copy_that_ends_a_cell_is_shown_not_thrown_away(tmp_path: Path) -> None:
     write_notebook(tmp_path, SETUP, "x = torch.zeros(3)", "x.cpu()", "x.cpu()\ny = x * 2", "x.cuda()")
     result = run_cli("check", "--no-cache", "--select", "TDL001", "analysis.ipynb", cwd=tmp_path)

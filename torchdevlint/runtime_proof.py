@@ -87,6 +87,9 @@ NON_LEAF_GRADIENT = re.compile(
 LEGACY_CONSTRUCTOR_OFF_THE_CPU = re.compile(r"legacy constructor expects device type: cpu")
 # An attribute of the wrapped model read through its DataParallel/DDP wrapper.
 WRAPPER_LACKS_ATTRIBUTE = re.compile(r"'(DataParallel|DistributedDataParallel)' object has no attribute")
+# A spawned DataLoader worker re-running the main script's top level, which starts workers.
+WORKERS_STARTED_WHILE_BOOTSTRAPPING = re.compile(
+    r"An attempt has been made to start a new process before the\s+current process has finished its bootstrapping")
 # `.module` read on a model that was not wrapped on this run (its CPU mode, a single GPU).
 MODULE_OF_A_BARE_MODEL = re.compile(r"object has no attribute 'module'")
 PREFIXED_STATE_DICT = re.compile(

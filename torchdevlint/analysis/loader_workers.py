@@ -99,6 +99,8 @@ class LoaderWorkers:
             if isinstance(target.target, cst.Name):
                 name = target.target.value
                 number = integer_value(node.value)
+                if number is None and self._counts_cpus(node.value):
+                    number = 1  # `NUM_WORKERS = os.cpu_count()`: at least one
                 self._module_integers[name] = number if name not in self._module_integers else None
 
     def leave_Call(self, node: cst.Call) -> None:
@@ -138,6 +140,10 @@ class LoaderWorkers:
             positional[_COLLATE_POSITION] if len(positional) > _COLLATE_POSITION else None)
         self._loaders.append((WorkerLoader(call, workers), dataset, collate))
 
+    def _counts_cpus(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Call) and (
+            self._context.imports.qualified_name(node.func) or dotted_name(node.func)) in _CPU_COUNTS
+
     def _may_be_positive(self, node: cst.BaseExpression) -> bool:
         """Whether a `num_workers` value is known to be, or defaults to, more than 0."""
         number = integer_value(node)
@@ -159,6 +165,12 @@ class LoaderWorkers:
         return False
 
     # ---- results ---------------------------------------------------------------------------
+
+    def loaders(self) -> list[WorkerLoader]:
+        """The file's DataLoaders that start worker processes (`num_workers` known to be, or
+        to default to, more than 0; no fresh-interpreter `multiprocessing_context`), in file
+        order."""
+        return [loader for loader, _, _ in self._loaders]
 
     def worker_moves(self) -> list[WorkerMove]:
         """Moves to CUDA in code that a loader with workers runs in them, in file order; none
