@@ -96,8 +96,10 @@ class UnguardedCuda(Rule):
     on CUDA devices, so such a program has no CPU mode, even where it prints
     `torch.cuda.is_available()`.
 
-    A `--cuda` option declared `type=bool` with a true default is no guard: `bool("False")`
-    is `True`, so the CPU mode keeps it on (TDL014 reports the option itself).
+    A `--cuda` option that cannot be switched off (`type=bool` with a true default, where
+    `bool("False")` is `True`, or `store_true` with a true default) still guards what its
+    tests hold: TDL014 reports the option, once, with its fix; the `.cuda()` calls under
+    `if args.cuda:` are right once the switch switches.
 
     A guard that names `torch.cuda.is_available` without calling it is TDL017's, and a
     legacy CUDA constructor in a model's methods TDL022's (its fix makes the tensor where the
@@ -128,6 +130,20 @@ class UnguardedCuda(Rule):
     requires_any_text = ("cuda", "is_available")
 
     VALID = [
+        Valid(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", type=bool, default=True, help="use CUDA")
+            args = parser.parse_args()
+            model = torch.nn.Linear(2, 2)
+            if args.cuda:
+                model = model.cuda()
+            """,
+            name="a-switch-that-cannot-be-switched-off-is-tdl014s",
+        ),
         Valid(
             """
             import torch
@@ -577,20 +593,6 @@ class UnguardedCuda(Rule):
             batch = torch.zeros(8, 2).cuda()
             """,
             name="gpu-ids-option-with-a-cpu-value",
-        ),
-        Invalid(
-            """
-            import argparse
-            import torch
-
-            parser = argparse.ArgumentParser()
-            parser.add_argument("--cuda", type=bool, default=True, help="use CUDA")
-            args = parser.parse_args()
-            model = torch.nn.Linear(2, 2)
-            if args.cuda:
-                model = model.cuda()
-            """,
-            name="a-bool-typed-switch-is-no-guard",
         ),
         Invalid(
             """

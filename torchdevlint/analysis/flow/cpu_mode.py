@@ -28,7 +28,7 @@ from torchdevlint.analysis.names import dotted_name
 from torchdevlint.analysis.tree import child_nodes
 
 __all__ = ["Off", "compare", "conjunction", "device_type", "disjunction", "literal_constant", "names_a_gpu_setting", "names_the_cpu_mode",
-           "negation", "option_offers_cpu_mode", "setting_in_cpu_mode", "stuck_switch", "truth"]
+           "negation", "option_offers_cpu_mode", "setting_in_cpu_mode", "truth"]
 
 @functools.lru_cache(maxsize=4096)
 def setting_in_cpu_mode(name: str) -> ModeConstant | None:
@@ -140,21 +140,6 @@ def option_offers_cpu_mode(call: cst.Call) -> bool:
         offered = [keywords.get(key) for key in ("default", "choices", "help")]
         return any(node is not None and _mentions_cpu(node) for node in offered)
     return False
-
-
-def stuck_switch(call: cst.Call) -> str | None:
-    """The attribute an argparse option about the GPU sets that no command line switches off:
-    `type=bool` with a true default (`bool("False")` is True, so `--cuda False` is on), or
-    `action="store_true"` with a true default (the switch can only set what is already set)."""
-    option = read_option(call)
-    default = option.keywords.get("default") if option is not None else None
-    if option is None or default is None or not (option.type_name == "bool" or option.action == "store_true"):
-        return None
-    if not truth(literal_constant(default)):
-        return None
-    dest = option.dest
-    return dest if dest is not None and setting_in_cpu_mode(dest) is SWITCHED_OFF else None
-
 
 
 def _mentions_cpu(node: cst.CSTNode) -> bool:

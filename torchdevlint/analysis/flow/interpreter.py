@@ -143,8 +143,6 @@ class Oracle(Protocol):
     def model_wrapper_class(self, class_id: int) -> bool: ...
     def returns_in_cpu_mode(self, definition: int) -> bool: ...
     @property
-    def stuck_switches(self) -> frozenset[str]: ...
-    @property
     def entry_default_device(self) -> Value | None: ...
 
 
@@ -588,14 +586,13 @@ class Interpreter:
             return node.func.value not in env and self.oracle.outer_value(self.flow.node, node.func.value) is None
         return self.qualified(node.func, env) in EXIT_FUNCTIONS
 
-    def _with_setting(self, name: str, value: Value, *, option: bool = False) -> Value:
+    def _with_setting(self, name: str, value: Value) -> Value:
         """A setting read by name (`use_cuda`, `opt.use_gpu`, `args.device`): what the CPU
-        mode makes it, where its value does not already say. An `option` (an attribute) may be
-        an argparse switch that cannot be switched off."""
+        mode makes it, where its value does not already say. An argparse switch that cannot be
+        switched off (`--cuda` with `type=bool` and a true default) still means to: TDL014
+        reports the option, and the program's tests of it are its CPU mode."""
         if value.in_cpu_mode is not None or not value.kinds <= _SETTING_KINDS:
             return value
-        if option and name in self.oracle.stuck_switches:
-            return replace(value, in_cpu_mode=True)
         setting = cpu_mode.setting_in_cpu_mode(name)
         return value if setting is None else replace(value, in_cpu_mode=setting)
 
@@ -1231,7 +1228,7 @@ class Interpreter:
             return value
         if base.is_module_like and not (base.instance_of is not None and self.oracle.model_wrapper_class(base.instance_of)):
             return value  # `if self.cuda:` of a layer built with `cuda=True`: where it is put, not a choice
-        return self._with_setting(attr, value, option=True)
+        return self._with_setting(attr, value)
 
     def _attribute_value(self, node: cst.Attribute, env: Env) -> Value:
         key = place_key(node)

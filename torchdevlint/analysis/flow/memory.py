@@ -128,15 +128,11 @@ class RecordingOracle:
         return self._ask("entry_cuda_device", scope)  # type: ignore[return-value]  # the model's answer, of the method's type
 
     @property
-    def stuck_switches(self) -> frozenset[str]:
-        return self._ask("stuck_switches")  # type: ignore[return-value]  # the model's answer, of the method's type
-
-    @property
     def entry_default_device(self) -> Value | None:
         return self._ask("entry_default_device")  # type: ignore[return-value]  # the model's answer, of the method's type
 
 
-_PROPERTIES = frozenset({"stuck_switches", "entry_default_device"})
+_PROPERTIES = frozenset({"entry_default_device"})
 
 
 def ask(model: Oracle, question: Question) -> object:

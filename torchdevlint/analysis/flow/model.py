@@ -11,7 +11,6 @@ about changed (see `memory`).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -71,9 +70,6 @@ _HOST_PARAMETER_WORDS = ("size", "num", "count", "step", "dim", "idx", "index")
 _LENGTH_WORDS = ("len",)
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "list", "tuple", "dict"})
 _NUMBER_ANNOTATIONS = frozenset({"int", "float"})
-# `type=bool`, `store_true`: the text that makes a walk for stuck switches worth it
-# (`cpu_mode.stuck_switch`).
-_SWITCH_OPTION_TEXT = re.compile(r"\btype\s*=\s*bool\b|\bstore_true\b")
 # The kinds of ancestor that can keep the CPU mode out of what they hold.
 _GATING_KINDS = frozenset({cst.If, cst.IfExp, cst.While, cst.BooleanOperation, cst.For, cst.FunctionDef})
 # Interpretations of one function with a call's own arguments, at most.
@@ -194,7 +190,6 @@ class FlowModel:
         self._per_call_arguments: dict[int, set[tuple[int, tuple[tuple[str, Value], ...]]]] = {}
         self._all_declared_done = False
         self._functions_reached_in_cpu_mode: dict[int, bool] = {}
-        self._stuck_switches: frozenset[str] | None = None
         # What the module binds when it finishes on a GPU machine (see `gpu_world_outer_value`).
         self._gpu_world_final: tuple[Env | None] | None = None
 
@@ -264,26 +259,6 @@ class FlowModel:
             changes = "set_default_device" in text or "set_default_tensor_type" in text
             self._entry_default_device = (Value.of(Kind.DEVICE),) if changes else (None,)
         return self._entry_default_device[0]
-
-    @property
-    def stuck_switches(self) -> frozenset[str]:
-        """Attributes set by argparse GPU switches that nothing switches off (`type=bool` or
-        `store_true` with a true default, see `cpu_mode.stuck_switch`)."""
-        if self._stuck_switches is None:
-            text = self._source if self._source is not None else self.module.code
-            found: set[str] = set()
-            if _SWITCH_OPTION_TEXT.search(text):
-                stack: list[cst.CSTNode] = [self.module]
-                while stack:
-                    node = stack.pop()
-                    if type(node) is cst.Call and type(node.func) is cst.Attribute \
-                            and node.func.attr.value == "add_argument":
-                        dest = cpu_mode.stuck_switch(node)
-                        if dest is not None:
-                            found.add(dest)
-                    stack.extend(child_nodes(node))
-            self._stuck_switches = frozenset(found)
-        return self._stuck_switches
 
     # ---- questions rules ask -------------------------------------------------------
 
