@@ -833,3 +833,38 @@ def test_examples_saved_to_a_path_joined_with_a_plus_are_host_data(tmp_path: Pat
     assert not writing.may_hold_device_tensors(frozenset({"train_examples.pt"}))
     assert writing.may_hold_device_tensors(frozenset({"model.pt"}))
     assert _codes(root) == []
+
+
+SAVE_EACH_NETWORK = """
+import torch
+
+
+def save_checkpoint(folder, encoder_state, decoder_state, filename="checkpoint.pth.tar"):
+    for prefix, state in zip(["encoder", "decoder"], [encoder_state, decoder_state]):
+        torch.save(state, f"{folder}/{prefix}_{filename}")
+"""
+
+TRAIN_ON_THE_DEVICE = """
+import torch
+from utils import save_checkpoint
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+encoder, decoder = build_encoder().to(device), build_decoder().to(device)
+save_checkpoint("runs", {"state_dict": encoder.state_dict()}, {"state_dict": decoder.state_dict()})
+"""
+
+INFER = """
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+encoder = build_encoder().to(device)
+weights = torch.load(args.pretrained)
+encoder.load_state_dict(weights["state_dict"])
+"""
+
+
+def test_a_helper_saving_what_its_loop_takes_from_its_parameters_writes_device_checkpoints(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"utils.py": SAVE_EACH_NETWORK, "train.py": TRAIN_ON_THE_DEVICE, "infer.py": INFER})
+    writing = checkpoint_writing(str(root / "infer.py"))
+    assert writing is not None and writing.writes_device_checkpoints
+    assert _codes(root) == [("infer.py", "TDL003")]

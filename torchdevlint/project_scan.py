@@ -229,7 +229,7 @@ class _ProjectFacts:
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 11
+_SUMMARY_FORMAT = 12
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -1137,6 +1137,10 @@ class _SaveFinder(ast.NodeVisitor):
                 for target in statement.targets:
                     for name in _bound_names(target):
                         assigned.setdefault(name, []).append(statement.value)
+            elif isinstance(statement, (ast.For, ast.AsyncFor, ast.comprehension)):
+                # `for prefix, state in zip(prefixes, states):` holds what it iterates.
+                for name in _bound_names(statement.target):
+                    assigned.setdefault(name, []).append(statement.iter)
         self._functions.append((parameters, assigned))
         self.generic_visit(node)
         self._functions.pop()
