@@ -73,9 +73,9 @@ def test_a_loader_with_workers_iterated_in_a_cell_is_not_code_run_on_import(tmp_
              "loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=2, num_workers=2)"
     write_notebook(tmp_path, SETUP, loader, "for (x,) in loader:\n    print(x)")
     (tmp_path / "train.py").write_text("import torch\n" + loader + "\nfor (x,) in loader:\n    print(x)\n")
-    result = run_cli("check", "--no-cache", "--select", "TDL037", ".", cwd=tmp_path)
+    result = run_cli("check", "--no-cache", "--select", "TDL208", ".", cwd=tmp_path)
     # A notebook's cells are never imported again by a spawned worker; the same code in a script is.
-    assert findings(result.stdout) == ["train.py:3:10: TDL037"]
+    assert findings(result.stdout) == ["train.py:3:10: TDL208"]
 
 
 def test_a_host_copy_that_ends_a_cell_is_shown_not_thrown_away(tmp_path: Path) -> None:

@@ -57,7 +57,6 @@ RULE_INDEX: tuple[RuleEntry, ...] = (
     RuleEntry("TDL034", "model-not-moved", True, None, True),
     RuleEntry("TDL035", "device-compared-with-a-string", True, None),
     RuleEntry("TDL036", "module-of-a-model-wrapped-on-some-paths", True, None),
-    RuleEntry("TDL037", "loader-workers-started-on-import", True, None),
     RuleEntry("TDL101", "dataloader-starves-gpu", False, None),
     RuleEntry("TDL102", "non-blocking-without-pinned-memory", True, None),
     RuleEntry("TDL103", "host-sync-in-loop", False, None),
@@ -71,5 +70,6 @@ RULE_INDEX: tuple[RuleEntry, ...] = (
     RuleEntry("TDL205", "deprecated-cuda-amp", False, "torchdevlint.project:TorchVersionOptions"),
     RuleEntry("TDL206", "autocast-device-mismatch", True, None),
     RuleEntry("TDL207", "fixed-gpu-index", True, None),
+    RuleEntry("TDL208", "loader-workers-started-on-import", False, None),
     RuleEntry("TDL900", "unused-noqa", False, None),
 )

@@ -1,4 +1,4 @@
-"""TDL037 loader-workers-started-on-import."""
+"""TDL208 loader-workers-started-on-import."""
 
 from __future__ import annotations
 
@@ -44,11 +44,15 @@ class LoaderWorkersStartedOnImport(Rule):
     `num_workers=0` also avoids the error, at the cost of loading in the training process.
 
     ## Options
-    None.
+    None. Off by default (a portability rule): select it (`--select TDL208`, or
+    `extend-select = ["TDL208"]`) for code meant to run on macOS or Windows, such as course
+    material.
     """
 
-    code = "TDL037"
+    code = "TDL208"
     slug = "loader-workers-started-on-import"
+    # Portability: right on Linux, which forks its workers; many research scripts are only run there.
+    default_enabled = False
     message = "DataLoader workers are started by code that runs on import: spawned workers re-run it (macOS, Windows)"
     proof = RuntimeProof(WORKERS_STARTED_WHILE_BOOTSTRAPPING, host="cpu",
                          not_emulated="a platform that starts processes by spawning them (macOS, Windows)")
