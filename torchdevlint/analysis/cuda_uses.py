@@ -357,8 +357,10 @@ class CudaProgram:
     def __init__(self, context: CudaWalkContext) -> None:
         self._context = context
         # An availability check that is no GPU requirement, or a command-line option for the
-        # CPU: the program runs without a GPU.
-        self.shows_cpu_mode = False
+        # CPU, outside the script's top-level functions: the program runs without a GPU.
+        self._cpu_mode_shown = False
+        # The script's top-level functions that show one: only those it uses count.
+        self._cpu_mode_shown_in: list[cst.FunctionDef] = []
         # A process group on NCCL set up whatever the settings: the program needs GPUs.
         self.declares_gpu_only = False
         # The program stops without a GPU: an availability check in an `assert`, or in a
@@ -378,6 +380,15 @@ class CudaProgram:
         self._hard_coded: list[UnavoidableCudaUse] | None = None
 
     # ---- questions -----------------------------------------------------------------------
+
+    @property
+    def shows_cpu_mode(self) -> bool:
+        """Code the program runs says it runs without a GPU (see `shows_cpu_mode`); a helper
+        the script never calls says nothing. Whole-file: ask at the end."""
+        if self._cpu_mode_shown:
+            return True
+        flow = self._context.flow
+        return any(not flow.unused_in_a_script(function) for function in self._cpu_mode_shown_in)
 
     def model_method_here(self) -> cst.FunctionDef | None:
         """The method of an `nn.Module` (not `__init__`) whose code the point being visited is,
@@ -445,11 +456,15 @@ class CudaProgram:
 
     def visit_Call(self, node: cst.Call) -> None:
         self._record_cuda_uses(node)
-        if self.shows_cpu_mode and self.declares_gpu_only:
+        if self._cpu_mode_shown and self.declares_gpu_only:
             return
         ancestors = self._context.ancestors(node)
         if shows_cpu_mode(node, self._context.imports, ancestors):
-            self.shows_cpu_mode = True
+            top_function = ancestors[-2] if len(ancestors) >= 2 and type(ancestors[-2]) is cst.FunctionDef else None
+            if top_function is None:
+                self._cpu_mode_shown = True
+            elif all(function is not top_function for function in self._cpu_mode_shown_in):
+                self._cpu_mode_shown_in.append(top_function)
         elif declares_gpu_only(node, self._context.imports, ancestors):
             self.declares_gpu_only = True
         elif _last_name(node.func) == "is_available" \

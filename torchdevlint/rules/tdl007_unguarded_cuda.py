@@ -96,6 +96,9 @@ class UnguardedCuda(Rule):
     on CUDA devices, so such a program has no CPU mode, even where it prints
     `torch.cuda.is_available()`.
 
+    A test in a top-level function that a script (a file with a main guard or a loop at its
+    top level) never calls, passes on or decorates is no CPU mode: the program never runs it.
+
     A `--cuda` option that cannot be switched off (`type=bool` with a true default, where
     `bool("False")` is `True`, or `store_true` with a true default) still guards what its
     tests hold: TDL014 reports the option, once, with its fix; the `.cuda()` calls under
@@ -143,6 +146,23 @@ class UnguardedCuda(Rule):
                 model = model.cuda()
             """,
             name="a-switch-that-cannot-be-switched-off-is-tdl014s",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def to_var(x):
+                # A helper the script never calls: no choice the program makes.
+                return x.cuda() if torch.cuda.is_available() else x
+
+            generator = nn.Linear(100, 784)
+            generator.cuda()
+            for step in range(100):
+                noise = torch.randn(64, 100).cuda()
+                images = generator(noise)
+            """,
+            name="a-cpu-fallback-only-in-a-helper-the-script-never-calls",
         ),
         Valid(
             """

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 
 from torchdevlint.analysis.brains import naming, torch_api
+from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow import cpu_mode
 from torchdevlint.analysis.flow.call_sites import (
     CallSite,
@@ -134,6 +135,7 @@ class FlowModel:
         self._names_no_accelerator: bool | None = None
         self._reads_wrapped_modules: bool | None = None
         self._makes_wrappers: bool | None = None
+        self._script: bool | None = None
         self._enclosing_scope = enclosing_scope
         self.deadline = deadline if deadline is not None else NoDeadline()
         self._definitions: dict[int, _Definition] = {}
@@ -310,9 +312,30 @@ class FlowModel:
         availability check, a device with a CPU fallback, a setting that names the CPU; with
         `by_gpu_settings`, also a GPU setting alone (`if opt.use_gpu:`) outside the methods of
         a model class."""
-        return any(any(flow.cpu_mode_tests.values()) or by_gpu_settings and any(flow.gpu_setting_tests.values())
-                   and not self._in_a_model_method(flow.node)
+        return any((any(flow.cpu_mode_tests.values()) or by_gpu_settings and any(flow.gpu_setting_tests.values())
+                    and not self._in_a_model_method(flow.node))
+                   and not (type(flow.node) is cst.FunctionDef and self.unused_in_a_script(flow.node))
                    for flow in self.all_flows())
+
+    def unused_in_a_script(self, function: cst.FunctionDef) -> bool:
+        """A top-level function of a script (a file with `if __name__ == "__main__":` or a loop
+        at its top level) that the file never calls, passes on or decorates: a helper left
+        over (`def to_var(x): return x.cuda() if torch.cuda.is_available() else x`, unused),
+        whose tests are no choice the program makes."""
+        if function.decorators or not any(statement is function for statement in self.module.body):
+            return False
+        if not self._is_a_script():
+            return False
+        if not takes_call_site_arguments(function, self._uses().escaping):
+            return False  # passed on, or named where the file cannot see its calls
+        self._run_every_declared_body()
+        return not self._call_sites.get(id(function))
+
+    def _is_a_script(self) -> bool:
+        if self._script is None:
+            self._script = any(type(statement) in (cst.For, cst.While) or type(statement) is cst.If
+                               and _is_main_guard(statement.test) for statement in self.module.body)
+        return self._script
 
     def _in_a_model_method(self, node: cst.CSTNode) -> bool:
         """A method of an `nn.Module` class: a GPU setting tested there (`if self.cuda:`, `if
@@ -1844,3 +1867,12 @@ def _only_its_state_dict(statement: cst.CSTNode, name: str) -> bool:
             if not (type(parent) is cst.Attribute and parent.value is node and parent.attr.value == "state_dict"):
                 return False
     return True
+
+
+def _is_main_guard(test: cst.BaseExpression) -> bool:
+    """`__name__ == "__main__"`, either way round."""
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1:
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    return any(type(side) is cst.Name and side.value == "__name__" for side in sides) and any(
+        string_value(side) == "__main__" for side in sides)
