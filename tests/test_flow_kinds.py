@@ -138,6 +138,24 @@ def test_the_wrapping_test_is_kept_only_where_the_other_side_is_the_bare_model()
     assert device_chosen.wrapped_when is not None and device_chosen.wrapped_when.bare_in_cpu_mode
 
 
+def test_parts_of_a_forward_input_named_as_lengths_or_numbers_are_not_taken_for_data() -> None:
+    sentences, lengths, steps, hidden = kinds_of(
+        """
+        import torch.nn as nn
+        class Encoder(nn.Module):
+            def forward(self, sent_tuple, state):
+                sent, sent_len, num_steps = sent_tuple
+                h, c = state
+                probe(sent)
+                probe(sent_len)
+                probe(num_steps)
+                probe(h)
+        """
+    )
+    assert sentences.is_tensor_like and lengths.kinds == {Kind.UNKNOWN} and steps.kinds == {Kind.UNKNOWN}
+    assert hidden.is_tensor_like
+
+
 def test_dataloader_loop_targets() -> None:
     infos = kinds_of(
         """

@@ -83,6 +83,10 @@ ENVIRONMENT_WORDS = frozenset({"env", "envs", "environment", "environments", "ve
 # Words in an option's names that make it a device flag (`--cuda`, `--use-gpu`, `--cpu-only`).
 DEVICE_FLAG_WORDS = ("cuda", "gpu", "cpu", "device", "mps", "xpu", "accelerator")
 
+# Parts of the names of `forward` inputs that are numbers, not data (`batch_size`, `num_steps`,
+# `step`, `dim`, `idx`): never taken for tensors where the module is.
+FORWARD_NUMBER_WORDS = ("size", "num", "count", "step", "dim", "idx", "index")
+
 # Words of names of what stays host data whatever device a program runs on: a vocabulary, a
 # tokenizer, the program's options, its logged numbers (`torch.save((vocab_src, vocab_tgt), path)`),
 # a text dataset's examples read before training (`torch.save(train_data.examples, path)`).

@@ -900,9 +900,29 @@ class Interpreter:
             for element, element_value in zip(target.elements, values, strict=True):
                 self._bind(element.value, element_value, env)
             return
+        if type(target) is cst.Tuple and type(value_node) is cst.Name and self._is_a_forward_input(value_node.value, value):
+            # `sent, sent_len = sent_tuple` in `forward`: a part named as a number or a length
+            # is no more taken for data where the module is than a parameter so named.
+            for index, element in enumerate(target.elements):
+                part = element.value
+                named = part.value.lower() if type(part) is cst.Name else ""
+                number = any(word in named for word in naming.FORWARD_NUMBER_WORDS) \
+                    or bool(set(naming.words(named)) & naming.LENGTH_WORDS)
+                self._bind(part, UNKNOWN if number or type(element) is cst.StarredElement
+                           else self._unpacked(value, index), env)
+            return
         self._bind(target, value, env)
         if type(value_node) is cst.Lambda and type(target) is cst.Name:
             self._lambdas[target.value] = value_node
+
+    def _is_a_forward_input(self, name: str, value: Value) -> bool:
+        """A parameter of the `forward` being interpreted, still holding what the model takes
+        its input for: data of unknown structure where the module is."""
+        node = self.flow.node
+        if type(node) is not cst.FunctionDef or node.name.value != "forward" or value.items is not None \
+                or value.places is None or MODULE_DEVICE_PLACE not in value.places:
+            return False
+        return any(param.name.value == name for param in node.params.params)
 
     # ---- expression statements -----------------------------------------------------
 

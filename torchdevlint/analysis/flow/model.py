@@ -65,8 +65,6 @@ from torchdevlint.analysis.names import ImportTable, dotted_name, module_import_
 from torchdevlint.analysis.tree import child_nodes, descendants, first_argument
 from torchdevlint.budget import Deadline, NoDeadline
 
-# Names of `forward` parameters that are numbers, not data.
-_HOST_PARAMETER_WORDS = ("size", "num", "count", "step", "dim", "idx", "index")
 # Sequence lengths: data, unless the function hands them to a function wanting them on the CPU.
 _LENGTH_WORDS = ("len",)
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "list", "tuple", "dict"})
@@ -1157,7 +1155,7 @@ class FlowModel:
                 return UNKNOWN
         if is_forward:
             name = param.name.value.lower()
-            if any(word in name for word in _HOST_PARAMETER_WORDS) or param.default is not None:
+            if any(word in name for word in naming.FORWARD_NUMBER_WORDS) or param.default is not None:
                 return UNKNOWN
             if any(word in name for word in _LENGTH_WORDS) and _passed_as_host_argument(
                     definition.node, param.name.value, self._imports()):
