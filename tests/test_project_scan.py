@@ -384,16 +384,17 @@ def test_without_the_option_the_model_is_gpu_only_and_the_cached_result_follows(
 
 
 def test_a_cpu_fallback_in_one_script_leaves_the_gpu_only_scripts_beside_it_alone(tmp_path: Path) -> None:
-    # Only an option spreads: the fallback is the evaluation script's own.
+    # The evaluation script falls back to the CPU at its top level and runs the model there:
+    # the model's hard-coded move fails in that run. The sampling script beside it is GPU-only.
     evaluate = """
     import torch
     from net import Net
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(Net().to(device))
+    print(Net().to(device)(torch.ones(4, device=device)))
     """
     root = _project(tmp_path, {"evaluate.py": evaluate, "net.py": MODEL_ON_CUDA,
                                "sample.py": "import torch\nfrom net import Net\nprint(Net().cuda()(torch.ones(4)))\n"})
-    assert _codes_selected(root, "TDL007,TDL203") == [("net.py", "TDL203"), ("sample.py", "TDL203")]
+    assert _codes_selected(root, "TDL007,TDL203") == [("net.py", "TDL007"), ("sample.py", "TDL203")]
 
 
 def test_imports_are_read_from_the_text_relative_ones_from_the_package() -> None:
@@ -868,3 +869,68 @@ def test_a_helper_saving_what_its_loop_takes_from_its_parameters_writes_device_c
     writing = checkpoint_writing(str(root / "infer.py"))
     assert writing is not None and writing.writes_device_checkpoints
     assert _codes(root) == [("infer.py", "TDL003")]
+
+
+POLICY_NETWORKS = """
+import torch
+import torch.nn as nn
+
+
+class RecurrentPolicy(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.lstm = nn.LSTM(4, hidden)
+        self.hidden = hidden
+
+    def initial_state(self):
+        return torch.zeros(1, 1, self.hidden).cuda(), torch.zeros(1, 1, self.hidden).cuda()
+"""
+
+SCRIPT_FALLING_BACK = """
+import torch
+from policy_networks import RecurrentPolicy
+
+device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+policy = RecurrentPolicy(32).to(device)
+state = policy.initial_state()
+"""
+
+HELPER_WITH_ITS_OWN_RUN = """
+import torch
+from policy_networks import RecurrentPolicy
+
+
+def evaluate(policy):
+    return policy.initial_state()
+
+
+if __name__ == "__main__":
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    print(evaluate(RecurrentPolicy(8).to(device)))
+"""
+
+GPU_ONLY_SCRIPT = """
+import torch
+from evaluation import evaluate
+from policy_networks import RecurrentPolicy
+
+policy = RecurrentPolicy(32).cuda()
+evaluate(policy)
+"""
+
+
+def test_a_module_imported_by_a_script_with_a_cpu_fallback_device_takes_its_cpu_mode(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"policy_networks.py": POLICY_NETWORKS, "sac_lstm.py": SCRIPT_FALLING_BACK})
+    found = json.loads(run_cli("check", "--format", "json", "--select", "TDL007", ".", cwd=root).stdout)
+    assert [(Path(item["path"]).name, item["line"]) for item in found] == [("policy_networks.py", 12)] * 2
+    assert "device choice at sac_lstm.py:4 falls back to the CPU" in found[0]["message"]
+
+
+def test_a_fallback_under_a_main_guard_is_no_cpu_mode_of_the_scripts_importing_the_file(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"policy_networks.py": POLICY_NETWORKS, "evaluation.py": HELPER_WITH_ITS_OWN_RUN,
+                               "gpu_only.py": GPU_ONLY_SCRIPT})
+    found = json.loads(run_cli("check", "--format", "json", "--select", "TDL007", ".", cwd=root).stdout)
+    # evaluation.py runs policy_networks.py in its own run, which falls back to the CPU; the
+    # GPU-only script importing evaluation.py for its helper takes no CPU mode from it.
+    assert sorted({Path(item["path"]).name for item in found}) == ["policy_networks.py"]
+    assert all("evaluation.py" in item["message"] for item in found)

@@ -130,6 +130,9 @@ class CpuModeOption:
     file: str
     line: int
     program: str
+    # Not an option but a device choice with a CPU fallback (`torch.device("cuda" if
+    # torch.cuda.is_available() else "cpu")`): the program runs on the CPU where there is no GPU.
+    falls_back: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,17 +184,22 @@ class _Summary:
     # params.multi_gpu: model = nn.DataParallel(model)`), as text without spaces (see
     # `_wrapping_tests_of_loads`).
     wrapping_tests_of_loads: tuple[str, ...] = ()
+    # The line of a device choice that falls back to the CPU (`"cuda" if torch.cuda.is_available()
+    # else "cpu"`, see `_CPU_FALLBACK`); 0 where there is none. Negative where the line is
+    # indented (in a function, under a main guard): the choice of this file's own run, which
+    # files importing it for a helper do not share.
+    cpu_fallback: int = 0
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
                 list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
                 self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes),
-                list(self.wrapped_handoffs), list(self.wrapping_tests_of_loads)]
+                list(self.wrapped_handoffs), list(self.wrapping_tests_of_loads), self.cpu_fallback]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
         (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
-         module_classes, all_module_classes, wrapped_handoffs, wrapping_tests_of_loads) = kept
+         module_classes, all_module_classes, wrapped_handoffs, wrapping_tests_of_loads, cpu_fallback) = kept
         assert isinstance(module_classes, list) and isinstance(all_module_classes, list)
         assert isinstance(wrapped_handoffs, list) and isinstance(wrapping_tests_of_loads, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
@@ -201,7 +209,7 @@ class _Summary:
                    tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
                    bool(wrapped_load), tuple(str(name) for name in module_classes),
                    tuple(str(name) for name in all_module_classes), tuple(str(name) for name in wrapped_handoffs),
-                   tuple(str(test) for test in wrapping_tests_of_loads))
+                   tuple(str(test) for test in wrapping_tests_of_loads), int(str(cpu_fallback)))
 
 
 @dataclass(frozen=True)
@@ -229,7 +237,7 @@ class _ProjectFacts:
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 12
+_SUMMARY_FORMAT = 13
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -370,7 +378,8 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
         _write_store(store_file, listing)
     summaries = {entry[0]: _SUMMARIES[entry] for entry in listing}
     # The import graph is read only where some file marks the programs that import it.
-    marks = any((summary.cpu_options or summary.selects_a_gpu) and not summary.test_code for summary in summaries.values())
+    marks = any((summary.cpu_options or summary.cpu_fallback or summary.selects_a_gpu) and not summary.test_code
+                for summary in summaries.values())
     imported = _import_graph(root, summaries) if marks else {}
     wrapped_loads = tuple(os.path.relpath(path, root) for path, summary in summaries.items()
                           if summary.loads_into_a_wrapper and not summary.test_code)
@@ -424,10 +433,29 @@ def _cpu_mode(root: Path, summaries: dict[str, _Summary], imported: dict[str, se
     file included), with that option."""
     offering = {path: (path, summary.cpu_options[0]) for path, summary in summaries.items()
                 if summary.cpu_options and not summary.test_code}
+    shared_fallback = {path: (path, summary.cpu_fallback) for path, summary in summaries.items()
+                       if summary.cpu_fallback > 0 and not summary.test_code}
     reach: dict[str, CpuModeOption] = {}
-    for current, ((option_file, line), program) in _in_programs_with(offering, summaries, imported).items():
-        reach[current] = CpuModeOption(os.path.relpath(option_file, root), line,
-                                       os.path.relpath(program, root) if current != program else "")
+    # An option names the CPU mode outright: it wins over a fallback where a file has both.
+    for marked, falls_back in ((offering, False), (shared_fallback, True)):
+        for current, ((option_file, line), program) in _in_programs_with(marked, summaries, imported).items():
+            if current not in reach:
+                reach[current] = CpuModeOption(os.path.relpath(option_file, root), line,
+                                               os.path.relpath(program, root) if current != program else "",
+                                               falls_back=falls_back)
+    # A fallback inside a function or a main guard is its own file's run: what that file
+    # imports runs in it, the files importing it for a helper do not.
+    for path, summary in sorted(summaries.items()):
+        if summary.cpu_fallback < 0 and not summary.test_code:
+            pending = [path]
+            while pending:
+                current = pending.pop()
+                if current in reach or summaries[current].test_code:
+                    continue
+                reach[current] = CpuModeOption(os.path.relpath(path, root), -summary.cpu_fallback,
+                                               os.path.relpath(path, root) if current != path else "",
+                                               falls_back=True)
+                pending.extend(imported.get(current, ()))
     return reach
 
 
@@ -582,7 +610,9 @@ def _summary(file_path: str) -> _Summary:
     imports = _imports(source)
     test_code = _is_test_code(source, imports, Path(file_path).name)
     parsed = _ParsedOnce(source)
+    fallback = _CPU_FALLBACK.search(source)
     read = _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=_path_names(source),
+                    cpu_fallback=_fallback_line(source, fallback),
                     selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
                     loads_into_a_wrapper=_loads_into_a_wrapper(source, parsed) or _strips_the_prefix(source, parsed),
                     module_classes=_stateful_module_classes(source, parsed), all_module_classes=_module_classes(source),
@@ -619,6 +649,18 @@ class _ParsedOnce:
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 self._tree = None
         return self._tree
+
+
+# A device chosen with a fallback to the CPU, on one line: `torch.device("cuda:0" if
+# torch.cuda.is_available() else "cpu")`, `"cuda" if use_cuda else "cpu"`.
+_CPU_FALLBACK = re.compile(rb"""^([ \t]*)[^#\n]*\bif\b[^#\n]*\belse\s+(?:torch\.device\(\s*)?['"]cpu['"]""", re.MULTILINE)
+
+def _fallback_line(source: bytes, found: re.Match[bytes] | None) -> int:
+    """The line of a CPU fallback (see `_Summary.cpu_fallback`: negative where indented)."""
+    if found is None:
+        return 0
+    line = source.count(b"\n", 0, found.start()) + 1
+    return -line if found.group(1) else line
 
 
 # `model = torch.nn.DataParallel(model).cuda()`: a name bound to a wrapper.
@@ -1190,7 +1232,7 @@ def project_facts(path: str, store: Path | None = None) -> str:
     if facts is None:
         return ""
     option = facts.cpu_mode.get(os.path.abspath(path))
-    offered = "none" if option is None else f"{option.file}:{option.line}"
+    offered = "none" if option is None else f"{option.file}:{option.line}{'/fallback' if option.falls_back else ''}"
     selection = facts.gpu_selection.get(os.path.abspath(path), "none") if facts.complete else "?"
     return (f"device-checkpoints={facts.writing.key};cpu-mode={offered};gpu-selection={selection};"
             f"wrapped-loads={','.join(facts.wrapped_loads)};module-classes={_digest(','.join(sorted(facts.module_classes)))}"

@@ -51,7 +51,12 @@ class UnguardedCuda(Rule):
     another file of the project: a file is in a program with a CPU mode when some file of
     the project imports both it and the file defining the option, directly or not (a
     training script importing `options/base_options.py` and the models that call
-    `.cuda()`); the message then names that script and the option.
+    `.cuda()`); the message then names that script and the option. So may the fallback: a
+    module a script imports, directly or not, runs in that script's CPU mode where the script
+    picks its device with a CPU fallback (`device = torch.device("cuda:0" if
+    torch.cuda.is_available() else "cpu")`, the policy networks an RL script builds); a
+    fallback at a module's top level reaches the scripts importing that module too, one in a
+    function or under a main guard only what its own file imports.
     In a distributed program (it imports `torch.distributed`) a GPU setting alone is not
     enough: there `--use_cuda` may say where to keep features, on a run that needs GPUs. Nor
     is a GPU count compared so that no GPU and one GPU answer alike (`if num_gpus > 1:`
@@ -681,8 +686,10 @@ class UnguardedCuda(Rule):
         message = None
         if elsewhere is not None:
             runs = f"{elsewhere.program} runs this file, and its" if elsewhere.program else "its"
-            message = (f"CUDA is used unguarded in a program that falls back to the CPU ({runs} option at "
-                       f"{elsewhere.file}:{elsewhere.line} chooses the CPU); it fails without a GPU")
+            chooses = "device choice at {}:{} falls back to the CPU" if elsewhere.falls_back \
+                else "option at {}:{} chooses the CPU"
+            message = (f"CUDA is used unguarded in a program that falls back to the CPU ({runs} "
+                       f"{chooses.format(elsewhere.file, elsewhere.line)}); it fails without a GPU")
         for site in self._sites:
             if site.alias:
                 assert isinstance(site.node, cst.Call)
