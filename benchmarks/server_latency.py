@@ -147,6 +147,9 @@ def main() -> None:
     collect_garbage_rarely()  # as `torchdevlint server` does when it starts
     with tempfile.TemporaryDirectory() as folder_name:
         folder = Path(folder_name)
+        # A project of its own, as an editor's workspace is: without a marker the project
+        # would be the temporary folder's parent, every file in it scanned for project facts.
+        (folder / ".git").mkdir()
         path = folder / "model.py"
         text = args.file.read_text(encoding="utf-8") if args.file else thousand_lines()
         path.write_text(text, encoding="utf-8")
