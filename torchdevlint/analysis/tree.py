@@ -129,3 +129,14 @@ def ends_notebook_cell(module: cst.Module, statement: cst.BaseStatement) -> bool
             return any(line.comment is not None and line.comment.value.startswith(NOTEBOOK_CELL_MARKER.rstrip())
                        for line in body[index + 1].leading_lines)
     return False
+
+
+def is_main_guard(test: cst.BaseExpression) -> bool:
+    """`__name__ == "__main__"` (either way round): code under it runs when the file is the
+    program, not when it is imported."""
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1 \
+            or type(test.comparisons[0].operator) is not cst.Equal:
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    return any(type(side) is cst.Name and side.value == "__name__" for side in sides) and any(
+        type(side) is cst.SimpleString and side.evaluated_value == "__main__" for side in sides)

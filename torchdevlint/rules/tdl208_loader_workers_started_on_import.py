@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow.results import Held
 from torchdevlint.analysis.loader_workers import LoaderWorkers, WorkerLoader
+from torchdevlint.analysis.tree import is_main_guard
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import WORKERS_STARTED_WHILE_BOOTSTRAPPING, RuntimeProof
 
 # Calls that hand on what they iterate: `enumerate(loader)`, `tqdm(loader)`, `iter(loader)`.
 _PASSING_ON = frozenset({"enumerate", "iter", "tqdm", "zip", "next", "list", "trange"})
-# Where the main program starts: code under it does not run when the script is imported.
-_MAIN = "__main__"
 
 
 class LoaderWorkersStartedOnImport(Rule):
@@ -182,7 +180,7 @@ class LoaderWorkersStartedOnImport(Rule):
                 if function is not None:
                     return False  # a nested function: out of this rule's sight
                 function = ancestor
-            elif isinstance(ancestor, cst.If) and _is_main_guard(ancestor.test) and function is None:
+            elif isinstance(ancestor, cst.If) and is_main_guard(ancestor.test) and function is None:
                 return False
         return None if function is None else id(function)
 
@@ -225,13 +223,3 @@ def _passed_on(iterable: cst.BaseExpression) -> cst.BaseExpression:
             and iterable.func.value in _PASSING_ON and iterable.args:
         iterable = iterable.args[0].value
     return iterable
-
-
-def _is_main_guard(test: cst.BaseExpression) -> bool:
-    """`__name__ == "__main__"` (either way round)."""
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
-        return False
-    right = test.comparisons[0].comparator
-    sides = (test.left, right)
-    return any(isinstance(side, cst.Name) and side.value == "__name__" for side in sides) and any(
-        string_value(side) == _MAIN for side in sides)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 
 from torchdevlint.analysis.brains import naming, torch_api
-from torchdevlint.analysis.devices import string_value
 from torchdevlint.analysis.flow import cpu_mode
 from torchdevlint.analysis.flow.call_sites import (
     CallSite,
@@ -62,7 +61,7 @@ from torchdevlint.analysis.flow.values import (
 )
 from torchdevlint.analysis.local_names import rebound_parameters
 from torchdevlint.analysis.names import ImportTable, dotted_name, module_import_table
-from torchdevlint.analysis.tree import child_nodes, descendants, first_argument
+from torchdevlint.analysis.tree import child_nodes, descendants, first_argument, is_main_guard
 from torchdevlint.budget import Deadline, NoDeadline
 
 # Sequence lengths: data, unless the function hands them to a function wanting them on the CPU.
@@ -332,7 +331,7 @@ class FlowModel:
     def _is_a_script(self) -> bool:
         if self._script is None:
             self._script = any(type(statement) in (cst.For, cst.While) or type(statement) is cst.If
-                               and _is_main_guard(statement.test) for statement in self.module.body)
+                               and is_main_guard(statement.test) for statement in self.module.body)
         return self._script
 
     def _in_a_model_method(self, node: cst.CSTNode) -> bool:
@@ -1865,12 +1864,3 @@ def _only_its_state_dict(statement: cst.CSTNode, name: str) -> bool:
             if not (type(parent) is cst.Attribute and parent.value is node and parent.attr.value == "state_dict"):
                 return False
     return True
-
-
-def _is_main_guard(test: cst.BaseExpression) -> bool:
-    """`__name__ == "__main__"`, either way round."""
-    if type(test) is not cst.Comparison or len(test.comparisons) != 1:
-        return False
-    sides = (test.left, test.comparisons[0].comparator)
-    return any(type(side) is cst.Name and side.value == "__name__" for side in sides) and any(
-        string_value(side) == "__main__" for side in sides)
