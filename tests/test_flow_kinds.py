@@ -139,21 +139,41 @@ def test_the_wrapping_test_is_kept_only_where_the_other_side_is_the_bare_model()
 
 
 def test_parts_of_a_forward_input_named_as_lengths_or_numbers_are_not_taken_for_data() -> None:
-    sentences, lengths, steps, hidden = kinds_of(
+    sentences, lengths, steps, hidden, packed_lengths = kinds_of(
         """
+        import numpy as np
         import torch.nn as nn
         class Encoder(nn.Module):
             def forward(self, sent_tuple, state):
                 sent, sent_len, num_steps = sent_tuple
+                order = np.argsort(sent_len)
                 h, c = state
                 probe(sent)
                 probe(sent_len)
                 probe(num_steps)
                 probe(h)
+        class Tagger(nn.Module):
+            def forward(self, batch):
+                x, x_len = batch
+                probe(x_len)
         """
     )
     assert sentences.is_tensor_like and lengths.kinds == {Kind.UNKNOWN} and steps.kinds == {Kind.UNKNOWN}
     assert hidden.is_tensor_like
+    # Lengths the body does not hand to NumPy may be a loader's tensor on the device (torchtext).
+    assert packed_lengths.is_tensor_like
+
+
+def test_a_loss_kept_under_torchs_old_2d_name_is_where_its_weight_is() -> None:
+    weighted, bare = kinds_of(
+        """
+        import torch
+        weight = torch.ones(3).cuda()
+        probe(torch.nn.NLLLoss2d(weight))
+        probe(torch.nn.NLLLoss2d())
+        """
+    )
+    assert weighted.on_accelerator and bare.places is not None and not bare.on_host
 
 
 def test_dataloader_loop_targets() -> None:

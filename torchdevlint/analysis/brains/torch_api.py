@@ -339,7 +339,7 @@ def is_stateless_module(qualified_name: str) -> bool:
     head, _, last = qualified_name.rpartition(".")
     if not (head in ("torch.nn", "torch.nn.modules") or head.startswith("torch.nn.modules.")):
         return False
-    if last.endswith("Loss"):
+    if last.endswith(("Loss", "Loss1d", "Loss2d", "Loss3d")):  # `NLLLoss2d`, kept by torch as an alias
         return True
     return any(last == prefix or (last.startswith(prefix) and last[len(prefix):] in ("1d", "2d", "3d", ""))
                for prefix in _STATELESS_MODULE_PREFIXES)

@@ -901,19 +901,35 @@ class Interpreter:
                 self._bind(element.value, element_value, env)
             return
         if type(target) is cst.Tuple and type(value_node) is cst.Name and self._is_a_forward_input(value_node.value, value):
-            # `sent, sent_len = sent_tuple` in `forward`: a part named as a number or a length
-            # is no more taken for data where the module is than a parameter so named.
+            # `sent, sent_len = sent_tuple` in `forward`: a part named as a number, or as a length
+            # the body hands to NumPy, is no more taken for data where the module is than a
+            # parameter so named.
             for index, element in enumerate(target.elements):
                 part = element.value
-                named = part.value.lower() if type(part) is cst.Name else ""
-                number = any(word in named for word in naming.FORWARD_NUMBER_WORDS) \
-                    or bool(set(naming.words(named)) & naming.LENGTH_WORDS)
+                named = part.value if type(part) is cst.Name else ""
+                number = any(word in named.lower() for word in naming.FORWARD_NUMBER_WORDS) \
+                    or bool(set(naming.words(named)) & naming.LENGTH_WORDS) and self._handed_to_numpy(named, env)
                 self._bind(part, UNKNOWN if number or type(element) is cst.StarredElement
                            else self._unpacked(value, index), env)
             return
         self._bind(target, value, env)
         if type(value_node) is cst.Lambda and type(target) is cst.Name:
             self._lambdas[target.value] = value_node
+
+    def _handed_to_numpy(self, name: str, env: Env) -> bool:
+        """Whether the body hands the name to NumPy as it is (`np.sort(sent_len)`): lengths of a
+        NumPy array, then, not a tensor where the module is (torchtext's lengths are, and
+        `pack_padded_sequence` wants them on the CPU: TDL026)."""
+        stack: list[cst.CSTNode] = [self.flow.node]
+        while stack:
+            node = stack.pop()
+            if type(node) is cst.Call and any(type(arg.value) is cst.Name and arg.value.value == name
+                                              for arg in node.args):
+                qualified = self.qualified(node.func, env) or ""
+                if qualified.split(".", 1)[0] == "numpy":
+                    return True
+            stack.extend(child_nodes(node))
+        return False
 
     def _is_a_forward_input(self, name: str, value: Value) -> bool:
         """A parameter of the `forward` being interpreted, still holding what the model takes
