@@ -934,3 +934,50 @@ def test_a_fallback_under_a_main_guard_is_no_cpu_mode_of_the_scripts_importing_t
     # GPU-only script importing evaluation.py for its helper takes no CPU mode from it.
     assert sorted({Path(item["path"]).name for item in found}) == ["policy_networks.py"]
     assert all("evaluation.py" in item["message"] for item in found)
+
+
+LAUNCHER_SETTING_THE_DEFAULT = """
+import torch
+
+
+def run(train, no_cuda=False):
+    if not no_cuda:
+        torch.set_default_tensor_type("torch.cuda.FloatTensor")
+    train()
+"""
+
+STYLE_NETWORK = """
+import torch
+import torch.nn as nn
+
+
+class NoiseBlock(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x):
+        noise = torch.randn(x.shape[0], 1, x.shape[2], x.shape[3])
+        return x + self.weight.view(1, -1, 1, 1) * noise
+"""
+
+TRAIN_THROUGH_THE_LAUNCHER = """
+from launcher import run
+from net import NoiseBlock
+
+
+def train():
+    print(NoiseBlock(8))
+
+
+run(train)
+"""
+
+
+def test_factories_in_a_program_whose_launcher_sets_a_cuda_default_follow_the_default(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"net.py": STYLE_NETWORK})
+    assert _codes(root) == [("net.py", "TDL002")]
+    for name, text in (("launcher.py", LAUNCHER_SETTING_THE_DEFAULT), ("train_style.py", TRAIN_THROUGH_THE_LAUNCHER)):
+        (root / name).write_text(textwrap.dedent(text).lstrip())
+    forget()
+    assert _codes(root) == []

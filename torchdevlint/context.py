@@ -21,6 +21,7 @@ from torchdevlint.project_scan import (
     CpuModeOption,
     checkpoint_writing,
     cpu_mode_option,
+    default_device_elsewhere,
     files_loading_wrapped_under,
     gpu_selection,
     module_classes,
@@ -163,7 +164,8 @@ class FileContext:
     def _flow_model(self) -> FlowModel:
         if self._flow is None:
             self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source, self._flow_memory,
-                                   lambda: (stateful_module_classes(self.path), module_classes(self.path)))
+                                   lambda: (stateful_module_classes(self.path), module_classes(self.path)),
+                                   lambda: default_device_elsewhere(self.path) is not None)
         return self._flow
 
     def enclosing_scope(self, node: cst.CSTNode) -> Scope:

@@ -189,17 +189,22 @@ class _Summary:
     # indented (in a function, under a main guard): the choice of this file's own run, which
     # files importing it for a helper do not share.
     cpu_fallback: int = 0
+    # It changes where factories without `device=` put tensors, for the whole process
+    # (`torch.set_default_tensor_type('torch.cuda.FloatTensor')`, `torch.set_default_device(...)`).
+    sets_default_device: bool = False
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
                 list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
                 self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes),
-                list(self.wrapped_handoffs), list(self.wrapping_tests_of_loads), self.cpu_fallback]
+                list(self.wrapped_handoffs), list(self.wrapping_tests_of_loads), self.cpu_fallback,
+                self.sets_default_device]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
         (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
-         module_classes, all_module_classes, wrapped_handoffs, wrapping_tests_of_loads, cpu_fallback) = kept
+         module_classes, all_module_classes, wrapped_handoffs, wrapping_tests_of_loads, cpu_fallback,
+         sets_default_device) = kept
         assert isinstance(module_classes, list) and isinstance(all_module_classes, list)
         assert isinstance(wrapped_handoffs, list) and isinstance(wrapping_tests_of_loads, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
@@ -209,7 +214,8 @@ class _Summary:
                    tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
                    bool(wrapped_load), tuple(str(name) for name in module_classes),
                    tuple(str(name) for name in all_module_classes), tuple(str(name) for name in wrapped_handoffs),
-                   tuple(str(test) for test in wrapping_tests_of_loads), int(str(cpu_fallback)))
+                   tuple(str(test) for test in wrapping_tests_of_loads), int(str(cpu_fallback)),
+                   bool(sets_default_device))
 
 
 @dataclass(frozen=True)
@@ -231,13 +237,16 @@ class _ProjectFacts:
     # `stem.function:position` / `stem.function:keyword` the project's code hands a wrapped model
     # (see `_wrapped_handoffs`), with the first file that does.
     wrapped_handoffs: dict[str, str] = field(default_factory=dict)
+    # Absolute file path -> the file of its program that changes the default device (see
+    # `_Summary.sets_default_device`), relative to the root.
+    default_device: dict[str, str] = field(default_factory=dict)
     # The tests under which the project's files wrap a model they load a state dict into ->
     # those files (relative to the root).
     wrapping_tests_of_loads: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 13
+_SUMMARY_FORMAT = 14
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -344,6 +353,14 @@ def module_classes(path: str, store: Path | None = None) -> frozenset[str]:
     return frozenset() if facts is None else facts.all_module_classes
 
 
+def default_device_elsewhere(path: str, store: Path | None = None) -> str | None:
+    """The file of a program that `path` is part of that changes the default device for the
+    whole process (`torch.set_default_tensor_type('torch.cuda.FloatTensor')` in a launcher);
+    None where there is none, or no project on disk."""
+    facts = _facts(path, store)
+    return None if facts is None else facts.default_device.get(os.path.abspath(path))
+
+
 def cpu_mode_option(path: str, store: Path | None = None) -> CpuModeOption | None:
     """The option of another file of the project that gives a program importing `path` a CPU
     mode; None where there is none (or `path` has no project on disk)."""
@@ -378,8 +395,8 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
         _write_store(store_file, listing)
     summaries = {entry[0]: _SUMMARIES[entry] for entry in listing}
     # The import graph is read only where some file marks the programs that import it.
-    marks = any((summary.cpu_options or summary.cpu_fallback or summary.selects_a_gpu) and not summary.test_code
-                for summary in summaries.values())
+    marks = any((summary.cpu_options or summary.cpu_fallback or summary.selects_a_gpu or summary.sets_default_device)
+                and not summary.test_code for summary in summaries.values())
     imported = _import_graph(root, summaries) if marks else {}
     wrapped_loads = tuple(os.path.relpath(path, root) for path, summary in summaries.items()
                           if summary.loads_into_a_wrapper and not summary.test_code)
@@ -400,7 +417,8 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
     return _ProjectFacts(_writing(root, summaries), _cpu_mode(root, summaries, imported),
                          _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3],
                          module_classes=module_classes, all_module_classes=all_module_classes,
-                         wrapped_handoffs=wrapped_handoffs, wrapping_tests_of_loads=wrapping_tests_of_loads)
+                         wrapped_handoffs=wrapped_handoffs, wrapping_tests_of_loads=wrapping_tests_of_loads,
+                         default_device=_default_device(root, summaries, imported))
 
 
 def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
@@ -457,6 +475,13 @@ def _cpu_mode(root: Path, summaries: dict[str, _Summary], imported: dict[str, se
                                                falls_back=True)
                 pending.extend(imported.get(current, ()))
     return reach
+
+
+def _default_device(root: Path, summaries: dict[str, _Summary], imported: dict[str, set[str]]) -> dict[str, str]:
+    """Each file of a program one of whose files changes the default device, with that file."""
+    setting = {path: path for path, summary in summaries.items() if summary.sets_default_device and not summary.test_code}
+    return {current: os.path.relpath(setting_file, root)
+            for current, (setting_file, _) in _in_programs_with(setting, summaries, imported).items()}
 
 
 def _gpu_selection(root: Path, summaries: dict[str, _Summary], imported: dict[str, set[str]]) -> dict[str, str]:
@@ -613,6 +638,7 @@ def _summary(file_path: str) -> _Summary:
     fallback = _CPU_FALLBACK.search(source)
     read = _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=_path_names(source),
                     cpu_fallback=_fallback_line(source, fallback),
+                    sets_default_device=_SETS_DEFAULT_DEVICE.search(source) is not None,
                     selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
                     loads_into_a_wrapper=_loads_into_a_wrapper(source, parsed) or _strips_the_prefix(source, parsed),
                     module_classes=_stateful_module_classes(source, parsed), all_module_classes=_module_classes(source),
@@ -650,6 +676,9 @@ class _ParsedOnce:
                 self._tree = None
         return self._tree
 
+
+# `torch.set_default_tensor_type(...)`, `torch.set_default_device(...)` outside a comment.
+_SETS_DEFAULT_DEVICE = re.compile(rb"^[^#\n]*\bset_default_(?:tensor_type|device)\(", re.MULTILINE)
 
 # A device chosen with a fallback to the CPU, on one line: `torch.device("cuda:0" if
 # torch.cuda.is_available() else "cpu")`, `"cuda" if use_cuda else "cpu"`.
@@ -1234,11 +1263,12 @@ def project_facts(path: str, store: Path | None = None) -> str:
     option = facts.cpu_mode.get(os.path.abspath(path))
     offered = "none" if option is None else f"{option.file}:{option.line}{'/fallback' if option.falls_back else ''}"
     selection = facts.gpu_selection.get(os.path.abspath(path), "none") if facts.complete else "?"
+    default_device = facts.default_device.get(os.path.abspath(path), "none")
     return (f"device-checkpoints={facts.writing.key};cpu-mode={offered};gpu-selection={selection};"
             f"wrapped-loads={','.join(facts.wrapped_loads)};module-classes={_digest(','.join(sorted(facts.module_classes)))}"
             f":{_digest(','.join(sorted(facts.all_module_classes)))}"
             f";handoffs={_digest(repr(sorted(wrapped_handoffs(path, store).items())))}"
-            f";wrapping-tests-of-loads={_digest(repr(sorted(facts.wrapping_tests_of_loads.items())))}")
+            f";default-device={default_device};wrapping-tests-of-loads={_digest(repr(sorted(facts.wrapping_tests_of_loads.items())))}")
 
 
 def _bound_names(target: ast.expr) -> list[str]:

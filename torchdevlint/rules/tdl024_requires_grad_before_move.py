@@ -11,6 +11,10 @@ from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import NON_LEAF_GRADIENT, RuntimeProof
 
+# Where the moved tensor is only an operand, or chained on: what the program keeps is computed
+# from it, and no `.grad` of the moved tensor can be read.
+_COMPUTED_FROM = (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison, cst.Attribute, cst.Subscript)
+
 
 def _makes_a_tensor(qualified: str) -> bool:
     return torch_api.is_tensor_factory(qualified) or qualified in torch_api.SCALAR_TENSOR_FACTORIES
@@ -34,8 +38,10 @@ class RequiresGradBeforeMove(Rule):
 
     ## Not reported
     Not reported: a factory given `device=` (the tensor is made where it lives), a tensor
-    moved first and then given `requires_grad_()`, and `nn.Parameter`s, which a module moves
-    in place.
+    moved first and then given `requires_grad_()`, `nn.Parameter`s, which a module moves
+    in place, and a moved tensor that is only an operand of what the program keeps
+    (`torch.tensor(image, requires_grad=True).cuda() / 127.5 - 1`), whose own `.grad` nothing
+    can read.
 
     ## Fix safety
     Safe: the fix drops `requires_grad=True` from the factory and asks for the gradient after
@@ -55,6 +61,16 @@ class RequiresGradBeforeMove(Rule):
     requires_any_text = ("requires_grad",)
 
     VALID = [
+        Valid(
+            """
+            import numpy as np
+            import torch
+
+            images = [np.zeros((3, 8, 8), dtype=np.float32) for _ in range(4)]
+            samples = torch.stack([torch.tensor(image, requires_grad=True).cuda() / 127.5 - 1.0 for image in images])
+            """,
+            name="only-an-operand-of-what-is-kept",
+        ),
         Valid(
             """
             import torch
@@ -131,6 +147,8 @@ class RequiresGradBeforeMove(Rule):
         qualified = self.context.names.qualified_name(made.func, among=_makes_a_tensor)
         if qualified is None:
             return
+        if isinstance(self.context.parent(node), _COMPUTED_FROM):
+            return  # `x = torch.tensor(a, requires_grad=True).cuda() / 127.5`: no leaf was kept anyway
         destination = flow.move_destination(node)
         if destination is None or not destination.may_be_accelerator:
             return

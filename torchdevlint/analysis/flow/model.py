@@ -107,8 +107,12 @@ class FlowModel:
     def __init__(self, module: cst.Module, enclosing_scope: Callable[[cst.CSTNode], Scope],
                  deadline: Deadline | None = None, source: str | None = None,
                  memory: FlowMemory | None = None,
-                 project_module_classes: Callable[[], tuple[frozenset[str], frozenset[str]]] | None = None) -> None:
+                 project_module_classes: Callable[[], tuple[frozenset[str], frozenset[str]]] | None = None,
+                 project_default_device: Callable[[], bool] | None = None) -> None:
         self.module = module
+        # Whether another file of the program changes the default device (see
+        # `project_scan.default_device_elsewhere`), asked once where it matters.
+        self._project_default_device = project_default_device
         # `stem.Class` of the project's other files' Module classes (those that make layers of
         # their own, and all of them), asked for once.
         self._project_module_classes = project_module_classes
@@ -249,13 +253,18 @@ class FlowModel:
     def entry_default_device(self) -> Value | None:
         """Where tensor factories without `device=` put tensors where a body starts: on the
         host (None) unless the file changes the default device somewhere; then unknown until
-        the body sets it (`torch.set_default_device` acts on the whole process)."""
+        the body sets it (`torch.set_default_device` acts on the whole process), or another
+        file of the program does."""
         if self._entry_default_device is None:
             text = self._source if self._source is not None else self.module.code
             # Not for a `with torch.device(d):` block, though a function called in one makes its
             # tensors on d too: such blocks build models (`forward` runs outside them), and
             # a whole file's factories unplaced for one would hide the bugs in its `forward`s.
             changes = "set_default_device" in text or "set_default_tensor_type" in text
+            if not changes and self._project_default_device is not None:
+                # A launcher of the program sets it (`torch.set_default_tensor_type(
+                # 'torch.cuda.FloatTensor')`) before it runs this file's code.
+                changes = self._project_default_device()
             self._entry_default_device = (Value.of(Kind.DEVICE),) if changes else (None,)
         return self._entry_default_device[0]
 
