@@ -176,6 +176,28 @@ def test_a_loss_kept_under_torchs_old_2d_name_is_where_its_weight_is() -> None:
     assert weighted.on_accelerator and bare.places is not None and not bare.on_host
 
 
+def test_a_helpers_result_placed_by_its_device_parameter_is_where_the_caller_passed() -> None:
+    (returns,) = kinds_of(
+        """
+        import torch
+        import torch.nn as nn
+
+        def train(policy, device):
+            returns = calculate_returns([1.0, 0.5], device)
+            probe(returns)
+
+        def calculate_returns(rewards, device):
+            return torch.tensor(rewards).to(device)
+
+        device = torch.device("cpu")
+        train(nn.Linear(4, 1).to(device), device)
+        """
+    )
+    # Inside train's run for its call, the helper is not run again; its device parameter is
+    # the device train was handed, not a device of unknown type.
+    assert returns.on_host
+
+
 def test_dataloader_loop_targets() -> None:
     infos = kinds_of(
         """

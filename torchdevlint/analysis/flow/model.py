@@ -11,7 +11,7 @@ about changed (see `memory`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -53,6 +53,7 @@ from torchdevlint.analysis.flow.values import (
     Kind,
     Off,
     Place,
+    PlaceKind,
     Value,
     Wrapping,
     cuda_place,
@@ -1272,10 +1273,26 @@ class FlowModel:
                 and (depends_on_device_parameter(result, target.node)
                      or any(Kind.WRAPPED_MODULE in argument.kinds for argument in arguments)
                      or _computed_from_unplaced_inputs(result, arguments)):
-            result = self._result_for_these_arguments(target.node, call, arguments) or result
+            for_these = self._result_for_these_arguments(target.node, call, arguments)
+            if for_these is not None:
+                result = for_these
+            elif depends_on_device_parameter(result, target.node):
+                # Not run again for these arguments (from inside another such run): the places
+                # named by the callee's device parameters are where the devices passed put them,
+                # where those are known; another function's parameter means nothing here.
+                result = self._with_devices_passed(result, target, call, arguments)
         if receiver is not None and receiver.places is not None:
             result = _substitute_module_device(result, receiver.places)
         return result
+
+    def _with_devices_passed(self, result: Value, target: _Definition, call: cst.Call,
+                             arguments: Sequence[Value]) -> Value:
+        function = target.node
+        assert isinstance(function, cst.FunctionDef)
+        passed = parameters_from_call_sites(function, [CallSite(call, tuple(arguments), False)],
+                                            self._default_values(target))
+        devices = {name: value.device for name, value in passed.items() if value.device is not None}
+        return _substitute_parameter_devices(result, devices) if devices else result
 
     def _result_for_these_arguments(self, function: cst.FunctionDef, call: cst.Call,
                                     arguments: Sequence[Value]) -> Value | None:
@@ -1673,6 +1690,21 @@ def _modules_placed(value: Value, places: frozenset[Place] | None) -> Value:
     """A container of modules, each on `places` (None: unknown)."""
     items = tuple((key, item.with_places(places)) for key, item in value.items or ())
     return replace(value, items=items, places=places, origins=frozenset())
+
+
+def _substitute_parameter_devices(value: Value, devices: Mapping[str, Place]) -> Value:
+    """The value with the places a function's device parameters name (`.to(device)` in its
+    body) replaced by the devices its caller passed for them."""
+    items = value.items
+    if items:
+        substituted = tuple((key, _substitute_parameter_devices(item, devices)) for key, item in items)
+        if substituted != items:
+            value = replace(value, items=substituted)
+    if value.places is None:
+        return value
+    places = frozenset(devices.get(place.symbol, place) if place.kind is PlaceKind.DEVICE else place
+                       for place in value.places)
+    return value if places == value.places else replace(value, places=places)
 
 
 def _substitute_module_device(value: Value, places: frozenset[Place]) -> Value:
