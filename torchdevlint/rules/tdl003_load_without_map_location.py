@@ -158,6 +158,27 @@ class LoadWithoutMapLocation(Rule):
     VALID = [
         Valid(
             """
+            import torch
+
+            class LRFinder:
+                def __init__(self, model, optimizer):
+                    self.model, self.optimizer = model, optimizer
+                    # Kept to restore the initial weights after the test, in this run.
+                    torch.save(model.state_dict(), "init_params.pt")
+
+                def range_test(self, batches):
+                    for inputs, targets in batches:
+                        self.optimizer.zero_grad()
+                    self.model.load_state_dict(torch.load("init_params.pt"))
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = build().to(device)
+            LRFinder(model, torch.optim.SGD(model.parameters(), lr=1e-7)).range_test(loader)
+            """,
+            name="initial-weights-a-class-saves-in-its-constructor",
+        ),
+        Valid(
+            """
             import argparse
             import torch
             parser = argparse.ArgumentParser()

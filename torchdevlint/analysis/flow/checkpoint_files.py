@@ -212,6 +212,8 @@ class CheckpointFiles:
         for call in body.calls:
             if self._precedes(call, node) and key in self._written_by_call(call, scope, depth, visiting):
                 return True
+        if isinstance(scope, cst.FunctionDef) and self._written_by_the_constructor(scope, key):
+            return True
         if isinstance(scope, cst.FunctionDef) and depth > 0 and id(scope) not in visiting:
             # Every run of this function comes after the save.
             sites = self._call_sites(scope)
@@ -219,6 +221,27 @@ class CheckpointFiles:
             return bool(sites) and all(
                 self._written_before(site, self._scope_of[id(site)], key, depth - 1, visiting) for site in sites
             )
+        return False
+
+    def _written_by_the_constructor(self, method: cst.FunctionDef, key: str) -> bool:
+        """A method of a class whose `__init__` saves the file on every run (an LR finder
+        keeping the model's initial weights in `init_params.pt` to restore them after its
+        test): every call of the method comes after that save, on the same machine."""
+        owner = self._class_of.get(id(method))
+        if owner is None or method.name.value == "__init__":
+            return False
+        init = next((function for function in self._functions.get("__init__", ())
+                     if self._class_of.get(id(function)) is owner), None)
+        if init is None:
+            return False
+        for save in self._bodies[id(init)].saves:
+            path = saved_path(save)
+            if path is None or self._file_key(save, path, init, {}) != key:
+                continue
+            # Unconditional in `__init__`: no `if`, loop or `try` between the save and the body.
+            if not any(isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.TryStar, cst.Match))
+                       for ancestor in self._path_up(save)[1:] if self._scope_of.get(id(ancestor)) is init):
+                return True
         return False
 
     def _written_by_call(self, call: cst.Call, caller: _Scope, depth: int, visiting: set[int]) -> set[str]:
