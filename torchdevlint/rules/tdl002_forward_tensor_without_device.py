@@ -43,7 +43,9 @@ class ForwardTensorWithoutDevice(Rule):
     never names an accelerator: no `cuda`, `device`, `gpu`, `mps`, `.to(`, parallel wrapper or
     `pin_memory` anywhere in its text, comments included. Such a script (a CPU tutorial)
     cannot put its model on a GPU; a file of models that other programs import, or a script
-    that mentions a device even in a comment, is reported. `torchdevlint debug flow FILE` shows where
+    that mentions a device even in a comment, is reported. Nor, in a program that trains its
+    models itself and moves some to a GPU, in a class whose every instance it keeps on the
+    host (a notebook's CPU-only LSTM, beside the GPU version of its next cells). `torchdevlint debug flow FILE` shows where
     the analysis puts each value.
 
     ## Fix safety
@@ -66,6 +68,37 @@ class ForwardTensorWithoutDevice(Rule):
     requires_any_text = ("forward",)
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class CpuLSTM(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lstm = nn.LSTM(28, 100, batch_first=True)
+                def forward(self, x):
+                    h0 = torch.zeros(1, x.size(0), 100)
+                    c0 = torch.zeros(1, x.size(0), 100)
+                    return self.lstm(x, (h0, c0))[0]
+
+            class GpuLSTM(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lstm = nn.LSTM(28, 100, batch_first=True)
+                def forward(self, x):
+                    h0 = torch.zeros(1, x.size(0), 100, device=x.device)
+                    c0 = torch.zeros(1, x.size(0), 100, device=x.device)
+                    return self.lstm(x, (h0, c0))[0]
+
+            # A notebook's first model stays on the CPU; the next one runs on the GPU.
+            cpu_model = CpuLSTM()
+            cpu_model(torch.randn(4, 28, 28)).sum().backward()
+            gpu_model = GpuLSTM().cuda()
+            gpu_model(torch.randn(4, 28, 28).cuda()).sum().backward()
+            """,
+            name="a-class-the-program-keeps-on-the-cpu-beside-one-it-moves",
+        ),
         Valid(
             """
             import torch
@@ -672,6 +705,8 @@ class ForwardTensorWithoutDevice(Rule):
                 site = flow.origin_site(origin_id)
                 if site is None or id(site.call) in reported or not self._owns(site, meeting_class):
                     continue
+                if site.module_class is not None and flow.instances_stay_on_the_host(site.module_class):
+                    continue  # every model of the class this program makes stays on the CPU
                 reported.add(id(site.call))
                 self.report(site.call, fix=self._fix(site))
 

@@ -69,6 +69,8 @@ from torchdevlint.budget import Deadline, NoDeadline
 _LENGTH_WORDS = ("len",)
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "list", "tuple", "dict"})
 _NUMBER_ANNOTATIONS = frozenset({"int", "float"})
+# A value on the host on every path.
+_JUST_HOST_PLACES = frozenset({HOST_PLACE})
 # The kinds of ancestor that can keep the CPU mode out of what they hold.
 _GATING_KINDS = frozenset({cst.If, cst.IfExp, cst.While, cst.BooleanOperation, cst.For, cst.FunctionDef})
 # Interpretations of one function with a call's own arguments, at most.
@@ -220,6 +222,30 @@ class FlowModel:
         if self._trains_only_on_the_host is None:
             self._trains_only_on_the_host = ".backward(" in self._lower_text() and self.names_no_accelerator()
         return self._trains_only_on_the_host
+
+    def instances_stay_on_the_host(self, class_node: cst.ClassDef) -> bool:
+        """A program that trains itself (it calls `.backward()`) makes instances of the class
+        and keeps every one of them on the host, while it moves models of another class to a
+        GPU: no value of the file holding one may be on an accelerator (a notebook's CPU-only
+        LSTM, beside the GPU version of its next cells)."""
+        if ".backward(" not in self._lower_text():
+            return False
+        key = id(class_node)
+        found = moved_elsewhere = False
+        for flow in self.all_flows():
+            if type(flow.node) is cst.FunctionDef and self.class_of_method(flow.node) is class_node:
+                continue  # `self` in its own methods: wherever the instance is
+            for value in flow.values.values():
+                if value.instance_of != key:
+                    moved_elsewhere = moved_elsewhere or value.is_module_like and value.places is not None and any(
+                        place.kind is PlaceKind.DEVICE and place.may_be_accelerator for place in value.places)
+                    continue
+                if value.places is None or value.places != _JUST_HOST_PLACES:
+                    return False
+                found = True
+        # Only where the program shows how it moves models (another class's, to a GPU): a
+        # script that moves none may mean to move this one later.
+        return found and moved_elsewhere
 
     def names_no_accelerator(self) -> bool:
         """The file's text names no accelerator, device, move or parallel wrapper anywhere
