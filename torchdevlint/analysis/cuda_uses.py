@@ -18,9 +18,11 @@ import libcst as cst
 from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.devices import (
     LEGACY_CUDA_TENSOR_TYPES,
+    DeviceLiteral,
     asks_for_gpu,
     calls_in,
     device_literal,
+    integer_value,
     mentions_any,
     string_value,
 )
@@ -108,10 +110,20 @@ def cuda_uses(call: cst.Call, names: NameResolver, constructor_aliases: frozense
             or keyword == "device" and qualified is not None and qualified.startswith("torch.")
             or keyword == "map_location" and qualified in torch_api.TORCH_LOAD
         ):
-            literal = device_literal(arg.value, names)
+            literal = _device_given(arg.value, names, keyword)
             if literal is not None and literal.type == "cuda":
                 uses.append(CudaUse(arg.value, UseKind.DEVICE_ARGUMENT, literal.index))
     return uses
+
+
+def _device_given(node: cst.BaseExpression, names: NameResolver, keyword: str | None) -> DeviceLiteral | None:
+    """A device literal handed as a device: a string, `torch.device(...)`, or a GPU's number
+    (`x.to(0)`, `torch.zeros(3, device=1)`: CUDA devices by their ordinal)."""
+    literal = device_literal(node, names)
+    if literal is not None or keyword == "map_location":
+        return literal
+    index = integer_value(node)
+    return DeviceLiteral("cuda", index) if index is not None and index >= 0 else None
 
 
 def _inside_method_named(name: str, ancestors: Sequence[cst.CSTNode]) -> bool:
@@ -163,7 +175,7 @@ def _hands_cuda(arg: cst.Arg, position: int, is_move: bool, names: NameResolver)
     keyword = arg.keyword.value if arg.keyword is not None else None
     if not (keyword in ("device", "map_location") or is_move and keyword is None and position == 0):
         return False
-    literal = device_literal(arg.value, names)
+    literal = _device_given(arg.value, names, keyword)
     return literal is not None and literal.type == "cuda"
 
 

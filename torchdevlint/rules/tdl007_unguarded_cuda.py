@@ -435,6 +435,16 @@ class UnguardedCuda(Rule):
     INVALID = [
         Invalid(
             """
+            import torch
+
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            scores = torch.zeros(4, 3)
+            scores = scores.to(0)  # a GPU by its number: cuda:0
+            """,
+            name="a-gpu-by-its-number",
+        ),
+        Invalid(
+            """
             import numpy as np
             import torch
             device = "cuda" if torch.cuda.is_available() else "cpu"
