@@ -635,9 +635,8 @@ def _summary(file_path: str) -> _Summary:
     imports = _imports(source)
     test_code = _is_test_code(source, imports, Path(file_path).name)
     parsed = _ParsedOnce(source)
-    fallback = _CPU_FALLBACK.search(source)
     read = _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=_path_names(source),
-                    cpu_fallback=_fallback_line(source, fallback),
+                    cpu_fallback=_fallback_line(source),
                     sets_default_device=_SETS_DEFAULT_DEVICE.search(source) is not None,
                     selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
                     loads_into_a_wrapper=_loads_into_a_wrapper(source, parsed) or _strips_the_prefix(source, parsed),
@@ -682,14 +681,21 @@ _SETS_DEFAULT_DEVICE = re.compile(rb"^[^#\n]*\bset_default_(?:tensor_type|device
 
 # A device chosen with a fallback to the CPU, on one line: `torch.device("cuda:0" if
 # torch.cuda.is_available() else "cpu")`, `"cuda" if use_cuda else "cpu"`.
-_CPU_FALLBACK = re.compile(rb"""^([ \t]*)[^#\n]*\bif\b[^#\n]*\belse\s+(?:torch\.device\(\s*)?['"]cpu['"]""", re.MULTILINE)
+_CPU_FALLBACK = re.compile(rb"""\belse\s+(?:torch\.device\(\s*)?['"]cpu['"]""")
 
-def _fallback_line(source: bytes, found: re.Match[bytes] | None) -> int:
-    """The line of a CPU fallback (see `_Summary.cpu_fallback`: negative where indented)."""
-    if found is None:
-        return 0
-    line = source.count(b"\n", 0, found.start()) + 1
-    return -line if found.group(1) else line
+def _fallback_line(source: bytes) -> int:
+    """The line of the first CPU fallback (see `_Summary.cpu_fallback`: negative where
+    indented): an `else "cpu"` whose line, before it and outside a comment, has an `if`. Each
+    `else "cpu"` is found first and its line read once: a pattern with the `if` in front would
+    backtrack over every `if` of a long line."""
+    for found in _CPU_FALLBACK.finditer(source):
+        start = source.rfind(b"\n", 0, found.start()) + 1
+        head = source[start:found.start()]
+        if b"#" in head or re.search(rb"\bif\b", head) is None:
+            continue
+        line = source.count(b"\n", 0, start) + 1
+        return -line if head[:1] in (b" ", b"\t") else line
+    return 0
 
 
 # `model = torch.nn.DataParallel(model).cuda()`: a name bound to a wrapper.

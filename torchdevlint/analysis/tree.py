@@ -9,7 +9,7 @@ that. Whitespace, comments and punctuation are skipped: no rule looks inside the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import libcst as cst
 
@@ -140,3 +140,16 @@ def is_main_guard(test: cst.BaseExpression) -> bool:
     sides = (test.left, test.comparisons[0].comparator)
     return any(type(side) is cst.Name and side.value == "__name__" for side in sides) and any(
         type(side) is cst.SimpleString and side.evaluated_value == "__main__" for side in sides)
+
+
+def is_written(node: cst.BaseExpression, parent_of: Callable[[cst.CSTNode], cst.CSTNode | None]) -> bool:
+    """Whether an expression is written or deleted where it stands, not read: an assignment's
+    target (also inside a tuple or list of targets: `model.a, model.b = ...`), an augmented or
+    annotated assignment's target, or what `del` removes. `parent_of`: the walk's parent lookup."""
+    child: cst.CSTNode = node
+    parent = parent_of(node)
+    while isinstance(parent, (cst.Element, cst.Tuple, cst.List, cst.StarredElement)):
+        child, parent = parent, parent_of(parent)
+    if isinstance(parent, (cst.AssignTarget, cst.Del)):
+        return True
+    return isinstance(parent, (cst.AnnAssign, cst.AugAssign)) and parent.target is child

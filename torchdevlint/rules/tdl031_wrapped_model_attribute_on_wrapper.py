@@ -9,6 +9,7 @@ import libcst as cst
 from torchdevlint.analysis.brains.torch_ops import WRAPPER_ATTRIBUTES
 from torchdevlint.analysis.flow.values import Wrapping
 from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.tree import is_written
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -20,8 +21,6 @@ _TYPO_SIMILARITY = 0.8
 # What a misspelt name may have meant: the wrapper's public attributes (`crnn.backward_hook`
 # is a method of the model, not `_backward_hooks` misspelt).
 _PUBLIC_WRAPPER_ATTRIBUTES = sorted(name for name in WRAPPER_ATTRIBUTES if not name.startswith("_"))
-# Where an attribute is written or deleted, not read.
-_WRITTEN = (cst.AssignTarget, cst.Del)
 
 
 class WrappedModelAttributeOnWrapper(Rule):
@@ -306,7 +305,7 @@ class WrappedModelAttributeOnWrapper(Rule):
         attribute = node.attr.value
         if attribute in WRAPPER_ATTRIBUTES or attribute.startswith("__") and attribute.endswith("__"):
             return
-        if self._written(node):
+        if is_written(node, self.context.parent):
             return
         wrapping = self.context.flow.value_of(node.value).wrapping
         if wrapping is not Wrapping.NO:
@@ -358,16 +357,6 @@ class WrappedModelAttributeOnWrapper(Rule):
                      f"wrapper, which has no such attribute{where} (AttributeError)"),
             fix=self._fix(node, wrapping, base),
         )
-
-    def _written(self, node: cst.Attribute) -> bool:
-        child: cst.CSTNode = node
-        parent = self.context.parent(node)
-        # Through tuple and list targets: `model.a, model.b = ...`.
-        while isinstance(parent, (cst.Element, cst.Tuple, cst.List, cst.StarredElement)):
-            child, parent = parent, self.context.parent(parent)
-        if isinstance(parent, _WRITTEN):
-            return True
-        return isinstance(parent, (cst.AnnAssign, cst.AugAssign)) and parent.target is child
 
     def _fix(self, node: cst.Attribute, wrapping: Wrapping, base: str) -> PendingFix | None:
         if wrapping is Wrapping.YES:

@@ -6,13 +6,11 @@ import libcst as cst
 
 from torchdevlint.analysis.flow.values import Wrapping
 from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.tree import is_written
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import MODULE_OF_A_BARE_MODEL, RuntimeProof
-
-# Where an attribute is written or deleted, not read.
-_WRITTEN = (cst.AssignTarget, cst.Del)
 
 
 class ModuleOfAModelWrappedOnSomePaths(Rule):
@@ -209,7 +207,7 @@ class ModuleOfAModelWrappedOnSomePaths(Rule):
     ]
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value != "module" or self._written(node):
+        if node.attr.value != "module" or is_written(node, self.context.parent):
             return
         flow = self.context.flow
         value = flow.value_of(node.value)
@@ -230,12 +228,6 @@ class ModuleOfAModelWrappedOnSomePaths(Rule):
                      f"(AttributeError)"),
             fix=self._fix(node, base),
         )
-
-    def _written(self, node: cst.Attribute) -> bool:
-        parent = self.context.parent(node)
-        if isinstance(parent, _WRITTEN):
-            return True
-        return isinstance(parent, (cst.AnnAssign, cst.AugAssign)) and parent.target is node
 
     def _fix(self, node: cst.Attribute, base: str) -> PendingFix | None:
         if dotted_name(node.value) is None:

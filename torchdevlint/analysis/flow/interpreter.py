@@ -383,8 +383,12 @@ class Interpreter:
             # there is on a GPU, so nothing there meets data on one.
             gpu_when_true = self._asks_for_a_gpu(node.test, env)
             self._no_gpu_depth += gpu_when_true is False
-            unwrapped = self._unwrapped_on_one_side(node.body, node.orelse, env) | \
-                self._wrapped_by_the_same_test(node.test, node.body, node.orelse, env)
+            unwrapped: dict[str, tuple[bool, Value]] = {}
+            if self.oracle.reads_wrapped_modules():
+                # What each side reads `.module` of, walked once for both questions.
+                in_body, in_orelse = _modules_read(node.body), _modules_read(node.orelse) if node.orelse else {}
+                unwrapped = self._unwrapped_on_one_side(node.body, node.orelse, in_body, in_orelse, env) | \
+                    self._wrapped_by_the_same_test(node.test, in_body | in_orelse, env)
             try:
                 body = self._block(node.body.body, self._as_unwrapped(
                     self._narrowed(node.test, self._branch(env, taken is False), True), unwrapped, True))
@@ -518,15 +522,16 @@ class Interpreter:
         return narrowed
 
     def _unwrapped_on_one_side(self, body: cst.CSTNode, orelse: cst.CSTNode | None,
+                               in_body: dict[str, cst.BaseExpression], in_orelse: dict[str, cst.BaseExpression],
                                env: Env) -> dict[str, tuple[bool, Value]]:
         """Models that may be wrapped and whose `.module` one side of a two-way test reads,
         the other not (`if args.distributed: g = generator.module` / `else: g = generator`;
         `if self.use_gpu: save(self.net.module)` / `else: save(self.net)`): the test means
         "wrapped" to whoever wrote it, whatever it asks. Key -> (whether the body is the side
-        that unwraps, the model's value)."""
-        if orelse is None or type(orelse) is cst.If or not self.oracle.reads_wrapped_modules():
+        that unwraps, the model's value). `in_body`, `in_orelse`: what each side reads
+        `.module` of (see `_modules_read`)."""
+        if orelse is None or type(orelse) is cst.If:
             return {}
-        in_body, in_orelse = _modules_read(body), _modules_read(orelse)
         found: dict[str, tuple[bool, Value]] = {}
         for key in in_body.keys() ^ in_orelse.keys():
             # A local, or an attribute of `self` that the class's methods set.
@@ -539,17 +544,12 @@ class Interpreter:
                 found[key] = (key in in_body, value)
         return found
 
-    def _wrapped_by_the_same_test(self, test: cst.BaseExpression, body: cst.CSTNode, orelse: cst.CSTNode | None,
+    def _wrapped_by_the_same_test(self, test: cst.BaseExpression, reads: dict[str, cst.BaseExpression],
                                   env: Env) -> dict[str, tuple[bool, Value]]:
         """Models whose `.module` a branch reads, wrapped earlier under a test of the same text
         (`if args.cuda: model = nn.DataParallel(model)`, then `if args.cuda: model =
         model.module` in `train`): the same test takes the same side. Key -> (whether the body
-        sees the wrapper, the model's value)."""
-        if not self.oracle.reads_wrapped_modules():
-            return {}
-        reads = _modules_read(body)
-        if orelse is not None:
-            reads.update(_modules_read(orelse))
+        sees the wrapper, the model's value). `reads`: what the branches read `.module` of."""
         if not reads:
             return {}
         text, holds = _test_text(test)
@@ -1071,7 +1071,9 @@ class Interpreter:
             # `x.cuda() if use_cuda else x`: the side a GPU machine takes, as `if` statements.
             return self._evaluate(node.orelse if taken else node.body, env)
         # `model.module if hasattr(model, "module") else model`: each side sees the model it asks for.
-        unwrapped = self._unwrapped_on_one_side(node.body, node.orelse, env)
+        unwrapped = self._unwrapped_on_one_side(node.body, node.orelse, _modules_read(node.body),
+                                                _modules_read(node.orelse), env) \
+            if self.oracle.reads_wrapped_modules() else {}
         body = self._evaluate(node.body, self._as_unwrapped(self._narrowed(
             node.test, self._branch(env, True) if taken is False else env, True), unwrapped, True))
         orelse = self._evaluate(node.orelse, self._as_unwrapped(self._narrowed(
@@ -2563,7 +2565,7 @@ def _mentions(node: cst.CSTNode, key: str) -> bool:
         current = pending.pop()
         if (type(current) is cst.Name or type(current) is cst.Attribute) and place_key(current) == key:
             return True
-        pending.extend(current.children)
+        pending.extend(child_nodes(current))
     return False
 
 
@@ -2579,5 +2581,5 @@ def _modules_read(node: cst.CSTNode) -> dict[str, cst.BaseExpression]:
                 found.setdefault(key, current.value)
         if type(current) in (cst.FunctionDef, cst.ClassDef, cst.Lambda) and current is not node:
             continue
-        pending.extend(current.children)
+        pending.extend(child_nodes(current))
     return found

@@ -140,6 +140,9 @@ class FlowModel:
         self._reads_wrapped_modules: bool | None = None
         self._makes_wrappers: bool | None = None
         self._script: bool | None = None
+        # Class id -> whether the program keeps every instance on the host (see
+        # `instances_stay_on_the_host`): asked for each factory of the class's methods.
+        self._instances_on_the_host: dict[int, bool] = {}
         self._enclosing_scope = enclosing_scope
         self.deadline = deadline if deadline is not None else NoDeadline()
         self._definitions: dict[int, _Definition] = {}
@@ -230,6 +233,13 @@ class FlowModel:
         LSTM, beside the GPU version of its next cells)."""
         if ".backward(" not in self._lower_text():
             return False
+        key = id(class_node)
+        known = self._instances_on_the_host.get(key)
+        if known is None:
+            known = self._instances_on_the_host[key] = self._all_instances_on_the_host(class_node)
+        return known
+
+    def _all_instances_on_the_host(self, class_node: cst.ClassDef) -> bool:
         key = id(class_node)
         found = moved_elsewhere = False
         for flow in self.all_flows():
