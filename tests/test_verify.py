@@ -597,7 +597,7 @@ def test_fixtures_are_verified_on_a_real_gpu() -> None:
         if proven_findings_in(report):
             assert report["verdict"] == "fix verified", report
         elif any(not_emulated(f["code"]) is not None for f in report["findings"]):
-            assert report["verdict"] == "not runnable here", report  # TDL023: one process per GPU
+            assert report["verdict"] == "not runnable here", report  # TDL030: several real machines
             unrunnable += 1
         # One GPU stands for a GPU host; the machines it cannot be are emulated beside it.
         if report["host"] == "gpu" and report["gpus"] == 1:
@@ -620,7 +620,10 @@ def test_fixtures_are_verified_on_a_real_gpu() -> None:
         ("import torch\n# verify: host=gpu gpus=2\n", VerifySpec()),
         ("# verify: host=mps\n", VerifySpec(ProgramHost.MPS, 1, 1, origin="directive")),
         ("# verify: host=cpu argv=--cuda=False,--epochs,2 fixed-argv=--no-cuda\n",
-         VerifySpec(ProgramHost.CPU, 1, 1, ("--cuda=False", "--epochs", "2"), ("--no-cuda",), "directive")),
+         VerifySpec(ProgramHost.CPU, 1, 1, ("--cuda=False", "--epochs", "2"), ("--no-cuda",), origin="directive")),
+        # Ranks as torchrun starts them: 2 per machine, on 2 machines.
+        ("# verify: host=gpu gpus=2 processes=2 nodes=2\n",
+         VerifySpec(ProgramHost.GPU, 2, 1, processes=2, nodes=2, origin="directive")),
     ],
 )
 def test_read_directive(header: str, spec: VerifySpec) -> None:
@@ -636,6 +639,8 @@ def test_read_directive(header: str, spec: VerifySpec) -> None:
         ("# verify: host=cpu-loads-gpu-checkpoint gpus=2\n", "gpus= does not apply"),
         ("# verify: gpus=2\n# verify: gpus=2\n", "a second `# verify:` directive"),
         ("# verify: host=gpu  # two GPUs\n", "holds only key=value settings"),
+        ("# verify: processes=0\n", "processes=0 is not a number from 1 to 16"),
+        ("# verify: nodes=9\n", "nodes=9 is not a number from 1 to 4"),
     ],
 )
 def test_bad_directives(header: str, message: str) -> None:
@@ -664,6 +669,13 @@ def test_the_host_follows_from_the_findings(
     spec, left = scenario_for(VerifySpec(), codes)
     assert (spec.host, spec.gpus, left) == (host, gpus, unproven)
     assert spec.origin == ("findings" if codes else "default")
+
+
+def test_distributed_findings_run_as_ranks_of_torchrun() -> None:
+    spec, _ = scenario_for(VerifySpec(), ["TDL023", "TDL001"])
+    assert (spec.gpus, spec.processes, spec.nodes) == (2, 2, 1)  # two GPUs, a rank on each
+    spec, _ = scenario_for(VerifySpec(), ["TDL028"])
+    assert (spec.gpus, spec.processes, spec.nodes) == (2, 2, 2)  # a second machine's ranks
 
 
 def test_every_machine_the_findings_need_runs_the_most_proving_first() -> None:

@@ -92,6 +92,10 @@ WORKERS_STARTED_WHILE_BOOTSTRAPPING = re.compile(
     r"An attempt has been made to start a new process before the\s+current process has finished its bootstrapping")
 # `.module` read on a model that was not wrapped on this run (its CPU mode, a single GPU).
 MODULE_OF_A_BARE_MODEL = re.compile(r"object has no attribute 'module'")
+# A GPU index past the machine's GPUs (a global rank on the second machine, say).
+INVALID_DEVICE_ORDINAL = re.compile(r"invalid device ordinal")
+# Two ranks whose NCCL communicators share one GPU (NCCL checks it when it sets them up).
+DUPLICATE_GPU = re.compile(r"Duplicate GPU detected")
 PREFIXED_STATE_DICT = re.compile(
     r"Error\(s\) in loading state_dict(?s:.*)(Unexpected|Missing) key\(s\) in state_dict: \"module\."
 )
@@ -110,6 +114,12 @@ class RuntimeProof:
     host: ProofHost = "gpu"
     # GPUs the host needs (DataParallel is commonly taken only where there are two or more).
     gpus: int = 1
+    # Processes the program runs as, one per rank, as `torchrun --nproc_per_node N` starts
+    # them (a program that starts its own with `mp.spawn` runs once).
+    processes: int = 1
+    # Machines the ranks run on, `processes` on each with `gpus` GPUs, as `torchrun --nnodes`
+    # starts them: ranks of the second machine start at `processes`, its local ranks at 0.
+    nodes: int = 1
     # The error can be raised anywhere in the program, not only through the finding's lines
     # and the names bound there (a checkpoint saved with `module.` keys fails where it is loaded).
     surfaces_away: bool = False

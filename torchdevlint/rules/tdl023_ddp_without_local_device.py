@@ -13,7 +13,7 @@ from torchdevlint.analysis.tree import keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
-from torchdevlint.runtime_proof import RuntimeProof
+from torchdevlint.runtime_proof import DUPLICATE_GPU, RuntimeProof
 
 # Every call the rule looks at.
 _LOOKED_FOR = INIT_PROCESS_GROUP | SPAWN | DISTRIBUTED_DATA_PARALLEL
@@ -74,7 +74,8 @@ class DdpWithoutLocalDevice(Rule):
     slug = "ddp-without-local-device"
     message = "DistributedDataParallel over a model on one fixed GPU: every process uses that GPU"
     fix_title = "Set each process's current device after `init_process_group`"
-    proof = RuntimeProof(not_emulated="one process per GPU (torchrun or mp.spawn) on several GPUs")
+    # Two ranks on two GPUs, as torchrun starts them (or as the program's `mp.spawn` does).
+    proof = RuntimeProof(error=DUPLICATE_GPU, gpus=2, processes=2)
     requires_any_text = ("DistributedDataParallel",)
 
     VALID = [

@@ -17,7 +17,7 @@ from torchdevlint.analysis.tree import first_argument, keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
-from torchdevlint.runtime_proof import RuntimeProof
+from torchdevlint.runtime_proof import INVALID_DEVICE_ORDINAL, RuntimeProof
 
 _INDEX_TAKERS = SET_CUDA_DEVICE | {CUDA_DEVICE_CONTEXT}
 _LOOKED_FOR = _INDEX_TAKERS | {TORCH_DEVICE} | WRAPPERS
@@ -64,7 +64,8 @@ class GlobalRankAsDeviceIndex(Rule):
     slug = "global-rank-as-device-index"
     message = "The global rank used as a GPU index: on a second machine it names a GPU that is not there"
     fix_title = "Take the rank modulo the GPU count"
-    proof = RuntimeProof(not_emulated="processes on several machines, each with its own GPUs")
+    # The second of two machines with two GPUs each: ranks 2 and 3 name GPUs it does not have.
+    proof = RuntimeProof(error=INVALID_DEVICE_ORDINAL, gpus=2, processes=2, nodes=2)
     requires_any_text = ("rank", "RANK", "PROCID")
 
     VALID = [

@@ -15,16 +15,27 @@ import os
 import re
 import select
 import signal
+import socket
 import sys
 import tempfile
 import time
 import traceback
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 from torchdevlint.verify.isolation import restrict_writes
 from torchdevlint.verify.proof import Budget, BudgetSpent, ProofBudget
-from torchdevlint.verify.protocol import ChildReport, ErrorInfo, RunHost, RunStatus, string_map
+from torchdevlint.verify.protocol import (
+    LOCALHOST,
+    NODE_VARIABLE,
+    RUN_PORT_VARIABLE,
+    ChildReport,
+    ErrorInfo,
+    RunHost,
+    RunStatus,
+    string_map,
+)
 from torchdevlint.verify.workspace import guard_originals
 
 
@@ -50,8 +61,14 @@ def _error_info(error: BaseException, path: str) -> ErrorInfo:
     kind, message = type(error).__name__, str(error)
     if isinstance(error, KeyError) and len(error.args) == 1:
         message = repr(error.args[0])
+    rank = _SPAWNED_RANK_ERROR.search(message)
     worker = _WORKER_ERROR.match(message)
-    if worker is not None:
+    if rank is not None:
+        # A rank mp.spawn started: its frames of the program, then its error, whole.
+        trace += tuple(int(line) for file, line in _TRACEBACK_FRAME.findall(rank.group(2)) if file == path)
+        kind, text = _exception_ending(rank.group(2))
+        message = f"{text} ({rank.group(1)})"
+    elif worker is not None:
         # A DataLoader worker's error, raised again where the loop asks for a batch (or a
         # DataParallel replica's, where the wrapper gathers): the worker's own frames of the
         # program are deeper, and its last line is the error.
@@ -68,7 +85,21 @@ def _error_info(error: BaseException, path: str) -> ErrorInfo:
 # message: a DataLoader worker's, a DataParallel replica's.
 _WORKER_ERROR = re.compile(r"Caught \w+ (in DataLoader worker process \d+|in replica \d+ on device \d+)\.\n"
                            r"Original Traceback \(most recent call last\):\n(.*)", re.DOTALL)
+# A rank `mp.spawn` started, whose error the parent raises again.
+_SPAWNED_RANK_ERROR = re.compile(r"-- (Process \d+) terminated with the following error:\n"
+                                 r"Traceback \(most recent call last\):\n(.*)", re.DOTALL)
 _TRACEBACK_FRAME = re.compile(r'^  File "(.*)", line (\d+), in ', re.MULTILINE)
+
+
+def _exception_ending(text: str) -> tuple[str, str]:
+    """The type's name and the message of the exception a printed traceback ends with: the
+    lines after its last frame's (which are indented), a message of several lines whole."""
+    lines = text.rstrip().split("\n")
+    start = len(lines)
+    while start > 0 and not lines[start - 1].startswith(" "):
+        start -= 1
+    kind, _, message = "\n".join(lines[start:]).partition(": ")
+    return kind.rsplit(".", 1)[-1], message
 
 
 def _module_being_imported(error: BaseException, path: str) -> str | None:
@@ -91,17 +122,123 @@ def _module_being_imported(error: BaseException, path: str) -> str | None:
 
 
 def run_program(source: str, path: str, kind: RunHost, gpus: int, argv: list[str] | None = None,
-                guard: dict[str, object] | None = None, budget: Budget | None = None) -> ChildReport:
+                guard: dict[str, object] | None = None, budget: Budget | None = None,
+                processes: int = 1, nodes: int = 1) -> ChildReport:
     """Execute `source` as the `__main__` of `path`, the way `python path ARGV...` would.
 
     `guard` names the run's mirror and the user's folders it stands for: writes copy first.
     `budget` ends the run once its findings are exercised (or after `--seconds`/`--steps`).
+    `processes` above 1 runs the program as `torchrun --nproc_per_node N` runs it, one process
+    per rank, unless it starts its processes itself (`mp.spawn`); `nodes` as `--nnodes`, each
+    rank on a machine of `gpus` GPUs of its own.
     The report says how long this took.
     """
     started = time.monotonic()
-    report = _run_program(source, path, kind, gpus, argv, guard, budget)
+    os.environ.setdefault(RUN_PORT_VARIABLE, str(free_port()))
+
+    def run_one() -> ChildReport:
+        return _run_program(source, path, kind, gpus, argv, guard, budget)
+
+    if processes * nodes > 1 and not _STARTS_ITS_OWN_PROCESSES.search(source):
+        report = run_ranks(processes, nodes, run_one)
+    else:
+        report = run_one()
     return dataclasses.replace(report, seconds=time.monotonic() - started,
                                gpu_random=kind.real_gpu and _drew_on_a_gpu())
+
+
+# `mp.spawn(...)`, `torch.multiprocessing.start_processes(...)`: a program that starts its ranks.
+_STARTS_ITS_OWN_PROCESSES = re.compile(r"\b(?:spawn|start_processes)\s*\(")
+# How long the other ranks may go on once one has failed or stopped: they may be waiting in a
+# collective for it, as torchrun's workers would until it stops them.
+_RANKS_GRACE_SECONDS = 5.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOCALHOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def run_ranks(per_node: int, nodes: int, run_one: Callable[[], ChildReport]) -> ChildReport:
+    """Run `run_one` in `per_node` forked processes on each of `nodes` machines, with the
+    environment torchrun gives its ranks; the report is the first failing rank's, else the first stopped one's,
+    else rank 0's. Once a rank fails or stops, the others are stopped after a grace period."""
+    _flush_streams()
+    # In the run's own temporary folder (TMPDIR), where its processes may write.
+    folder = tempfile.mkdtemp(prefix="ranks-", dir=os.environ.get("TMPDIR"))
+    ranks: dict[int, int] = {}  # pid -> rank
+    count = per_node * nodes
+    for rank in range(count):
+        pid = os.fork()
+        if pid == 0:
+            _become_rank(rank, per_node, count, os.path.join(folder, f"{rank}.json"), run_one)
+        ranks[pid] = rank
+    reports: dict[int, ChildReport] = {}
+    ended: list[int] = []
+    stopping_since: float | None = None
+    while len(ended) < count:
+        pid, wait_status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            if stopping_since is not None and time.monotonic() - stopping_since > _RANKS_GRACE_SECONDS:
+                for other, rank in ranks.items():
+                    if rank not in ended:
+                        _kill(other)
+            time.sleep(0.02)
+            continue
+        if pid not in ranks:
+            continue
+        rank = ranks[pid]
+        ended.append(rank)
+        reports[rank] = _rank_report(os.path.join(folder, f"{rank}.json"), wait_status)
+        if stopping_since is None and (reports[rank].status is not RunStatus.OK or reports[rank].stopped):
+            stopping_since = time.monotonic()
+    failed = [reports[rank] for rank in ended if reports[rank].status is not RunStatus.OK]
+    stopped = [reports[rank] for rank in ended if reports[rank].stopped]
+    return (failed or stopped or [reports[0]])[0]
+
+
+def _become_rank(rank: int, per_node: int, count: int, report_path: str, run_one: Callable[[], ChildReport]) -> None:
+    status = 1
+    try:
+        port = os.environ[RUN_PORT_VARIABLE]
+        node, local = divmod(rank, per_node)
+        os.environ.update({
+            "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(count), "LOCAL_WORLD_SIZE": str(per_node),
+            "GROUP_RANK": str(node), "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(count),
+            "MASTER_ADDR": LOCALHOST, "MASTER_PORT": port, "TORCHELASTIC_RUN_ID": "torchdevlint-verify",
+            NODE_VARIABLE: str(node),
+        })
+        # Whole lines, one write each: the ranks share the run's output, and a line must not
+        # be cut by another rank's (a `RESULT` line least of all).
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        report = run_one()
+        _flush_streams()
+        Path(report_path).write_text(json.dumps(report.to_json()))
+        status = 0
+    except BaseException:  # noqa: BLE001 - the parent reads a rank without a report as failed
+        traceback.print_exc()
+    finally:
+        _flush_streams()
+        os._exit(status)
+
+
+def _rank_report(path: str, wait_status: int) -> ChildReport:
+    try:
+        return ChildReport.from_json(json.loads(Path(path).read_text()))
+    except (OSError, ValueError):
+        code = os.waitstatus_to_exitcode(wait_status)
+        why = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return ChildReport(RunStatus.ERROR, ErrorInfo("ProcessExit", f"a rank {why}"))
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _drew_on_a_gpu() -> bool:
@@ -186,7 +323,8 @@ def _run_forked(request: dict[str, object]) -> None:
         guard = request.get("guard")
         report = run_program(source, str(request["path"]), kind, gpus,
                              [str(item) for item in argv] if isinstance(argv, list) else None,
-                             guard if isinstance(guard, dict) else None, Budget.from_json(request.get("budget")))
+                             guard if isinstance(guard, dict) else None, Budget.from_json(request.get("budget")),
+                             int(str(request.get("processes", 1))), int(str(request.get("nodes", 1))))
         _flush_streams()
         Path(str(request["report"])).write_text(json.dumps(report.to_json()))
         status = 0
@@ -287,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--argv", default="[]", help="the program's arguments, as a JSON list")
     parser.add_argument("--guard", default="null", help="the run's mirror and the folders it stands for, as JSON")
     parser.add_argument("--budget", default="null", help="when the run may stop early, as JSON")
+    parser.add_argument("--processes", type=int, default=1, help="ranks, as torchrun --nproc_per_node starts them")
+    parser.add_argument("--nodes", type=int, default=1, help="machines of ranks, as torchrun --nnodes starts them")
     args = parser.parse_args(argv)
     if args.probe:
         return probe()
@@ -297,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     source = sys.stdin.buffer.read().decode("utf-8")
     guard = json.loads(args.guard)
     report = run_program(source, args.path, RunHost(args.host), args.gpus, [str(a) for a in json.loads(args.argv)],
-                         guard if isinstance(guard, dict) else None, Budget.from_json(json.loads(args.budget)))
+                         guard if isinstance(guard, dict) else None, Budget.from_json(json.loads(args.budget)),
+                         args.processes, args.nodes)
     _flush_streams()
     args.report.write_text(json.dumps(report.to_json()))
     # Threads the program left behind (DataLoader workers, timers) must not keep it alive.

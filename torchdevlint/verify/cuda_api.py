@@ -97,6 +97,13 @@ class EmulatedMachine:
         if self._visible == 0:
             raise RuntimeError(_NO_GPUS)
 
+    def started_afresh(self) -> None:
+        """This process stands for a new interpreter (a rank `mp.spawn` started): CUDA not yet started."""
+        self._visible = None
+        self.current_index = 0
+        self.target_index = None
+        self._forked_after_start = False
+
     def forked(self) -> None:
         """This process was just forked from the one that ran the machine."""
         self._forked_after_start = self.initialized

@@ -10,10 +10,13 @@ their leading comment block; without a directive a program runs on one GPU.
     # verify: host=cpu
     # verify: host=mps
     # verify: host=cpu argv=--cuda=False fixed-argv=--no-cuda
+    # verify: host=gpu gpus=2 processes=2 nodes=2
 
 `argv` is the command line the program runs with (arguments separated by commas), and
 `fixed-argv` the one the fixed program runs with, where the fix changes the command line
-(an option declared anew); it defaults to `argv`.
+(an option declared anew); it defaults to `argv`. `processes` runs the program as that many
+ranks, as `torchrun --nproc_per_node N` starts them (a program that calls `mp.spawn` starts
+its own and runs once), and `nodes` as that many machines of them (`torchrun --nnodes`).
 
 Only a line made entirely of `key=value` settings is a directive, so prose such as
 `# verify: the original fails ...` is left alone.
@@ -36,6 +39,7 @@ _DIRECTIVE = re.compile(r"^#\s*verify:\s*(?P<settings>[\w-]+=\S+(?:\s+[\w-]+=\S+
 # A line that starts like a directive but holds more than settings (a trailing comment).
 _LOOKS_LIKE_DIRECTIVE = re.compile(r"^#\s*verify:\s*[\w-]+=")
 _MAX_GPUS = 16
+_MAX_NODES = 4
 
 
 class ProgramHost(Enum):
@@ -63,6 +67,9 @@ class VerifySpec:
     # The program's command line, and the fixed program's where the fix changes it.
     argv: tuple[str, ...] = ()
     fixed_argv: tuple[str, ...] | None = None
+    # Ranks on each machine, each its own process, and machines, as torchrun starts them.
+    processes: int = 1
+    nodes: int = 1
     # Where host and gpus came from: the directive, the findings, the command line, or neither.
     origin: str = "default"
 
@@ -97,6 +104,7 @@ def _parse(settings: str, number: int) -> VerifySpec:
     gpus = 1
     argv: tuple[str, ...] = ()
     fixed_argv: tuple[str, ...] | None = None
+    processes = nodes = 1
     seen: set[str] = set()
     for item in settings.split():
         key, _, value = item.partition("=")
@@ -113,6 +121,14 @@ def _parse(settings: str, number: int) -> VerifySpec:
             if not value.isdigit() or not 1 <= int(value) <= _MAX_GPUS:
                 raise DirectiveError(f"line {number}: gpus={value} is not a number from 1 to {_MAX_GPUS}")
             gpus = int(value)
+        elif key == "processes":
+            if not value.isdigit() or not 1 <= int(value) <= _MAX_GPUS:
+                raise DirectiveError(f"line {number}: processes={value} is not a number from 1 to {_MAX_GPUS}")
+            processes = int(value)
+        elif key == "nodes":
+            if not value.isdigit() or not 1 <= int(value) <= _MAX_NODES:
+                raise DirectiveError(f"line {number}: nodes={value} is not a number from 1 to {_MAX_NODES}")
+            nodes = int(value)
         elif key in ("argv", "fixed-argv"):
             arguments = tuple(value.split(","))
             if key == "argv":
@@ -121,10 +137,10 @@ def _parse(settings: str, number: int) -> VerifySpec:
                 fixed_argv = arguments
         else:
             raise DirectiveError(
-                f"line {number}: unknown setting `{key}` (expected host=, gpus=, argv= or fixed-argv=)")
+                f"line {number}: unknown setting `{key}` (expected host=, gpus=, processes=, nodes=, argv= or fixed-argv=)")
     if host is not ProgramHost.GPU and "gpus" in seen:
         raise DirectiveError(f"line {number}: gpus= does not apply to host={host.value}, which has no GPU")
-    return VerifySpec(host, gpus, number, argv, fixed_argv, origin="directive")
+    return VerifySpec(host, gpus, number, argv, fixed_argv, processes, nodes, origin="directive")
 
 
 def scenario_for(spec: VerifySpec, codes: Sequence[str]) -> tuple[VerifySpec, tuple[str, ...]]:
@@ -135,12 +151,15 @@ def scenario_for(spec: VerifySpec, codes: Sequence[str]) -> tuple[VerifySpec, tu
     """
     if spec.origin != "default" or not codes:
         return spec, ()
-    needs = [(ProgramHost(proof.host), proof.gpus) for proof in map(proof_of, codes)]
-    hosts = [host for host, _ in needs]
+    proofs = [proof_of(code) for code in codes]
+    hosts = [ProgramHost(proof.host) for proof in proofs]
     best = max(hosts, key=lambda host: (hosts.count(host), -hosts.index(host)))
-    gpus = max(count for host, count in needs if host is best) if best is ProgramHost.GPU else 1
+    gpus = max(proof.gpus for host, proof in zip(hosts, proofs, strict=True) if host is best) \
+        if best is ProgramHost.GPU else 1
+    processes = max(proof.processes for host, proof in zip(hosts, proofs, strict=True) if host is best)
+    nodes = max(proof.nodes for host, proof in zip(hosts, proofs, strict=True) if host is best)
     unproven = tuple(code for code, host in zip(codes, hosts, strict=True) if host is not best)
-    return replace(spec, host=best, gpus=gpus, origin="findings"), unproven
+    return replace(spec, host=best, gpus=gpus, processes=processes, nodes=nodes, origin="findings"), unproven
 
 
 def with_host(spec: VerifySpec, host: ProgramHost | None, gpus: int | None) -> VerifySpec:

@@ -694,6 +694,8 @@ class _DeviceArguments(TorchFunctionMode):
             if type(tensor) is EmulatedTensor:
                 return f"torch.cuda.{func(tensor._data)[len('torch.'):]}"
             return func(*args, **kwargs)
+        if isinstance(wanted, torch.dtype):
+            return func(*args, **kwargs)  # a cast that stays where the tensor is
         name = wanted if isinstance(wanted, str) else getattr(wanted, "__module__", "") + "." + wanted.__name__
         if name.startswith("torch.cuda."):
             dtype = LEGACY_TYPES.get(name.rsplit(".", 1)[-1])
@@ -1063,6 +1065,10 @@ def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedMachine]:
         stack.enter_context(machine_in_use(machine))
         patch_cuda_api(patches, machine, Placement(gpu_of, arguments.move))
         _patch_data_parallel(patches, machine, arguments)
+        if torch.distributed.is_available():
+            from torchdevlint.verify.distributed import patch_distributed
+
+            patch_distributed(patches, machine, gpu_of, host_values)
         _patch_lazy_modules(patches)
         stack.enter_context(_serialization(patches, machine))
         stack.enter_context(warnings.catch_warnings())
@@ -1079,6 +1085,11 @@ def emulated_gpu(device_count: int = 1) -> Iterator[EmulatedMachine]:
         arguments.race = race
         stack.callback(setattr, arguments, "race", None)
         yield machine
+
+
+def host_values(tensor: Tensor) -> Tensor:
+    """The CPU tensor that holds an emulated tensor's values (the same memory); any other tensor itself."""
+    return tensor._data if type(tensor) is EmulatedTensor else tensor
 
 
 def gpu_of(tensor: Tensor) -> int | None:

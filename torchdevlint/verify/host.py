@@ -130,7 +130,35 @@ def _no_current_accelerator(accelerator: Any, original: Callable[..., Any]) -> I
 
 
 @contextmanager
+def _rendezvous_on_the_run_port() -> Iterator[None]:
+    """A process group meets its ranks on the run's own port (`verify.distributed`)."""
+    if not torch.distributed.is_available():
+        yield
+        return
+    from torchdevlint.verify.distributed import patch_rendezvous
+    from torchdevlint.verify.race import Patches
+
+    patches = Patches()
+    patch_rendezvous(patches)
+    try:
+        yield
+    finally:
+        patches.undo()
+
+
+@contextmanager
 def host(kind: RunHost, gpus: int) -> Iterator[None]:
+    if kind not in (RunHost.EMULATED, RunHost.EMULATED_LOADS_GPU_CHECKPOINT):
+        # The emulated GPU's own process groups meet there too.
+        with _rendezvous_on_the_run_port(), _host(kind, gpus):
+            yield
+        return
+    with _host(kind, gpus):
+        yield
+
+
+@contextmanager
+def _host(kind: RunHost, gpus: int) -> Iterator[None]:
     if kind in (RunHost.EMULATED, RunHost.EMULATED_LOADS_GPU_CHECKPOINT):
         # Deferred: the emulation is built only where it is used.
         from torchdevlint.verify.emulation import emulated_gpu

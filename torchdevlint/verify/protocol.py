@@ -11,6 +11,13 @@ from enum import Enum
 
 CHILD_MODULE = "torchdevlint.verify.child"
 
+# Every process of one verify run meets its ranks on this port (chosen by the run's first
+# process, `child.free_port`): runs side by side (an original and its fix) never share one.
+RUN_PORT_VARIABLE = "TORCHDEVLINT_RUN_PORT"
+LOCALHOST = "127.0.0.1"
+# The machine a rank stands for, where verify runs ranks as several machines' (torchrun --nnodes).
+NODE_VARIABLE = "TORCHDEVLINT_NODE"
+
 # The result convention: a program prints `RESULT <value>`; the last such line counts.
 RESULT_LINE = re.compile(r"^RESULT[ \t]+(?P<value>.*?)\s*$", re.MULTILINE)
 

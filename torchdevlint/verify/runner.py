@@ -184,6 +184,8 @@ class ProgramReport:
             "device": self.accelerator.value,
             "host": self.spec.host.value,
             "gpus": self.spec.gpus,
+            "processes": self.spec.processes,
+            "nodes": self.spec.nodes,
             # Where host and gpus came from: "directive", "findings", "command line" or "default".
             "host_from": self.spec.origin,
             "findings": [d.to_json() for d in self.findings],
@@ -432,6 +434,8 @@ class _Spawner:
 
     def run(self, request: dict[str, object], jobs: int) -> _Finished:
         command = _child_command("--host", str(request["host"]), "--gpus", str(request["gpus"]),
+                                 "--processes", str(request.get("processes", 1)),
+                                 "--nodes", str(request.get("nodes", 1)),
                                  "--path", str(request["path"]), "--report", str(request["report"]),
                                  "--argv", json.dumps(request.get("argv", [])),
                                  "--guard", json.dumps(request.get("guard")),
@@ -480,8 +484,10 @@ class Launcher:
         self._spawner = _Spawner()
 
     def run(self, source: str, path: str, host: RunHost, gpus: int, timeout: float,
-            argv: tuple[str, ...] = (), place: RunPlace | None = None, budget: Budget | None = None) -> RunOutcome:
-        """Run `source` as the program at `path` on `host`, in a fresh process, in a mirror of its folder."""
+            argv: tuple[str, ...] = (), place: RunPlace | None = None, budget: Budget | None = None,
+            processes: int = 1, nodes: int = 1) -> RunOutcome:
+        """Run `source` as the program at `path` on `host`, in a fresh process, in a mirror of its
+        folder (as `processes` ranks on each of `nodes` machines, where more than one)."""
         place = place or RunPlace()
         started = time.monotonic()
         program = Path(path).resolve()
@@ -500,6 +506,7 @@ class Launcher:
                 "stderr": files["stderr"], "report": files["outcome.json"],
                 # The program's own path in the mirror: `__file__`, tracebacks and its folder on sys.path.
                 "path": str(mirrored(program, folder, work)), "host": host.value, "gpus": gpus, "timeout": timeout,
+                "processes": processes, "nodes": nodes,
                 # The emulated GPU reads the program's own CUDA_VISIBLE_DEVICES; a CPU host has no GPU to see.
                 "env": {**env, **place.env},
                 "argv": list(argv),
@@ -856,7 +863,9 @@ class _Pending:
 
 def describe_spec(spec: VerifySpec) -> str:
     if spec.host is ProgramHost.GPU:
-        return f"{spec.gpus} GPU{'s' if spec.gpus != 1 else ''}"
+        ranks = f", {spec.processes} processes" if spec.processes > 1 else ""
+        gpus = f"{spec.gpus} GPU{'s' if spec.gpus != 1 else ''}{ranks}"
+        return f"{spec.nodes} machines of {gpus}" if spec.nodes > 1 else gpus
     return {
         ProgramHost.CPU: "a machine without a GPU",
         ProgramHost.CPU_LOADS_GPU_CHECKPOINT: "a CPU-only machine loading checkpoints saved on a GPU",
@@ -947,10 +956,14 @@ def _start(path: str, settings: VerifySettings, pool: ThreadPoolExecutor, launch
         watches = () if settings.run_to_end else tuple(site.watch() for site in sites)
         return Budget(watches, settings.seconds, settings.steps)
 
+    # However many machines it runs on, the program is launched the same way (its ranks).
+    processes, nodes = spec.processes, spec.nodes
+
     def run(role: str, source: str, where: RunHost, gpus: int, argv: tuple[str, ...],
             sites: Sequence[FindingSite]) -> Future[RunOutcome]:
         def start() -> RunOutcome:
-            return launcher.run(source, path, where, gpus, settings.timeout, argv, settings.place, budget(sites))
+            return launcher.run(source, path, where, gpus, settings.timeout, argv, settings.place, budget(sites),
+                                processes, nodes)
 
         return pool.submit(progress.run, path, role, where, start)
 
