@@ -322,6 +322,21 @@ def test_a_save_through_a_star_import_of_torch_is_a_save(tmp_path: Path) -> None
 
 
 
+def test_a_save_where_torch_is_bound_by_importing_a_submodule_is_a_save(tmp_path: Path) -> None:
+    training = """
+    import torch.optim as optim
+    import torch.utils.data
+    net = torch.nn.Linear(4, 2)
+    if torch.cuda.is_available():
+        net.cuda()
+    torch.save(net.state_dict(), "epochs/net_%d.pth" % 3)
+    """
+    root = _project(tmp_path, {"train.py": training, "predict.py": PREDICT})
+    writing = checkpoint_writing(str(root / "predict.py"))
+    assert writing is not None and writing.device_saves == (("train.py", 6),)
+    assert _codes(root, "predict.py") == [("predict.py", "TDL003")]
+
+
 OPTIONS = """
 import argparse
 def parse():

@@ -1195,6 +1195,8 @@ class _SaveFinder(ast.NodeVisitor):
         for alias in node.names:
             if alias.name == "torch":
                 self._torch_names.add(alias.asname or "torch")
+            elif alias.name.startswith("torch.") and alias.asname is None:
+                self._torch_names.add("torch")  # `import torch.utils.data` binds `torch` too
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if any(alias.name == "*" for alias in node.names):
