@@ -22,9 +22,10 @@ from torchdevlint.analysis.flow.results import names_bound_by
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.context import FileContext
-from torchdevlint.data_literals import blank_for_parsing
+from torchdevlint.data_literals import BlankedSource, blank_for_parsing
 from torchdevlint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from torchdevlint.edits import to_text_fix
+from torchdevlint.pieces import PIECEWISE_ABOVE, Piece, cut_into_pieces
 from torchdevlint.positions import StatementPositions
 from torchdevlint.rule import Report, Rule
 from torchdevlint.sourcefile import RELEVANCE_MARKER, LineIndex, source_lines
@@ -319,6 +320,7 @@ def lint_module(
     selected_codes: frozenset[str] = frozenset(),
     flow_memory: FlowMemory | None = None,
     syntax_check: SyntaxCheck | None = None,
+    exemption: FileExemption | None = None,
 ) -> list[Diagnostic]:
     """Run the rules over a parsed module; `source` must be the text it was parsed from.
 
@@ -327,6 +329,7 @@ def lint_module(
     `reviewers` (rules about `# noqa` comments) then judge the directives, knowing the
     `selected_codes`. With `judge_syntax`, the running Python parses the source too where it
     matters (see `lint_source`) and InvalidSource is raised if it cannot.
+    `exemption` is the file's `# torchdevlint: noqa` where `source` is a piece of it.
     Raises AnalysisTimeout past the deadline.
     """
     analysed = analyse_module(module, path, rule_classes, options, deadline=deadline, source=source,
@@ -339,7 +342,8 @@ def lint_module(
                                                         newer_syntax=analysed.context.may_be_newer_syntax)
         if not reports and not reviewing:
             return []
-        exemption = file_exemption(source)
+        if exemption is None:
+            exemption = file_exemption(source)
         suppressed: set[tuple[int, str]] = set()
         diagnostics: list[Diagnostic] = []
         if reports:
@@ -462,6 +466,12 @@ def lint_source(
     if not rule_classes and not (reviewers and mentions_noqa(source)):
         check_syntax(blanked.text, path)
         return []
+    if len(blanked.text) > PIECEWISE_ABOVE and parse is cst.parse_module:
+        pieces = cut_into_pieces(blanked.text)
+        if pieces is not None and len(pieces) > 1:
+            diagnostics = _lint_in_pieces(pieces, blanked.text, path, rule_classes, options, honor_noqa=honor_noqa,
+                                          deadline=deadline, reviewers=reviewers, selected_codes=selected_codes)
+            return _withheld_over_blanks(diagnostics, blanked)
     # Parse once: LibCST agrees with the running Python on what is valid, except for syntax
     # newer than it, which the walk notes and LibCST alone then lints. The stdlib parser runs
     # where there are findings (their positions come from its tree), where the walk noted newer
@@ -480,11 +490,57 @@ def lint_source(
         # LibCST reads brackets nested deeper than CPython's parser allows (it keeps redundant
         # parentheses on one node): code that runs nowhere, which only Python's parse tells.
         (syntax_check or check_syntax)(blanked.text, path)
+    return _withheld_over_blanks(diagnostics, blanked)
+
+
+def _withheld_over_blanks(diagnostics: list[Diagnostic], blanked: BlankedSource) -> list[Diagnostic]:
     if not blanked.spans:
         return diagnostics
     return [replace(d, fix=None, fix_withheld="it would edit a long literal or expression, which is not analysed")
             if d.fix is not None and any(blanked.touches(edit.start, edit.end) for edit in d.fix.edits) else d
             for d in diagnostics]
+
+
+def _lint_in_pieces(pieces: Sequence[Piece], source: str, path: str, rule_classes: Sequence[type[Rule]],
+                    options: Mapping[str, object] | None, *, honor_noqa: bool, deadline: Deadline | None,
+                    reviewers: Sequence[type[Rule]], selected_codes: frozenset[str]) -> list[Diagnostic]:
+    """Each piece (see `pieces`) parsed and linted alone, after the file's earlier imports; its
+    findings placed back in the file. A file-level `# torchdevlint: noqa` covers every piece."""
+    exemption = file_exemption(source)
+    diagnostics: list[Diagnostic] = []
+    for piece in pieces:
+        text = piece.header + source[piece.start:piece.end]
+        header_lines = piece.header.count("\n")
+        line_shift = piece.line - 1 - header_lines
+        offset_shift = piece.start - len(piece.header)
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError as error:
+            check_syntax(text, path, newer_syntax=False)  # Python's own message, at the piece's line
+            raise InvalidSource(f"syntax error: {error.message}", error.raw_line + line_shift,
+                                error.raw_column + 1) from None
+        try:
+            found = lint_module(module, text, path, rule_classes, options, honor_noqa=honor_noqa, judge_syntax=True,
+                                deadline=deadline, reviewers=reviewers, selected_codes=selected_codes,
+                                exemption=exemption)
+        except InvalidSource as error:
+            raise InvalidSource(error.message, None if error.line is None else error.line + line_shift,
+                                error.column) from None
+        for diagnostic in found:
+            if diagnostic.start.line <= header_lines:
+                continue  # the header's own lines: found where the import is
+            fix = diagnostic.fix
+            if fix is not None:
+                if any(edit.start < len(piece.header) for edit in fix.edits):
+                    fix = None  # an edit of the imports in front: not the file's text here
+                else:
+                    fix = replace(fix, edits=tuple(replace(edit, start=edit.start + offset_shift,
+                                                           end=edit.end + offset_shift) for edit in fix.edits))
+            diagnostics.append(replace(
+                diagnostic, fix=fix,
+                start=replace(diagnostic.start, line=diagnostic.start.line + line_shift),
+                end=replace(diagnostic.end, line=diagnostic.end.line + line_shift)))
+    return diagnostics
 
 
 # CPython's tokenizer refuses brackets nested deeper than this ("too many nested parentheses").

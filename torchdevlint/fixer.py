@@ -17,6 +17,7 @@ import libcst as cst
 from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.diagnostics import Diagnostic, Edit, Fix, is_applicable
 from torchdevlint.engine import ModuleParser, lint_source
+from torchdevlint.pieces import PIECEWISE_ABOVE, cut_into_pieces
 from torchdevlint.rule import Rule
 
 MAX_ROUNDS = 10
@@ -87,6 +88,15 @@ def add_imports(text: str, imports: Sequence[tuple[str, str | None]]) -> str:
 
 
 def _compiles(text: str) -> bool:
+    """Whether `text` compiles as a module (piece by piece where it is linted so)."""
+    if len(text) > PIECEWISE_ABOVE:
+        pieces = cut_into_pieces(text)
+        if pieces is not None and len(pieces) > 1:
+            return all(_compiles_whole(piece.header + text[piece.start:piece.end]) for piece in pieces)
+    return _compiles_whole(text)
+
+
+def _compiles_whole(text: str) -> bool:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -98,7 +108,17 @@ def _compiles(text: str) -> bool:
 
 def _parses(text: str, *, compiles: bool = True) -> bool:
     """Whether fixed code parses, and with `compiles` (the code before the fix compiled) also
-    compiles: a notebook's top-level `await` parses but does not compile as a module."""
+    compiles: a notebook's top-level `await` parses but does not compile as a module. A file
+    linted in pieces is judged piece by piece, as it was linted (see `pieces`)."""
+    if len(text) > PIECEWISE_ABOVE:
+        pieces = cut_into_pieces(text)
+        if pieces is not None and len(pieces) > 1:
+            return all(_parses_whole(piece.header + text[piece.start:piece.end], compiles=compiles)
+                       for piece in pieces)
+    return _parses_whole(text, compiles=compiles)
+
+
+def _parses_whole(text: str, *, compiles: bool) -> bool:
     try:
         cst.parse_module(text)
     except cst.ParserSyntaxError:
