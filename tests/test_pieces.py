@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from torchdevlint import engine, fixer, pieces
+from torchdevlint import pieces
 from torchdevlint.engine import InvalidSource, lint_source
 from torchdevlint.fixer import fix_source
-from torchdevlint.pieces import cut_into_pieces
+from torchdevlint.pieces import cut_into_pieces, needs_pieces
 from torchdevlint.registry import all_rules
 
 DEFAULT_RULES = [rule for rule in all_rules() if rule.default_enabled]
@@ -60,8 +60,7 @@ PROGRAM = textwrap.dedent('''\
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any file is cut, two top-level statements to a piece."""
-    monkeypatch.setattr(engine, "PIECEWISE_ABOVE", 10)
-    monkeypatch.setattr(fixer, "PIECEWISE_ABOVE", 10)
+    monkeypatch.setattr(pieces, "PIECEWISE_ABOVE", 10)
     monkeypatch.setattr(pieces, "PIECE_STATEMENTS", 2)
 
 
@@ -97,7 +96,7 @@ def test_a_string_over_several_lines_is_not_cut_and_a_lone_carriage_return_is_no
 
 def test_findings_in_pieces_match_whole_file_linting(monkeypatch: pytest.MonkeyPatch) -> None:
     whole = lint_source(PROGRAM, "helpers.py", DEFAULT_RULES)
-    monkeypatch.setattr(engine, "PIECEWISE_ABOVE", 10)
+    monkeypatch.setattr(pieces, "PIECEWISE_ABOVE", 10)
     monkeypatch.setattr(pieces, "PIECE_STATEMENTS", 2)
     in_pieces = lint_source(PROGRAM, "helpers.py", DEFAULT_RULES)
     assert len(cut_into_pieces(PROGRAM) or []) == 4
@@ -120,6 +119,14 @@ def test_a_syntax_error_in_a_later_piece_is_reported_at_its_line() -> None:
     with pytest.raises(InvalidSource) as error:
         lint_source(broken, "helpers.py", DEFAULT_RULES)
     assert error.value.line == 24
+
+
+def test_a_file_of_many_top_level_statements_is_cut_and_a_long_module_of_few_is_not() -> None:
+    table = "import torch\n" + "".join(f"y{index} = {index}\n" for index in range(3_000))
+    assert needs_pieces(table) is not None  # 40 KB, but 3,001 statements
+    functions = "import torch\n" + "".join(f"def f{index}():\n    a = 1\n    return a\n" for index in range(1_000))
+    assert needs_pieces(functions) is None  # 3,001 lines, 1,001 statements
+    assert needs_pieces("x = 1\n" * 100) is None
 
 
 @pytest.mark.slow

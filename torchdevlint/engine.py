@@ -25,7 +25,7 @@ from torchdevlint.context import FileContext
 from torchdevlint.data_literals import BlankedSource, blank_for_parsing
 from torchdevlint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from torchdevlint.edits import to_text_fix
-from torchdevlint.pieces import PIECEWISE_ABOVE, Piece, cut_into_pieces
+from torchdevlint.pieces import Piece, needs_pieces
 from torchdevlint.positions import StatementPositions
 from torchdevlint.rule import Report, Rule
 from torchdevlint.sourcefile import RELEVANCE_MARKER, LineIndex, source_lines
@@ -466,9 +466,9 @@ def lint_source(
     if not rule_classes and not (reviewers and mentions_noqa(source)):
         check_syntax(blanked.text, path)
         return []
-    if len(blanked.text) > PIECEWISE_ABOVE and parse is cst.parse_module:
-        pieces = cut_into_pieces(blanked.text)
-        if pieces is not None and len(pieces) > 1:
+    if parse is cst.parse_module:
+        pieces = needs_pieces(blanked.text)
+        if pieces is not None:
             diagnostics = _lint_in_pieces(pieces, blanked.text, path, rule_classes, options, honor_noqa=honor_noqa,
                                           deadline=deadline, reviewers=reviewers, selected_codes=selected_codes)
             return _withheld_over_blanks(diagnostics, blanked)

@@ -17,7 +17,7 @@ import libcst as cst
 from torchdevlint.budget import Deadline, room_for_nesting
 from torchdevlint.diagnostics import Diagnostic, Edit, Fix, is_applicable
 from torchdevlint.engine import ModuleParser, lint_source
-from torchdevlint.pieces import PIECEWISE_ABOVE, cut_into_pieces
+from torchdevlint.pieces import needs_pieces
 from torchdevlint.rule import Rule
 
 MAX_ROUNDS = 10
@@ -89,10 +89,9 @@ def add_imports(text: str, imports: Sequence[tuple[str, str | None]]) -> str:
 
 def _compiles(text: str) -> bool:
     """Whether `text` compiles as a module (piece by piece where it is linted so)."""
-    if len(text) > PIECEWISE_ABOVE:
-        pieces = cut_into_pieces(text)
-        if pieces is not None and len(pieces) > 1:
-            return all(_compiles_whole(piece.header + text[piece.start:piece.end]) for piece in pieces)
+    pieces = needs_pieces(text)
+    if pieces is not None:
+        return all(_compiles_whole(piece.header + text[piece.start:piece.end]) for piece in pieces)
     return _compiles_whole(text)
 
 
@@ -110,10 +109,9 @@ def _parses(text: str, *, compiles: bool = True) -> bool:
     """Whether fixed code parses, and with `compiles` (the code before the fix compiled) also
     compiles: a notebook's top-level `await` parses but does not compile as a module. A file
     linted in pieces is judged piece by piece, as it was linted (see `pieces`)."""
-    if len(text) > PIECEWISE_ABOVE:
-        pieces = cut_into_pieces(text)
-        if pieces is not None and len(pieces) > 1:
-            return all(_parses_whole(piece.header + text[piece.start:piece.end], compiles=compiles)
+    pieces = needs_pieces(text)
+    if pieces is not None:
+        return all(_parses_whole(piece.header + text[piece.start:piece.end], compiles=compiles)
                        for piece in pieces)
     return _parses_whole(text, compiles=compiles)
 

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 
 # Characters of code (long literals already blanked) past which a file is linted in pieces.
 PIECEWISE_ABOVE = 1_000_000
+# Or top-level statements: the flow keeps the bindings before each statement of a body, so a
+# module of ten thousand assignments cost 2.6 GB whole. Only a file of more lines than this is
+# counted (the tokenizer's pass costs about a second a megabyte).
+PIECEWISE_STATEMENTS_ABOVE = 2_000
 # At most this much text, and this many top-level statements, in a piece: the flow keeps the
 # bindings before each statement, so a piece's cost grows with the square of its statements.
 PIECE_CHARACTERS = 100_000
@@ -36,6 +40,21 @@ class Piece:
     end: int
     line: int
     header: str
+    # How many top-level statements come before the piece's first.
+    statement_index: int = 0
+
+
+def needs_pieces(source: str) -> list[Piece] | None:
+    """The pieces to lint `source` in, where it is too big to analyse at once; None where it
+    is linted whole."""
+    if len(source) <= PIECEWISE_ABOVE and source.count("\n") <= PIECEWISE_STATEMENTS_ABOVE:
+        return None
+    cut = cut_into_pieces(source)
+    if cut is None or len(cut) < 2:
+        return None
+    if len(source) <= PIECEWISE_ABOVE and cut[-1].statement_index <= PIECEWISE_STATEMENTS_ABOVE - PIECE_STATEMENTS:
+        return None  # many lines, few statements (a large module of classes and functions)
+    return cut
 
 
 def cut_into_pieces(source: str) -> list[Piece] | None:
@@ -58,7 +77,7 @@ def cut_into_pieces(source: str) -> list[Piece] | None:
                 and line_offsets[starts[last] - 1] - begin < PIECE_CHARACTERS:
             last += 1
         end = line_offsets[starts[last] - 1] if last < len(starts) else len(source)
-        pieces.append(Piece(begin, end, starts[first], "".join(header)))
+        pieces.append(Piece(begin, end, starts[first], "".join(header), first))
         for line in starts[first:last]:
             statement = imports.get(line)
             if statement is not None:
