@@ -31,15 +31,21 @@ class LegacyCudaConstructorInModel(Rule):
 
     ## Not reported
     Not reported: `__init__` (a tensor made there is a parameter or attribute that `.to()`
-    moves or TDL010 reports), functions outside a module, and the CPU types
-    (`torch.FloatTensor`, see TDL018).
+    moves or TDL010 reports), functions outside a module, the CPU types
+    (`torch.FloatTensor`, see TDL018), a constructor under a CUDA test
+    (`if torch.cuda.is_available():`, whose other side is the CPU's), and a file whose program
+    cannot run without a GPU anyway (other CUDA uses it reaches unguarded, no CPU mode): there
+    the current GPU is the model's, on one GPU and in each DataParallel replica. A module with no
+    other CUDA use (a layer of a library) is reported: whoever uses it may run it on the CPU or
+    on another GPU.
 
     ## Fix safety
     The constructor becomes the factory it stands for on the device of the model's data:
     sizes become `torch.empty(..., dtype=..., device=...)`, a list or tuple of values
     `torch.tensor(..., dtype=..., device=...)`. The device is a parameter of the method that
     holds the model's data there: safe when it is annotated as a Tensor, unsafe otherwise.
-    With no such input it is `next(self.parameters()).device`, unsafe. A single argument
+    With no such input it is `next(self.parameters()).device`, unsafe: a module without
+    parameters has none, and neither has a DataParallel replica. A single argument
     that may be either a size or data (a plain name) gets no fix.
 
     ## Options
@@ -69,6 +75,36 @@ class LegacyCudaConstructorInModel(Rule):
                 return torch.cuda.FloatTensor(n).normal_()
             """,
             name="in-init-outside-a-module-and-the-factory",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class Sampler(nn.Module):
+                def forward(self, mu, logvar):
+                    std = logvar.mul(0.5).exp_()
+                    if torch.cuda.is_available():
+                        eps = torch.cuda.FloatTensor(std.size()).normal_()
+                    else:
+                        eps = torch.FloatTensor(std.size()).normal_()
+                    return eps.mul(std).add_(mu)
+            """,
+            name="under-a-cuda-test-beside-the-cpu-type",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.net = nn.Linear(8, 8)
+                def encode(self, label_map):
+                    edges = torch.cuda.ByteTensor(label_map.size()).zero_()
+                    return self.net(label_map.cuda()), edges
+            model = nn.DataParallel(Encoder()).cuda()
+            """,
+            name="a-program-that-runs-only-on-a-gpu",
         ),
     ]
     INVALID = [
@@ -136,6 +172,7 @@ class LegacyCudaConstructorInModel(Rule):
 
     def setup(self) -> None:
         self._program = self.context.shared(CudaProgram)
+        self._found: list[tuple[cst.Call, PendingFix | None]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -145,7 +182,18 @@ class LegacyCudaConstructorInModel(Rule):
         method = self._program.model_method_here()
         if method is None:
             return
-        self.report(node, fix=self._fix(node, method, qualified))
+        if not self.context.flow.reached_in_cpu_mode(node, self.context.ancestors(node)):
+            return  # under a CUDA test (`if torch.cuda.is_available():`): its other side is the CPU's
+        self._found.append((node, self._fix(node, method, qualified)))
+
+    def leave_Module(self, node: cst.Module) -> None:
+        ours = {id(call) for call, _ in self._found}
+        if any(id(unavoidable.use.node) not in ours for unavoidable in self._program.hard_coded_cuda()):
+            # A GPU-only program (other CUDA uses it cannot run without, no CPU mode): there the
+            # current GPU is the model's, one GPU or a DataParallel replica's.
+            return
+        for call, fix in self._found:
+            self.report(call, fix=fix)
 
     def _fix(self, call: cst.Call, method: cst.FunctionDef, qualified: str) -> PendingFix | None:
         written = dotted_name(call.func) or ""
