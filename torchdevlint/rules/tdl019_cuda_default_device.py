@@ -8,6 +8,7 @@ from torchdevlint.analysis.brains import naming, torch_api
 from torchdevlint.analysis.cuda_uses import CudaProgram, is_device_test
 from torchdevlint.analysis.devices import device_literal, mentions_any
 from torchdevlint.analysis.flow.values import PlaceKind
+from torchdevlint.analysis.test_code import is_test_code
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -40,14 +41,18 @@ class CudaDefaultDevice(Rule):
     ## Not reported
     Not reported: functions named for the GPU (`to_cuda`, `gpu_benchmark`) or decorated with
     a GPU condition, programs that need GPUs by design (a process group on NCCL, see TDL007),
-    and functions with no model parameter (TDL203 reports CUDA hard-coded in a program with
+    test code (`test_*.py` with tests, `conftest.py`, modules importing pytest or unittest),
+    whose helpers' callers and skips say where they run, and functions with no model parameter (TDL203 reports CUDA hard-coded in a program with
     no CPU mode).
 
     ## Fix safety
     Unsafe. The default becomes `None`, and the function starts by taking the model's
-    device: `device = next(model.parameters()).device if device is None else device`. Callers that
-    relied on the default now work where the model is; a model without parameters would
-    need the device passed. A library call gets the model's device type:
+    device: `device = next(model.parameters()).device if device is None else device` (its
+    `.type` for a parameter named for a device type, so that `device_type == "cuda"` still
+    compares strings). Callers that relied on the default now
+    work where the model is; a model without parameters would need the device passed. No fix
+    where the model parameter is named for a class or its maker (`cls_model`, `model_fn`),
+    which has no parameters. A library call gets the model's device type:
     `summary(model, (3, 32, 32), device=next(model.parameters()).device.type)` (only where the
     model is a name, which is then read twice).
 
@@ -149,6 +154,28 @@ class CudaDefaultDevice(Rule):
         Invalid(
             """
             import torch
+            def evaluate(model, loader, device_type: str = "cuda"):
+                return [model(x.to(device_type)) for x in loader]
+            def run_loop(cls_model, steps, device="cuda"):
+                model = cls_model().to(device)
+                return [model(torch.rand(2, 4, device=device)) for _ in range(steps)]
+            """,
+            fixed="""
+            import torch
+            def evaluate(model, loader, device_type: str = None):
+                device_type = next(model.parameters()).device.type if device_type is None else device_type
+                return [model(x.to(device_type)) for x in loader]
+            def run_loop(cls_model, steps, device="cuda"):
+                model = cls_model().to(device)
+                return [model(torch.rand(2, 4, device=device)) for _ in range(steps)]
+            """,
+            applicability=Applicability.UNSAFE,
+            count=2,
+            name="a-device-type-and-a-model-class",
+        ),
+        Invalid(
+            """
+            import torch
             def predict(net, images, *, device="cuda"):
                 \"\"\"Class indices for a batch of images.\"\"\"
                 return net(images.to(device)).argmax(1)
@@ -217,7 +244,8 @@ class CudaDefaultDevice(Rule):
                 continue
             literal = device_literal(param.default, self.context.names)
             if literal is not None and literal.type == "cuda":
-                self._found.append((param, self._fix(node, param, models[0])))
+                instances = [model for model in models if not _names_a_class(model)]
+                self._found.append((param, self._fix(node, param, instances[0]) if instances else None))
 
     def _fix(self, function: cst.FunctionDef, param: cst.Param, model: str) -> PendingFix | None:
         assert param.default is not None
@@ -232,16 +260,28 @@ class CudaDefaultDevice(Rule):
         if not statements:
             return None
         name = param.name.value
-        guard = f"{name} = next({model}.parameters()).device if {name} is None else {name}"
+        # A device type stays a string (`device_type == "cuda"`); a device keeps its GPU's index.
+        device = f"next({model}.parameters()).device" + (".type" if "type" in name.lower() else "")
+        guard = f"{name} = {device} if {name} is None else {name}"
         return self.make_fix(NodeEdit(param.default, "None"), NodeEdit.insert_line_before(statements[0], guard),
                              applicability=Applicability.UNSAFE)
 
     def leave_Module(self, node: cst.Module) -> None:
         if self._program.declares_gpu_only:
             return
+        if is_test_code(self.context.path, node, self.context.names.imports_from):
+            return  # a test's helpers: its callers (and its skips) say where they run
         for param, fix in self._found:
             assert param.default is not None
             self.report(param.default, fix=fix)
         for call, fix in self._calls:
             self.report(call, fix=fix, message="This helper makes its inputs on the GPU wherever there is one: "
                                                "with the model left on the CPU it fails on a machine with a GPU")
+
+
+def _names_a_class(name: str) -> bool:
+    """A parameter named for a model's class or its maker (`cls_model`, `model_class`,
+    `model_fn`), which has no parameters of its own."""
+    lowered = name.lower()
+    return lowered.startswith(("cls", "class")) or lowered.endswith(
+        ("cls", "class", "_type", "_fn", "factory", "builder", "ctor"))
