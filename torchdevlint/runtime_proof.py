@@ -92,6 +92,10 @@ WORKERS_STARTED_WHILE_BOOTSTRAPPING = re.compile(
     r"An attempt has been made to start a new process before the\s+current process has finished its bootstrapping")
 # `.module` read on a model that was not wrapped on this run (its CPU mode, a single GPU).
 MODULE_OF_A_BARE_MODEL = re.compile(r"object has no attribute 'module'")
+# Optimizer state on another device than its parameters: the foreach step's grouping on CUDA,
+# a device mismatch in the step's own arithmetic elsewhere (and on the emulated GPU).
+OPTIMIZER_STATE_ELSEWHERE = re.compile(
+    DEVICE_MISMATCH.pattern + r"|Tensors of the same index must be on the same device")
 # A GPU index past the machine's GPUs (a global rank on the second machine, say).
 INVALID_DEVICE_ORDINAL = re.compile(r"invalid device ordinal")
 # Two ranks whose NCCL communicators share one GPU (NCCL checks it when it sets them up).

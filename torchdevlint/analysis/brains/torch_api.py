@@ -568,3 +568,11 @@ def torch_device_accepts(text: str) -> bool:
     """Whether `torch.device(text)` accepts the string: a device type, then `:<index>`."""
     kind, colon, index = text.partition(":")
     return kind in TORCH_DEVICE_TYPES and (not colon or index.isdigit())
+
+
+def is_optimizer_class(qualified: str) -> bool:
+    """An optimizer of `torch.optim` (`torch.optim.SGD`, `torch.optim.adamw.AdamW`): a class
+    there, not a learning-rate scheduler, an SWA helper or the `Optimizer` base."""
+    parts = qualified.split(".")
+    return (len(parts) in (3, 4) and parts[:2] == ["torch", "optim"] and parts[-1][:1].isupper()
+            and parts[-1] != "Optimizer" and not {"lr_scheduler", "swa_utils"} & set(parts))
