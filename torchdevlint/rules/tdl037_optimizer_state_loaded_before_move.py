@@ -171,6 +171,39 @@ class OptimizerStateLoadedBeforeMove(Rule):
             applicability=Applicability.UNSAFE,
             name="resume-in-a-branch-then-cuda",
         ),
+        Invalid(
+            """
+            import torch
+            from torch import optim
+            def train(build, resume_path):
+                model = build()
+                if resume_path is None:
+                    groups = model.parameters()
+                else:
+                    groups = [{"params": backbone_params(model), "lr": 0.01}, {"params": head_params(model)}]
+                optimizer = optim.SGD(groups, lr=0.1, momentum=0.9)
+                if resume_path is not None:
+                    optimizer.load_state_dict(torch.load(resume_path)["opt_dict"])
+                model.cuda()
+            """,
+            fixed="""
+            import torch
+            from torch import optim
+            def train(build, resume_path):
+                model = build()
+                if resume_path is None:
+                    groups = model.parameters()
+                else:
+                    groups = [{"params": backbone_params(model), "lr": 0.01}, {"params": head_params(model)}]
+                optimizer = optim.SGD(groups, lr=0.1, momentum=0.9)
+                if resume_path is not None:
+                    model.cuda()
+                    optimizer.load_state_dict(torch.load(resume_path)["opt_dict"])
+                model.cuda()
+            """,
+            applicability=Applicability.UNSAFE,
+            name="parameter-groups-gathered-first",
+        ),
     ]
 
     def leave_Module(self, node: cst.Module) -> None:
@@ -184,6 +217,7 @@ class OptimizerStateLoadedBeforeMove(Rule):
         optimizers: dict[str, str] = {}  # optimizer name -> model name
         loads: list[_Event] = []
         moves: list[_Event] = []
+        self._assigned = _assignments(body)
         for position, call, target, statement in _calls_in_order(body):
             func = call.func
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
@@ -242,18 +276,45 @@ class OptimizerStateLoadedBeforeMove(Rule):
         first = next((arg.value for arg in call.args if arg.keyword is None or arg.keyword.value == "params"), None)
         if first is None:
             return None
-        models = {found for found in _parameters_of(first)}
+        # Parameters gathered first (`params = [{"params": get_1x_lr_params(model)}, ...]`, in
+        # each branch that builds a model): every value the name is given.
+        given = self._assigned.get(first.value, []) if isinstance(first, cst.Name) else [first]
+        models = {found for value in given for found in _parameters_of(value)}
         return models.pop() if len(models) == 1 else None
 
 
 def _parameters_of(node: cst.CSTNode) -> Iterator[str]:
-    """The names `x` of each `x.parameters()` / `x.named_parameters()` inside `node`."""
+    """The models whose parameters `node` gathers: `x` of each `x.parameters()` /
+    `x.named_parameters()`, and the names handed to a helper named for parameters
+    (`get_10x_lr_params(model)`)."""
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
             and node.func.attr.value in ("parameters", "named_parameters") and isinstance(node.func.value, cst.Name):
         yield node.func.value.value
         return
+    if isinstance(node, cst.Call):
+        called = dotted_name(node.func) or ""
+        if "param" in called.rsplit(".", 1)[-1].lower():
+            yield from (arg.value.value for arg in node.args if isinstance(arg.value, cst.Name))
+            return
     for child in child_nodes(node):
         yield from _parameters_of(child)
+
+
+def _assignments(body: Sequence[cst.BaseStatement]) -> dict[str, list[cst.BaseExpression]]:
+    """Every value a plain name is given in the body (nested functions and classes aside)."""
+    found: dict[str, list[cst.BaseExpression]] = {}
+
+    def visit(node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            found.setdefault(node.targets[0].target.value, []).append(node.value)
+        for child in child_nodes(node):
+            visit(child)
+
+    for statement in body:
+        visit(statement)
+    return found
 
 
 # A call, its statement's position, the name it is assigned to, and its statement.
@@ -316,8 +377,8 @@ def _names_in(node: cst.CSTNode) -> Iterator[cst.Name]:
 def _runs_after(first: tuple[int, ...], later: tuple[int, ...]) -> bool:
     """Whether the statement at `later` runs after the one at `first` on some path: it comes
     after it in a block that holds both, not in another branch of an `if` around it."""
-    for depth, (a, b) in enumerate(zip(first, later)):
+    for a, b in zip(first, later, strict=False):
         if a != b:
             # Sides of an `if` (negative steps) are alternatives; statements of one block follow in order.
-            return a >= 0 and b >= 0 and b > a and depth < len(first) and depth < len(later)
+            return a >= 0 and b >= 0 and b > a
     return False
