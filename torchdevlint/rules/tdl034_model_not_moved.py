@@ -21,8 +21,9 @@ from torchdevlint.runtime_proof import DEVICE_MISMATCH, RuntimeProof
 class ModelNotMoved(Rule):
     """
     ## What it does
-    Finds a model left on the CPU that is called on data on the device: the data was moved
-    (`x = x.to(device)`, `images.cuda()`) and the model never was. The model is one the file
+    Finds a model left on the CPU that is called on data on the device (`model(x)`, or
+    `model.forward(x)`): the data was moved (`x = x.to(device)`, `images.cuda()`) and the
+    model never was. The model is one the file
     makes with parameters or buffers of its own: a `torch.nn` layer (`nn.Linear(...)`), an
     instance of the file's own `nn.Module` class whose `__init__` makes such parts, or one of
     such a class in another file of the project (`from src.model import handpose_model`, whose
@@ -193,6 +194,51 @@ class ModelNotMoved(Rule):
             applicability=Applicability.UNSAFE,
             name="documented-model-never-moved",
             in_docs=True,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class TwoHeads(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.policy = nn.Linear(4, 2)
+                    self.value = nn.Linear(4, 1)
+
+                def forward(self, state):
+                    return self.policy(state), self.value(state)
+
+            def act(observation):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                net = TwoHeads()
+                state = torch.as_tensor(observation, dtype=torch.float32).to(device)
+                logits, value = net.forward(state)
+                return logits.argmax().item(), value
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            class TwoHeads(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.policy = nn.Linear(4, 2)
+                    self.value = nn.Linear(4, 1)
+
+                def forward(self, state):
+                    return self.policy(state), self.value(state)
+
+            def act(observation):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                net = TwoHeads()
+                net.to(device)
+                state = torch.as_tensor(observation, dtype=torch.float32).to(device)
+                logits, value = net.forward(state)
+                return logits.argmax().item(), value
+            """,
+            applicability=Applicability.UNSAFE,
+            name="forward-called-by-name",
         ),
         Invalid(
             """
@@ -389,7 +435,10 @@ class ModelNotMoved(Rule):
         meeting, host = found.meeting, found.host
         if meeting.kind != MeetingKind.MODULE_CALL or not isinstance(meeting.node, cst.Call):
             return False
-        if host.node is not meeting.node.func or not host.value.is_module_like:
+        func = meeting.node.func
+        # `model(x)`, or `model.forward(x)`, whose operand is the model itself.
+        called = func.value if isinstance(func, cst.Attribute) and func.attr.value == "forward" else func
+        if host.node is not called or not host.value.is_module_like:
             return False
         if host.value.places != frozenset({HOST_PLACE}) or self._read_through_self(found):
             return False

@@ -1593,8 +1593,9 @@ class Interpreter:
             and isinstance(callee, cst.Name) and any(
                 param.name.value == callee.value for param in (*scope.params.params, *scope.params.kwonly_params))
 
-    def _module_call(self, node: cst.Call, module: Value, arguments: list[Value]) -> Value:
-        operands = [Operand(node.func, module)]
+    def _module_call(self, node: cst.Call, module: Value, arguments: list[Value],
+                     model_node: cst.CSTNode | None = None) -> Value:
+        operands = [Operand(model_node or node.func, module)]
         host_arguments: dict[int, str] = {}
         for made in module.holds:
             here = self.flow.host_argument_losses.get(made)
@@ -1643,6 +1644,10 @@ class Interpreter:
             self.flow.held[id(node)] = (Held.WRAPPED_STATE_DICT, node)
             return Value(frozenset({Kind.CONTAINER}), receiver.places if receiver.is_module_like else None,
                          holds=frozenset({id(node)}))
+        if method == "forward" and receiver.is_module_like and Kind.WRAPPED_MODULE not in receiver.kinds:
+            # `model.forward(x)`: the model run on its inputs, as `model(x)` runs it.
+            assert isinstance(node.func, cst.Attribute)
+            return self._module_call(node, receiver, arguments, node.func.value)
         if receiver.instance_of is not None:
             definition = self.oracle.method_of(receiver.instance_of, method)
             if definition is not None:
