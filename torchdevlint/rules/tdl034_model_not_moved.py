@@ -42,6 +42,11 @@ class ModelNotMoved(Rule):
     (`nn.LayerNorm(d)(x)` in `forward`): it is not one of the model's parts, so it stays on the
     CPU when the model moves (and is not trained: a new one is made each call).
 
+    Also a model kept as an attribute of a class of its own (no base but `object`, a process
+    or a thread: an agent, a trainer, a worker), made in its `__init__` and called by its methods on data they move, where no
+    method of the class moves it (`self.critic.to(...)`): one finding for the attribute, at its
+    first call.
+
     Also such a model handed to a function of the file that calls it on data it moves to the
     device (`evaluate(model_1, loader)` beside `evaluate(model_0, loader)` with `model_0` moved):
     the function is read with each call's arguments, and the call is reported.
@@ -146,6 +151,24 @@ class ModelNotMoved(Rule):
             """,
             name="parts-read-in-forward-a-loss-holding-device-weights-and-a-library-placed-model",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Trainer:
+                def __init__(self):
+                    self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    self.model = nn.Linear(4, 2)
+
+                def prepare(self):
+                    self.model.to(self.device)
+
+                def step(self, batch):
+                    return self.model(batch.to(self.device))
+            """,
+            name="an-attribute-moved-by-another-method",
+        ),
     ]
 
     INVALID = [
@@ -239,6 +262,32 @@ class ModelNotMoved(Rule):
             """,
             applicability=Applicability.UNSAFE,
             name="forward-called-by-name",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Critic(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Linear(4, 1)
+
+                def forward(self, state):
+                    return self.body(state)
+
+            class Agent:
+                def __init__(self):
+                    self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    self.critic = Critic()
+
+                def value(self, observation):
+                    return self.critic(torch.as_tensor(observation).to(self.device))
+
+                def values(self, observations):
+                    return self.critic(torch.stack(observations).to(self.device))
+            """,
+            name="an-agents-model-never-moved-one-finding",
         ),
         Invalid(
             """
@@ -345,11 +394,19 @@ class ModelNotMoved(Rule):
     def _report_meetings(self) -> None:
         flow = self.context.flow
         seen: set[int] = set()
+        attributes_reported: set[tuple[int, str]] = set()
         for found in flow.host_meetings():
             if not self._model_left_behind(found) or id(found.meeting.node) in seen:
                 continue
             seen.add(id(found.meeting.node))
             written = self.context.code_for_node(found.host.node)
+            if self._read_through_self(found):
+                # An agent's model: one finding for the attribute of its class, at its first call.
+                block = self.context.parents.get(id(found.flow.node))
+                key = (id(self.context.parents.get(id(block))), written)
+                if key in attributes_reported:
+                    continue
+                attributes_reported.add(key)
             if found.device.value.places == frozenset({MODULE_DEVICE_PLACE}):
                 # Inside a model's own code, on its inputs: a layer made there is not one of its parts.
                 message = (f"{written} is made on the CPU and called on the model's inputs: it stays on the CPU "
@@ -440,10 +497,27 @@ class ModelNotMoved(Rule):
         called = func.value if isinstance(func, cst.Attribute) and func.attr.value == "forward" else func
         if host.node is not called or not host.value.is_module_like:
             return False
-        if host.value.places != frozenset({HOST_PLACE}) or self._read_through_self(found):
+        if host.value.places != frozenset({HOST_PLACE}) or (
+                self._read_through_self(found) and not self._unmoved_attribute_of_a_plain_class(found)):
             return False
         class_id = host.value.instance_of
         return class_id is None or self.context.flow.module_owns_state(class_id)
+
+    def _unmoved_attribute_of_a_plain_class(self, found: HostMeeting) -> bool:
+        """`self.model(x)` in a method of a class that is no `nn.Module` (an agent, a trainer),
+        where no method of the class moves `self.model`: nothing moves it with the object."""
+        function = found.flow.node
+        block = self.context.parents.get(id(function))
+        owner = self.context.parents.get(id(block)) if block is not None else None
+        if not isinstance(owner, cst.ClassDef) or any(
+                self.context.names.qualified_name(base.value, among=_PLAIN_BASES) is None for base in owner.bases):
+            return False  # a base of another kind may be a Module (a LightningModule)
+        written = dotted_name(found.host.node) if isinstance(found.host.node, cst.BaseExpression) else None
+        if written is None or written.count(".") != 1:
+            return False
+        attribute = re.escape(written.split(".", 1)[1])
+        moved = re.compile(rf"\.{attribute}\s*\.\s*(?:to|cuda|xpu|mps|apply)\s*\(|\.{attribute}\s*=\s*[^\n]*\.(?:to|cuda)\s*\(")
+        return moved.search(self.context.code_for_node(owner)) is None
 
     @staticmethod
     def _read_through_self(found: HostMeeting) -> bool:
@@ -456,6 +530,10 @@ class ModelNotMoved(Rule):
         written = dotted_name(found.host.node) if isinstance(found.host.node, cst.BaseExpression) else None
         return bool(params) and written is not None and written.startswith(params[0].name.value + ".")
 
+
+# Bases that make a class no `nn.Module`: an agent's, a worker process's, a thread's.
+_PLAIN_BASES = frozenset({"builtins.object", "object", "multiprocessing.Process", "torch.multiprocessing.Process",
+                          "multiprocessing.context.Process", "threading.Thread", "abc.ABC"})
 
 # A device written as a string literal (`"cuda:0"`).
 _QUOTED = re.compile(r"""(['"])[\w:]+\1""")
