@@ -3,6 +3,7 @@ line selects, and which lines a suppression comment silences."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,22 @@ def test_tdl203s_torch_version_defaults_to_the_floor_the_project_declares(
     settings = SettingsFinder(tmp_path, selection=CommandLineSelection(select=("TDL203",))).fallback
     options = settings.rule_options.get("TDL203")
     assert getattr(options, "torch_version", "2.6") == floor
+
+
+def test_tdl205s_fix_is_safe_only_where_a_floor_of_2_3_or_later_is_declared(tmp_path: Path) -> None:
+    source = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+    (tmp_path / "train.py").write_text(source)
+
+    def applicability() -> str:
+        found = json.loads(run_cli("check", "--select", "TDL205", "--output-format", "json", "train.py",
+                                   cwd=tmp_path).stdout)
+        return str(found[0]["fix"]["applicability"])
+
+    assert applicability() == "unsafe"  # nothing says which torch: the code may support one before 2.3
+    (tmp_path / "requirements.txt").write_text("torch>=2.4\n")
+    assert applicability() == "safe"
+    (tmp_path / "requirements.txt").write_text("torch>=2.1\n")
+    assert applicability() == "unsafe"
 
 
 def test_a_configured_torch_version_wins_over_the_projects_floor(tmp_path: Path) -> None:

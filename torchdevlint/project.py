@@ -22,6 +22,9 @@ from pathlib import Path
 import tomllib
 
 PROJECT_FACT = "project_fact"
+# The oldest torch taken where neither the configuration nor the project says (as ruff takes a
+# target version): what a fix writes may assume it, but such a fix is not safe.
+ASSUMED_TORCH_VERSION = "2.6"
 TORCH_FLOOR = "torch-floor"
 
 # `torch>=2.2,<3`, `torch == 2.1.0`, `torch~=2.3`, with extras or markers after it.
@@ -130,17 +133,25 @@ FACTS: dict[str, Callable[[Path], str | None]] = {TORCH_FLOOR: torch_floor}
 class TorchVersionOptions:
     """A rule's `torch-version` option: the oldest PyTorch the code must run on, which
     decides which API a fix may write. Unset, it is the floor the project declares for torch
-    (pyproject.toml, setup.cfg, setup.py, requirements*.txt), else 2.6."""
+    (pyproject.toml, setup.cfg, setup.py, requirements*.txt); with neither, 2.6 is assumed,
+    and `declared` says so (a fix that only the assumption makes right is then unsafe)."""
 
-    torch_version: str = field(default="2.6", metadata={PROJECT_FACT: TORCH_FLOOR})
+    torch_version: str | None = field(default=None, metadata={PROJECT_FACT: TORCH_FLOOR})
 
     def __post_init__(self) -> None:
+        if self.torch_version is None:
+            return
         parts = self.torch_version.split(".") if isinstance(self.torch_version, str) else []
         if len(parts) < 2 or not all(part.isdigit() for part in parts[:2]):
             raise ValueError('torch-version must be a version such as "2.6"')
 
+    @property
+    def declared(self) -> bool:
+        """The configuration or the project says which torch the code must run on."""
+        return self.torch_version is not None
+
     def at_least(self, major: int, minor: int) -> bool:
-        found = tuple(int(part) for part in self.torch_version.split(".")[:2])
+        found = tuple(int(part) for part in (self.torch_version or ASSUMED_TORCH_VERSION).split(".")[:2])
         return found >= (major, minor)
 
     @property

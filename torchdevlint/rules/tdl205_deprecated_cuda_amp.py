@@ -45,14 +45,16 @@ class DeprecatedCudaAmp(Rule):
     ...)` / `torch.amp.GradScaler("cuda", ...)`, with positional arguments of `autocast`
     given their names (`enabled=`, `dtype=`, `cache_enabled=`), since `"cuda"` takes the
     first place. Both have the same defaults. The fix is safe where the oldest PyTorch the
-    code must run on (`torch-version`) is 2.3 or later, where `torch.amp.GradScaler` exists;
-    unsafe otherwise. Calls through a name imported from `torch.cuda.amp` get no fix: the
+    code must run on, as configured (`torch-version`) or declared by the project, is 2.3 or
+    later, where `torch.amp.GradScaler` exists; unsafe otherwise, and unsafe where neither
+    says (the code may support an older torch). Calls through a name imported from `torch.cuda.amp` get no fix: the
     import would need to change with them.
 
     ## Options
     - `torch-version`: the oldest PyTorch the code must run on. Unset, it is the lower bound
       the project declares for torch (`torch>=2.2` in `pyproject.toml`, `setup.cfg`,
-      `setup.py` or a `requirements*.txt` beside the configuration), else `"2.6"`.
+      `setup.py` or a `requirements*.txt` beside the configuration); with neither, `"2.6"` is
+      assumed for what the fix writes, and the fix is unsafe.
     """
 
     code = "TDL205"
@@ -95,7 +97,7 @@ class DeprecatedCudaAmp(Rule):
                 loss = model(batch).mean()
             scaler.scale(loss).backward()
             """,
-            applicability=Applicability.SAFE,
+            applicability=Applicability.UNSAFE,
             count=2,
             name="documented-scaler-and-autocast",
             in_docs=True,
@@ -119,7 +121,7 @@ class DeprecatedCudaAmp(Rule):
             with autocast(enabled=use_amp):
                 pass
             """,
-            applicability=Applicability.SAFE,
+            applicability=Applicability.UNSAFE,
             count=3,
             name="positional-arguments-and-an-imported-name",
         ),
@@ -162,5 +164,7 @@ class DeprecatedCudaAmp(Rule):
             else:
                 arguments.append(text)
         written = ", ".join(['"cuda"', *arguments])
-        applicability = Applicability.SAFE if self.options.at_least(2, 3) else Applicability.UNSAFE
+        # Safe only where the declared floor has torch.amp.GradScaler (2.3): an assumed one is no promise.
+        safe = self.options.declared and self.options.at_least(2, 3)
+        applicability = Applicability.SAFE if safe else Applicability.UNSAFE
         return self.make_fix(NodeEdit(call, f"{torch}.amp.{replacement}({written})"), applicability=applicability)
