@@ -13,19 +13,25 @@ that needs both is not seen; the docs say so.
 from __future__ import annotations
 
 import io
+import re
 import tokenize
 from dataclasses import dataclass
 
 # Characters of code (long literals already blanked) past which a file is linted in pieces.
 PIECEWISE_ABOVE = 1_000_000
 # Or top-level statements: the flow keeps the bindings before each statement of a body, so a
-# module of ten thousand assignments cost 2.6 GB whole. Only a file of more lines than this is
-# counted (the tokenizer's pass costs about a second a megabyte).
+# module of ten thousand assignments cost 2.6 GB whole. Only a file of more lines, and more
+# lines starting at the margin, than this is counted (the tokenizer's pass costs about a
+# second a megabyte).
 PIECEWISE_STATEMENTS_ABOVE = 2_000
 # At most this much text, and this many top-level statements, in a piece: the flow keeps the
 # bindings before each statement, so a piece's cost grows with the square of its statements.
 PIECE_CHARACTERS = 100_000
 PIECE_STATEMENTS = 1_000
+
+# A line that starts with code at the margin: each top-level statement starts on one, so their
+# count bounds the statements without the tokenizer's pass over a long module of classes.
+_AT_COLUMN_ZERO = re.compile(r"^[^\s#]", re.MULTILINE)
 
 # Keywords that continue the compound statement above them at the same indentation.
 _CONTINUATIONS = frozenset({"else", "elif", "except", "finally"})
@@ -47,8 +53,9 @@ class Piece:
 def needs_pieces(source: str) -> list[Piece] | None:
     """The pieces to lint `source` in, where it is too big to analyse at once; None where it
     is linted whole."""
-    if len(source) <= PIECEWISE_ABOVE and source.count("\n") <= PIECEWISE_STATEMENTS_ABOVE:
-        return None
+    if len(source) <= PIECEWISE_ABOVE and (source.count("\n") <= PIECEWISE_STATEMENTS_ABOVE or len(
+            _AT_COLUMN_ZERO.findall(source)) <= PIECEWISE_STATEMENTS_ABOVE):
+        return None  # too few lines, or too few that start at the margin, to hold so many statements
     cut = cut_into_pieces(source)
     if cut is None or len(cut) < 2:
         return None

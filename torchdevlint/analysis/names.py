@@ -11,6 +11,8 @@ from typing import Protocol
 
 import libcst as cst
 
+from torchdevlint.analysis.tree import child_nodes
+
 # Calls after which nothing in the block runs: builtins, and functions by qualified name.
 EXIT_BUILTINS: frozenset[str] = frozenset({"exit", "quit"})
 EXIT_FUNCTIONS: frozenset[str] = frozenset({"sys.exit", "os._exit", "pytest.skip", "pytest.exit", "unittest.SkipTest"})
@@ -170,3 +172,47 @@ def _compound_statements(statement: cst.CSTNode) -> Iterator[cst.BaseSmallStatem
                 yield from child.body
         elif isinstance(child, (cst.Else, cst.ExceptHandler, cst.Finally, cst.If, cst.ExceptStarHandler)):
             yield from _compound_statements(child)
+
+
+def module_bound_names(module: cst.Module) -> set[str]:
+    """Names the module body binds by assignment, definition or import (in its `if`, `for`,
+    `try` and `with` blocks too), which its functions may read as globals.
+
+    Statements only: the walk never enters an expression, so a module holding a
+    megabyte-long data literal costs what its statements cost.
+    """
+    names: set[str] = set()
+    stack: list[cst.CSTNode] = list(module.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            names.add(node.name.value)
+        elif isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            stack.extend(node.body)
+        elif isinstance(node, cst.Assign):
+            names.update(target.target.value for target in node.targets if isinstance(target.target, cst.Name))
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For)):
+            if isinstance(node.target, cst.Name):
+                names.add(node.target.value)
+            if isinstance(node, cst.For):
+                stack.extend(_nested_statements(node))
+        elif isinstance(node, (cst.Import, cst.ImportFrom)):
+            for alias in node.names if isinstance(node.names, (list, tuple)) else ():
+                # `import torch.utils.data` binds `torch`.
+                names.add(cst.ensure_type(alias.asname.name, cst.Name).value if alias.asname else
+                          (dotted_name(alias.name) or "").split(".")[0])
+        elif isinstance(node, (cst.BaseCompoundStatement, cst.Else, cst.Finally, cst.ExceptHandler,
+                               cst.ExceptStarHandler, cst.MatchCase)):
+            stack.extend(_nested_statements(node))
+    return names
+
+
+def _nested_statements(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements and clauses directly inside a compound statement (`if`, `for`, `try` …)."""
+    nested: list[cst.CSTNode] = []
+    for child in child_nodes(node):
+        if isinstance(child, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            nested.extend(child.body)
+        elif isinstance(child, (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.If, cst.MatchCase)):
+            nested.append(child)
+    return nested

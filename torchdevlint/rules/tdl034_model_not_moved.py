@@ -362,6 +362,8 @@ class ModelNotMoved(Rule):
 
     def setup(self) -> None:
         self._helper_calls = self.context.shared(HelperCalls)
+        # A plain class's source, written once however many of its calls are asked about.
+        self._class_code: dict[int, str] = {}
 
     def leave_Module(self, node: cst.Module) -> None:
         self._report_meetings()
@@ -517,7 +519,9 @@ class ModelNotMoved(Rule):
             return False
         attribute = re.escape(written.split(".", 1)[1])
         moved = re.compile(rf"\.{attribute}\s*\.\s*(?:to|cuda|xpu|mps|apply)\s*\(|\.{attribute}\s*=\s*[^\n]*\.(?:to|cuda)\s*\(")
-        return moved.search(self.context.code_for_node(owner)) is None
+        if id(owner) not in self._class_code:
+            self._class_code[id(owner)] = self.context.code_for_node(owner)
+        return moved.search(self._class_code[id(owner)]) is None
 
     @staticmethod
     def _read_through_self(found: HostMeeting) -> bool:

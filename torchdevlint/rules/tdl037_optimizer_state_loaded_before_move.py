@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
-from torchdevlint.analysis.flow.results import names_bound_by
-from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.names import dotted_name, module_bound_names
 from torchdevlint.analysis.tree import child_nodes
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
@@ -206,6 +205,9 @@ class OptimizerStateLoadedBeforeMove(Rule):
         ),
     ]
 
+    def setup(self) -> None:
+        self._globals: set[str] | None = None  # what the module binds, read once where a fix needs it
+
     def leave_Module(self, node: cst.Module) -> None:
         self._check_body(node.body)
 
@@ -245,25 +247,12 @@ class OptimizerStateLoadedBeforeMove(Rule):
         if env is None:
             return None
         needed = {name.value for arg in move.node.args for name in _names_in(arg.value)}
-        if not needed <= env.keys() | self._module_names():
+        if self._globals is None:
+            self._globals = module_bound_names(self.context.module)
+        if not needed <= env.keys() | self._globals:
             return None
         return self.make_fix(NodeEdit.insert_line_before(load.statement, self.context.code_for_node(move.node)),
                              applicability=Applicability.UNSAFE)
-
-    def _module_names(self) -> set[str]:
-        """Names the module's top level binds: a function's moves may read them."""
-        names: set[str] = set()
-        for statement in self.context.module.body:
-            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                names.add(statement.name.value)
-            elif isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
-                    if isinstance(small, cst.Assign):
-                        names.update(bound.value for target in small.targets for bound in names_bound_by(target.target))
-                    elif isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
-                        names.update((alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name)
-                                      else (dotted_name(alias.name) or "").split(".")[0]) for alias in small.names)
-        return names
 
     def _moves_to_an_accelerator(self, call: cst.Call) -> bool:
         destination = self.context.flow.move_destination(call)

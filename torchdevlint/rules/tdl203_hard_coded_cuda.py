@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.cuda_uses import DEVICE_VARIABLE, CudaProgram, CudaUse, UnavoidableCudaUse, UseKind
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.names import module_bound_names
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.project import TorchVersionOptions
@@ -234,7 +234,7 @@ class HardCodedCuda(Rule):
         chosen = [self._choose_by_availability(found.use, choice, torch) for found in reported
                   if found.use.kind is UseKind.DEVICE_VARIABLE and found.use.index is None]
         routed: list[NodeEdit] = []
-        if _DEVICE_NAME not in self._module_names(module):
+        if _DEVICE_NAME not in module_bound_names(module):
             routed = [edit for found in reported if not found.device_shadowed
                       for edit in route_through(found.use, _DEVICE_NAME, self.context.code_for_node)]
         if routed:
@@ -266,44 +266,3 @@ class HardCodedCuda(Rule):
                 break
         return last
 
-    @staticmethod
-    def _module_names(module: cst.Module) -> set[str]:
-        """Names the module body binds by assignment, definition or import.
-
-        Statements only: the walk never enters an expression, so a module holding a
-        megabyte-long data literal costs what its statements cost.
-        """
-        names: set[str] = set()
-        stack: list[cst.CSTNode] = list(module.body)
-        while stack:
-            node = stack.pop()
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-                names.add(node.name.value)
-            elif isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-                stack.extend(node.body)
-            elif isinstance(node, cst.Assign):
-                names.update(target.target.value for target in node.targets if isinstance(target.target, cst.Name))
-            elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For)):
-                if isinstance(node.target, cst.Name):
-                    names.add(node.target.value)
-                if isinstance(node, cst.For):
-                    stack.extend(_nested_statements(node))
-            elif isinstance(node, (cst.Import, cst.ImportFrom)):
-                for alias in node.names if isinstance(node.names, (list, tuple)) else ():
-                    names.add(cst.ensure_type(alias.asname.name, cst.Name).value if alias.asname else
-                              str(alias.name.value) if isinstance(alias.name, cst.Name) else "")
-            elif isinstance(node, (cst.BaseCompoundStatement, cst.Else, cst.Finally, cst.ExceptHandler,
-                                   cst.ExceptStarHandler, cst.MatchCase)):
-                stack.extend(_nested_statements(node))
-        return names
-
-
-def _nested_statements(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The statements and clauses directly inside a compound statement (`if`, `for`, `try` …)."""
-    nested: list[cst.CSTNode] = []
-    for child in child_nodes(node):
-        if isinstance(child, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-            nested.extend(child.body)
-        elif isinstance(child, (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.If, cst.MatchCase)):
-            nested.append(child)
-    return nested
