@@ -207,12 +207,28 @@ class OptimizerStateLoadedBeforeMove(Rule):
 
     def setup(self) -> None:
         self._globals: set[str] | None = None  # what the module binds, read once where a fix needs it
+        # For the module and each function being walked: whether it builds a torch optimizer,
+        # and whether it calls some `.load_state_dict`. Only a body that does both is searched
+        # (a keystroke walks every function of the file again).
+        self._scopes: list[_Scope] = [_Scope()]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._scopes.append(_Scope())
+
+    def visit_Call(self, node: cst.Call) -> None:
+        scope = self._scopes[-1]
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "load_state_dict":
+            scope.loads_state = True
+        elif not scope.builds_optimizer \
+                and self.context.names.qualified_name(node.func, among=torch_api.is_optimizer_class) is not None:
+            scope.builds_optimizer = True
 
     def leave_Module(self, node: cst.Module) -> None:
-        self._check_body(node.body)
+        if self._scopes[-1].may_load_an_optimizer:
+            self._check_body(node.body)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if isinstance(node.body, cst.IndentedBlock):
+        if self._scopes.pop().may_load_an_optimizer and isinstance(node.body, cst.IndentedBlock):
             self._check_body(node.body.body)
 
     def _check_body(self, body: Sequence[cst.BaseStatement]) -> None:
@@ -270,6 +286,16 @@ class OptimizerStateLoadedBeforeMove(Rule):
         given = self._assigned.get(first.value, []) if isinstance(first, cst.Name) else [first]
         models = {found for value in given for found in _parameters_of(value)}
         return models.pop() if len(models) == 1 else None
+
+
+@dataclass
+class _Scope:
+    builds_optimizer: bool = False
+    loads_state: bool = False
+
+    @property
+    def may_load_an_optimizer(self) -> bool:
+        return self.builds_optimizer and self.loads_state
 
 
 def _parameters_of(node: cst.CSTNode) -> Iterator[str]:
