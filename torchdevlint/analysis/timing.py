@@ -11,7 +11,7 @@ reading.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import libcst as cst
@@ -23,11 +23,20 @@ from torchdevlint.analysis.names import NameResolver
 from torchdevlint.analysis.tree import child_nodes
 
 TIMERS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.process_time", "timeit.default_timer",
+                    "time.clock",  # Python 2 and up to 3.7
                     "time.time_ns", "time.perf_counter_ns", "time.monotonic_ns"})
 # Calls after which the queued work is done.
 _WAITING_METHODS = frozenset({"synchronize", "item", "tolist", "numpy", "cpu", "elapsed_time", "wait"})
 _WAITING_MODULES = ("torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize",
                     "torch.mps.synchronize", "torch.cuda.Event", "torch.distributed.barrier")
+# Methods after which the host knows a result's size, so the work behind it is done.
+_SIZE_READING_METHODS = frozenset({"nonzero", "unique", "unique_consecutive", "masked_select", "nms", "batched_nms"})
+# Device moves: from host data, and not asked to be asynchronous, they wait for the queued work
+# (PyTorch copies pageable memory to the device and synchronises the stream).
+_MOVES = frozenset({"to", "cuda"})
+_FACTORIES_FROM_DATA = ("torch.tensor", "torch.as_tensor")
+# How deep a wait is looked for in what a measured call runs (`model(x)` -> `forward` -> helpers).
+_CALLEE_DEPTH = 2
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _STATEMENT_PARTS = (cst.BaseCompoundStatement, cst.BaseSuite, cst.SimpleStatementLine, cst.Else, cst.ExceptHandler,
                     cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
@@ -36,18 +45,24 @@ _LOOPS_RUN_TWICE = 3
 
 
 def _calls(unit: cst.CSTNode) -> Iterator[cst.Call]:
-    stack: list[cst.CSTNode] = [unit]
+    """The calls a node evaluates, in the order Python makes them: a call after the calls of
+    its callee and arguments (`model(x.cuda())`: the copy, then the model)."""
+    stack: list[tuple[cst.CSTNode, bool]] = [(unit, False)]
     while stack:
-        node = stack.pop()
+        node, entered = stack.pop()
+        if entered:
+            yield node  # type: ignore[misc]  # only calls are pushed entered
+            continue
         if isinstance(node, _NESTED_SCOPES):
             continue
         if isinstance(node, cst.Call):
-            yield node
-        stack.extend(child_nodes(node))
+            stack.append((node, True))
+        stack.extend((child, False) for child in reversed(child_nodes(node)))
 
 
-def unsynchronised_readings(body: Sequence[cst.BaseStatement], flow: FlowQueries,
-                            names: NameResolver) -> list[Reading]:
+def unsynchronised_readings(body: Sequence[cst.BaseStatement], flow: FlowQueries, names: NameResolver,
+                            definitions: Callable[[], Mapping[int, cst.FunctionDef | cst.ClassDef]] | None = None,
+                            ) -> list[Reading]:
     """Each measurement in a scope's body (a module's, a function's) whose span holds
     accelerator work that no wait inside a measured span covers.
 
@@ -65,8 +80,15 @@ def unsynchronised_readings(body: Sequence[cst.BaseStatement], flow: FlowQueries
     the previous one left. A training loop (see `_trains`) adds no work to a span around
     it: CUDA queues only so far ahead, so what is unfinished at its end is a step's worth of
     a long span. One that never waits is left whole: once the queue is full, each step takes
-    as long to queue as the GPU takes to run one, so per-step readings come out right."""
-    walk = _Walk(flow, names)
+    as long to queue as the GPU takes to run one, so per-step readings come out right.
+
+    A wait is also what the host must have before it goes on: a result read (`.item()`,
+    printing a tensor), a size only the device knows (`nonzero`, `nms`), and a blocking copy
+    of host data to the device (`.to(device)` of a NumPy array's tensor, `torch.tensor(...,
+    device=...)`), which PyTorch makes after the work queued before it. One inside what a
+    measured call runs, the `forward` of a model of this file or a function of this file
+    (`definitions`, by node id), waits too: for the work queued before it there."""
+    walk = _Walk(flow, names, definitions)
     if walk.readings_in(body) < 2:
         # A measurement needs a reading before it.
         return []
@@ -130,9 +152,11 @@ class _Spans:
 
 
 class _Walk:
-    def __init__(self, flow: FlowQueries, names: NameResolver) -> None:
+    def __init__(self, flow: FlowQueries, names: NameResolver,
+                 definitions: Callable[[], Mapping[int, cst.FunctionDef | cst.ClassDef]] | None = None) -> None:
         self.flow = flow
         self.names = names
+        self._definitions = definitions
         self.found: dict[int, Reading] = {}
         # Measurements whose left-over work the next step's span waits for.
         self.averaged: set[int] = set()
@@ -236,7 +260,10 @@ class _Walk:
     def _loop(self, loop: cst.For | cst.While, spans: _Spans, later: tuple[cst.CSTNode, ...]) -> _Spans:
         calls = self.calls(loop)
         trains = _trains(loop, calls, self.flow)
-        if trains and not any(self._waits(call) for call in calls):
+        # Each step's copy of its batch to the device waits for the step before: but what one
+        # step leaves is nothing next to a training loop's span, so only a read of results
+        # makes its body worth walking.
+        if trains and not any(self._reads(call) for call in calls):
             return spans  # timed as a whole, and adds no work (see `unsynchronised_readings`)
         header = self.calls(loop.iter) if isinstance(loop, cst.For) else self.calls(loop.test)
         if isinstance(loop, cst.For):
@@ -262,10 +289,12 @@ class _Walk:
 
     def _calls(self, calls: list[cst.Call], unit: cst.CSTNode, line: cst.SimpleStatementLine | None,
                spans: _Spans, later: tuple[cst.CSTNode, ...]) -> _Spans:
-        if any(self._waits(call) for call in calls):
-            spans = self._waited(spans)
-        elif any(self._works(call) for call in calls):
-            spans = spans.with_work()
+        # In the order the calls are made: work queued after the statement's last wait stays.
+        for call in calls:
+            if self._waits(call):
+                spans = self._waited(spans)
+            elif self._works(call):
+                spans = spans.with_work()
         for reading in (call for call in calls if self._is_reading(call)):
             ended = self._span_ended(reading, unit, later)
             if ended is not None and spans.pending(ended):
@@ -293,8 +322,34 @@ class _Walk:
         carried = {replace(left, carried=True) for left in repeated}
         return replace(spans.started(name, pending), left_over=(spans.left_over - repeated) | carried)
 
-    def _waits(self, call: cst.Call) -> bool:
-        return self._answer("waits", call, lambda: _waits(call, self.flow, self.names))
+    def _waits(self, call: cst.Call, depth: int = 0) -> bool:
+        return self._answer("waits", call, lambda: _waits(call, self.flow, self.names) or _blocking_copy(call, self.flow, self.names)
+                            or (depth < _CALLEE_DEPTH and self._callee_waits(call, depth)))
+
+    def _reads(self, call: cst.Call) -> bool:
+        return self._answer("reads", call, lambda: _waits(call, self.flow, self.names))
+
+    def _callee_waits(self, call: cst.Call, depth: int) -> bool:
+        """What the call runs, a function of this file or the `forward` of a model of this file,
+        waits somewhere in its own body."""
+        body = self._callee_body(call)
+        return body is not None and any(self._waits(inner, depth + 1) for inner in self.calls(body))
+
+    def _callee_body(self, call: cst.Call) -> cst.BaseSuite | None:
+        if self._definitions is None:
+            return None
+        callee = self.flow.value_of(call.func)
+        definitions = self._definitions()
+        if callee.reference is not None and callee.reference.definition is not None:
+            found = definitions.get(callee.reference.definition)
+            return found.body if isinstance(found, cst.FunctionDef) else None
+        if callee.instance_of is not None and callee.is_module_like:
+            model = definitions.get(callee.instance_of)
+            if isinstance(model, cst.ClassDef):
+                forward = next((statement for statement in model.body.body if isinstance(statement, cst.FunctionDef)
+                                and statement.name.value == "forward"), None)
+                return forward.body if forward is not None else None
+        return None
 
     def _works(self, call: cst.Call) -> bool:
         return self._answer("works", call, lambda: _accelerator_work(call, self.flow))
@@ -419,6 +474,9 @@ def _waits(call: cst.Call, flow: FlowQueries, names: NameResolver) -> bool:
         return True
     if isinstance(func, cst.Attribute) and func.attr.value in _WAITING_METHODS:
         return True
+    # `x.nonzero()`, `torchvision.ops.nms(...)`: the host needs the result's size.
+    if _reads_a_size(func, flow, names):
+        return True
     # `print(f"accuracy {acc:.2f}")`, `"%.3f" % loss`, `"{}".format(loss)`: formatting a tensor
     # reads it on the host.
     if any(_formats_device_data(arg.value, flow) for arg in call.args):
@@ -429,6 +487,34 @@ def _waits(call: cst.Call, flow: FlowQueries, names: NameResolver) -> bool:
     # `print(loss)`, `float(loss)`: the value is read on the host.
     return isinstance(func, cst.Name) and func.value in ("print", "float", "int") and any(
         _device_data(flow.value_of(arg.value)) for arg in call.args)
+
+
+def _reads_a_size(func: cst.BaseExpression, flow: FlowQueries, names: NameResolver) -> bool:
+    last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if last not in _SIZE_READING_METHODS:
+        return False
+    if names.qualified_name(func, among=lambda name: name.startswith(("torch.", "torchvision."))) is not None:
+        return True
+    # A method of a tensor (or of what the model cannot tell: a parameter of a helper).
+    return isinstance(func, cst.Attribute) and flow.value_of(func.value).reference is None \
+        and not flow.value_of(func.value).is_module_like
+
+
+def _blocking_copy(call: cst.Call, flow: FlowQueries, names: NameResolver) -> bool:
+    """A copy of host data to an accelerator that the host waits for: `.to(device)` or
+    `.cuda()` of a host tensor without `non_blocking`, `torch.tensor(data, device=...)`."""
+    func = call.func
+    if any(arg.keyword is not None and arg.keyword.value == "non_blocking" for arg in call.args):
+        return False
+    if isinstance(func, cst.Attribute) and func.attr.value in _MOVES:
+        source = flow.value_of(func.value)
+        if not (source.is_tensor_like and source.places is not None and not source.may_be_on_accelerator):
+            return False
+        destination = flow.move_destination(call)
+        return destination is not None and destination.may_be_accelerator
+    if names.qualified_name(func, among=lambda name: name in _FACTORIES_FROM_DATA) is not None:
+        return _device_data(flow.value_of(call))
+    return False
 
 
 def _device_data(value: Value) -> bool:
@@ -462,7 +548,12 @@ def _host_numbers(value: Value) -> bool:
 
 def _accelerator_work(call: cst.Call, flow: FlowQueries) -> bool:
     """A call the flow model shows computing on an accelerator: its result is device data,
-    or it is a method of device data (`loss.backward()`)."""
+    or it is a method of device data (`loss.backward()`).
+
+    Not on "a machine with a GPU" (`value_on_a_gpu_machine`): a model of another file, there,
+    would be work wherever its input is on the device, and the detectors that time one most
+    often wait inside it (a blocking copy of a grid in `forward`, a `nonzero` in its NMS),
+    which this file does not show."""
     value = flow.value_of(call)
     if value.is_tensor_like and value.on_accelerator:
         return True

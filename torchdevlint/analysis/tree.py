@@ -113,6 +113,23 @@ def small_statements(body: Sequence[cst.BaseStatement]) -> Iterator[cst.CSTNode]
             yield statement
 
 
+def definitions_by_id(module: cst.Module) -> dict[int, cst.FunctionDef | cst.ClassDef]:
+    """Every function and class the module defines, at any depth, by node id (as the flow's
+    values name them). Only statements are searched: no definition is inside an expression."""
+    found: dict[int, cst.FunctionDef | cst.ClassDef] = {}
+    stack: list[cst.CSTNode] = list(module.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            found[id(node)] = node
+        if isinstance(node, (cst.BaseCompoundStatement, cst.BaseSuite, cst.Else, cst.ExceptHandler,
+                             cst.ExceptStarHandler, cst.Finally, cst.MatchCase)):
+            stack.extend(child for child in child_nodes(node)
+                         if isinstance(child, (cst.BaseStatement, cst.BaseSuite, cst.Else, cst.ExceptHandler,
+                                               cst.ExceptStarHandler, cst.Finally, cst.MatchCase)))
+    return found
+
+
 # The comment before each cell of a notebook linted as one program (`notebook/program.py`).
 NOTEBOOK_CELL_MARKER = "# %% torchdevlint cell "
 

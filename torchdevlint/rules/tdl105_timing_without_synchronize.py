@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from torchdevlint.analysis.timing import TIMERS, unsynchronised_readings
+from torchdevlint.analysis.tree import definitions_by_id
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -21,7 +22,9 @@ class TimingWithoutSynchronize(Rule):
     flow model shows on an accelerator (a model on the GPU called, device tensors computed,
     `loss.backward()`) with nothing in between that waits for it: no
     `torch.cuda.synchronize()` (or `torch.accelerator.synchronize()`), no CUDA event, no
-    transfer to the host (`.item()`, `.cpu()`, printing a tensor). The paths go into `if`,
+    transfer to the host (`.item()`, `.cpu()`, printing a tensor, a blocking copy of host data
+    to the device, a result whose size the host needs: `nonzero`, `nms`), here or in what the
+    measured code calls (a model's `forward`, a function of the file). The paths go into `if`,
     `with`, `try` and loops; a loop's step meets the work its previous step left queued.
 
     ## Why is this bad?
@@ -42,7 +45,17 @@ class TimingWithoutSynchronize(Rule):
     waits come out right on average. A loop that waits every step (`loss.item()`) empties
     the queue, so there a per-step reading is right only where the wait is inside its span.
     A helper of the file that returns Python numbers (`loss, acc = evaluate(...)`) has
-    waited for its work.
+    waited for its work. A blocking copy of host data to the device (`.to(device)` or
+    `.cuda()` without `non_blocking=True`, `torch.tensor(data, device=...)`) waits for the
+    work queued before it, since PyTorch synchronises the stream after such a copy: so does
+    one inside the `forward` of a model of the same file (a detector's grid), or in a
+    function of the file the measured code calls, and so does a result whose size the host
+    needs (`nonzero`, `unique`, `masked_select`, torchvision's `nms`). The copy of the input
+    before the model runs waits for nothing the model does: the order of the calls counts.
+    A model or helper of another file is not looked into; and work on data that only one
+    side of a device test puts on the GPU (`if args.cuda: x = x.cuda()`) is not counted as
+    work, because the models timed that way (detectors of another file, most of them) wait
+    inside more often than not. Such a measurement is missed.
 
     ## Fix safety
     Safe: the fix puts `if torch.cuda.is_available(): torch.cuda.synchronize()` on the line
@@ -59,7 +72,7 @@ class TimingWithoutSynchronize(Rule):
     message = "This reading times the queueing of GPU work, not the work: synchronise before reading the clock"
     fix_title = "Synchronise before reading the clock"
     default_enabled = False
-    requires_any_text = ("time(", "perf_counter", "monotonic", "default_timer", "time_ns")
+    requires_any_text = ("time(", "perf_counter", "monotonic", "default_timer", "time_ns", "clock(")
 
     VALID = [
         Valid(
@@ -185,8 +198,103 @@ class TimingWithoutSynchronize(Rule):
             """,
             name="synchronised-where-there-is-a-gpu",
         ),
+        Valid(
+            """
+            import time
+            import numpy as np
+            import torch
+            from torch import nn
+
+            class GridHead(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+
+                def forward(self, images):
+                    features = self.conv(images)
+                    offsets = torch.from_numpy(np.arange(8, dtype=np.float32)).to(images.device)
+                    return features + offsets.view(1, 8, 1, 1)
+
+            def keep_positive(scores):
+                return scores.flatten().nonzero()
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            head = GridHead().to(device)
+            batch = torch.randn(4, 3, 32, 32)
+            start = time.perf_counter()
+            scores = head(batch.to(device))
+            print(f"forward {time.perf_counter() - start:.4f} s")
+            start = time.perf_counter()
+            scores = head(batch.to(device))
+            kept = keep_positive(scores)
+            print(f"with selection {time.perf_counter() - start:.4f} s")
+            start = time.perf_counter()
+            scores = head(batch.to(device))
+            scale = torch.tensor([0.5, 2.0]).to(device)
+            print(f"with a copy after {time.perf_counter() - start:.4f} s")
+            """,
+            name="the-model-copies-host-data-or-reads-a-size-after-its-work",
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import time
+            import torch
+            from models import Upscaler
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = Upscaler().to(device)
+            low = torch.rand(1, 3, 64, 64).to(device)
+            begin = time.clock()
+            high = net(low)
+            print("upscaled in", time.clock() - begin)
+            """,
+            fixed="""
+            import time
+            import torch
+            from models import Upscaler
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = Upscaler().to(device)
+            low = torch.rand(1, 3, 64, 64).to(device)
+            begin = time.clock()
+            high = net(low)
+            if torch.cuda.is_available(): torch.cuda.synchronize()
+            print("upscaled in", time.clock() - begin)
+            """,
+            applicability=Applicability.SAFE,
+            name="python-2-clock",
+        ),
+        Invalid(
+            """
+            import time
+            import torch
+            from torch import nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            encoder = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).to(device)
+            tokens = torch.randn(16, 64)
+            start = time.perf_counter()
+            codes = encoder(tokens.to(device))
+            lengths = torch.tensor([16] * 16).to(device, non_blocking=True)
+            print(f"encode {time.perf_counter() - start:.4f} s")
+            """,
+            fixed="""
+            import time
+            import torch
+            from torch import nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            encoder = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).to(device)
+            tokens = torch.randn(16, 64)
+            start = time.perf_counter()
+            codes = encoder(tokens.to(device))
+            lengths = torch.tensor([16] * 16).to(device, non_blocking=True)
+            if torch.cuda.is_available(): torch.cuda.synchronize()
+            print(f"encode {time.perf_counter() - start:.4f} s")
+            """,
+            applicability=Applicability.SAFE,
+            name="the-input-copied-before-the-work-and-an-asynchronous-copy-after",
+        ),
         Invalid(
             """
             import time
@@ -291,6 +399,7 @@ class TimingWithoutSynchronize(Rule):
         # Clock readings seen in the module's body and in each function being walked: a scope
         # with fewer than two measures nothing, and its flow need not be walked (keystrokes).
         self._readings: list[int] = [0]
+        self._definitions_by_id: dict[int, cst.FunctionDef | cst.ClassDef] | None = None
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._readings.append(0)
@@ -308,8 +417,14 @@ class TimingWithoutSynchronize(Rule):
             self._check_scope(node.body.body)
 
     def _check_scope(self, body: Sequence[cst.BaseStatement]) -> None:
-        for reading in unsynchronised_readings(body, self.context.flow, self.context.names):
+        for reading in unsynchronised_readings(body, self.context.flow, self.context.names, self._definitions):
             self.report(reading.call, fix=self._fix(reading.line))
+
+    def _definitions(self) -> dict[int, cst.FunctionDef | cst.ClassDef]:
+        """The module's functions and classes by node id (the flow names them so), read once."""
+        if self._definitions_by_id is None:
+            self._definitions_by_id = definitions_by_id(self.context.module)
+        return self._definitions_by_id
 
     def _fix(self, statement: cst.SimpleStatementLine | None) -> PendingFix | None:
         torch = self.context.names.local_name_for("torch")
