@@ -49,7 +49,7 @@ PROGRAM = textwrap.dedent('''\
             return x * mask
 
 
-    if torch.cuda.device_count() > 1:
+    if torch.cuda.is_available():
         pass
     else:
         y = torch.ones(2)
@@ -78,7 +78,7 @@ def test_pieces_are_whole_top_level_statements_with_the_imports_before_them(
     # Each definition goes with its decorator, and `else:` never starts a piece.
     assert starts == ['"""A module of helpers, each with its own device bug."""', "import torch",
                       "from torch import nn", "CHANNELS = 3", "def first():", "@torch.no_grad()",
-                      "class Model(nn.Module):", "if torch.cuda.device_count() > 1:"]
+                      "class Model(nn.Module):", "if torch.cuda.is_available():"]
     assert "".join(PROGRAM[piece.start:piece.end] for piece in cut) == PROGRAM
     assert [piece.header for piece in cut[:4]] == ["", "", "import torch\n", "import torch\nfrom torch import nn\n"]
     assert cut[-1].header == "import torch\nfrom torch import nn\n"

@@ -663,6 +663,29 @@ def test_a_wrappers_state_dict_whose_prefix_another_file_strips_is_not_reported(
     assert ("train.py", "TDL004") not in _codes(root)
 
 
+DETECT_WITH_A_PREFIX_HELPER = """
+import torch
+import torch.nn as nn
+
+
+def drop_prefix(state, prefix):
+    return {(key[len(prefix):] if key.startswith(prefix) else key): value for key, value in state.items()}
+
+
+net = nn.Linear(8, 2)
+state = drop_prefix(torch.load("net.pth", map_location="cpu"), "module.")
+net.load_state_dict(state)
+"""
+
+
+def test_a_project_helper_called_with_the_prefix_strips_it(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"train.py": TRAIN_SAVING_THE_WRAPPER})
+    assert ("train.py", "TDL004") in _codes(root)
+    (root / "detect.py").write_text(textwrap.dedent(DETECT_WITH_A_PREFIX_HELPER).lstrip())
+    forget()
+    assert ("train.py", "TDL004") not in _codes(root)
+
+
 CHECKPOINT_HELPERS = """
 import torch
 

@@ -28,6 +28,7 @@ from torchdevlint.project_scan import (
     path_target_of_code,
     project_root,
     stateful_module_classes,
+    strips_the_prefix,
     wrapped_checkpoint_loads,
     wrapped_handoffs,
 )
@@ -59,6 +60,7 @@ class FileContext:
         self.walked = False
         self.path = path
         self._source = source
+        self._strips_prefix: bool | None = None
         self.deadline = deadline if deadline is not None else NoDeadline()
         # The imports the walk has read so far: the engine fills it, and shared analyses may
         # read it; rules ask `names`, which also knows what shadows an import.
@@ -135,6 +137,14 @@ class FileContext:
         own = None if root is None else os.path.relpath(os.path.abspath(self.path), root)
         # The file's own loads are the flow model's to judge (wrapped on every path or not).
         return next((path for path in wrapped_checkpoint_loads(self.path) if path != own), None)
+
+    def strips_the_wrapper_prefix(self) -> bool:
+        """This file takes the wrapper's `module.` prefix off a state dict's keys before a load
+        (`k[7:]` for keys starting `module.`, `remove_prefix(sd, "module.")`): the checkpoints
+        it reads carry the prefix, and it expects them to."""
+        if self._strips_prefix is None:
+            self._strips_prefix = strips_the_prefix(self.source.encode("utf-8", "surrogatepass"))
+        return self._strips_prefix
 
     def project_load_wrapped_under(self, test: str) -> str | None:
         """Another file of the project that loads a state dict into a model it wraps under a

@@ -246,7 +246,7 @@ class _ProjectFacts:
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 14
+_SUMMARY_FORMAT = 15
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -892,11 +892,28 @@ def _strips_the_prefix(source: bytes, parsed: _ParsedOnce) -> bool:
                 return True
             if name in _STRIPPING_METHODS and node.args and _names_the_prefix(node.args[0]):
                 return True
+            if _names_a_prefix_remover(name) and any(_names_the_prefix(arg) for arg in node.args):
+                return True  # `remove_prefix(state_dict, "module.")`: the project's own helper
         elif isinstance(node, ast.If) and any(_names_the_prefix(part) for part in ast.walk(node.test)) \
                 and any(isinstance(part, ast.Subscript) and isinstance(part.slice, ast.Slice)
                         and part.slice.lower is not None for statement in node.body for part in ast.walk(statement)):
             return True  # `if "module" in key: new[key[7:]] = value`
+        elif isinstance(node, ast.IfExp) and any(_names_the_prefix(part) for part in ast.walk(node.test)) \
+                and isinstance(node.body, ast.Subscript) and isinstance(node.body.slice, ast.Slice) \
+                and node.body.slice.lower is not None:
+            return True  # `key[7:] if key.startswith("module.") else key`
     return False
+
+
+def _names_a_prefix_remover(name: str) -> bool:
+    lowered = name.lower()
+    return "prefix" in lowered or "strip" in lowered or "remove" in lowered
+
+
+def strips_the_prefix(source: bytes) -> bool:
+    """Whether the file strips a state dict's keys of the wrapper's `module.` prefix before a
+    load (see `_strips_the_prefix`)."""
+    return _strips_the_prefix(source, _ParsedOnce(source))
 
 
 def _names_the_prefix(node: ast.AST) -> bool:
@@ -906,7 +923,8 @@ def _names_the_prefix(node: ast.AST) -> bool:
 
 _PREFIX_LITERAL = re.compile(rb"""(['"])\^?module(\.|\\\.)?\1""")
 # What takes the prefix off a key: a replacement, a slice past it, `removeprefix`, `re.sub`.
-_KEY_STRIPPING = re.compile(rb"""\.replace\(|\[\s*7\s*:\s*\]|\[\s*len\(|removeprefix\(|\.sub\(|\.lstrip\(|\.split\(""")
+_KEY_STRIPPING = re.compile(rb"""\.replace\(|\[\s*7\s*:\s*\]|\[\s*len\(|removeprefix\(|\.sub\(|\.lstrip\(|\.split\(|"""
+                            rb"""(?i:prefix|strip|remove)\w*\(""")
 _STRIPPING_METHODS = frozenset({"replace", "removeprefix", "sub", "lstrip", "split"})
 
 

@@ -52,7 +52,9 @@ class DataParallelStateDictSave(Rule):
     the checkpoints the training script saves are meant for it (the project is read as for
     TDL003); so they are where another file strips the prefix before it loads
     (`k.replace("module.", "")`, `new[k[7:]] = v` for keys holding `"module"`, torch's
-    `consume_prefix_in_state_dict_if_present`).
+    `consume_prefix_in_state_dict_if_present`, a helper of the project's called with the
+    prefix: `remove_prefix(state_dict, "module.")`), or where the saving file itself strips it
+    from what it resumes from.
     Nor the branch of `if isinstance(model, nn.DataParallel):` (or `hasattr(model, "module")`)
     where the model is not the wrapper. Nor a model that did its work bare and is wrapped only
     to be saved: `net = DataParallel(net)`
@@ -227,6 +229,26 @@ class DataParallelStateDictSave(Rule):
                         torch.save(model.state_dict(), "interrupted.pth")
             """,
             name="the-branch-where-an-isinstance-test-says-the-model-is-bare",
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            from collections import OrderedDict
+
+            net = nn.Linear(8, 2)
+            if resume_path is not None:
+                saved = torch.load(resume_path)
+                renamed = OrderedDict()
+                for key, value in saved.items():
+                    renamed[key[7:] if key[:7] == "module." else key] = value
+                net.load_state_dict(renamed)
+            net = nn.DataParallel(net).cuda()
+            for step in range(10):
+                net(torch.rand(4, 8).cuda()).sum().backward()
+            torch.save(net.state_dict(), "last.pth")
+            """,
+            name="the-script-strips-the-prefix-of-what-it-resumes-from",
         ),
     ]
     INVALID = [
@@ -565,7 +587,8 @@ class DataParallelStateDictSave(Rule):
                                     else self._unwrapped(whole.saved), applicability=Applicability.UNSAFE,
                                     title="Save the unwrapped model")
             self.report(whole.saved, fix=fix, message=_WHOLE_WRAPPER_MESSAGE)
-        if self._loads_into is Wrapping.YES or self.context.project_wrapped_checkpoint_load() is not None:
+        if self._loads_into is Wrapping.YES or self.context.project_wrapped_checkpoint_load() is not None \
+                or self.context.strips_the_wrapper_prefix():
             return
         applicability = Applicability.UNSAFE if self._loads_into is Wrapping.MAYBE else Applicability.SAFE
         for saved in self.context.flow.saved_state_dicts():

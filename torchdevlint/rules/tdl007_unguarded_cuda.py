@@ -60,7 +60,9 @@ class UnguardedCuda(Rule):
     In a distributed program (it imports `torch.distributed`) a GPU setting alone is not
     enough: there `--use_cuda` may say where to keep features, on a run that needs GPUs. Nor
     is a GPU count compared so that no GPU and one GPU answer alike (`if num_gpus > 1:`
-    chooses between one GPU and several, not between a GPU and the CPU). Nor a GPU setting
+    chooses between one GPU and several, not between a GPU and the CPU), nor a GPU setting
+    whose side without the GPU calls `.cuda()` itself (`if n_gpu > 1 and gpu_train: net =
+    DataParallel(net).cuda()` / `else: net = net.cuda()`: both sides run on the GPU). Nor a GPU setting
     tested in a method of a model class (`if self.cuda:` of a layer built with `cuda=True`,
     `if next(self.parameters()).is_cuda:`): that is the model working wherever it is put, not
     the program choosing the CPU; a demo under `if __name__ == "__main__":` of such a module
@@ -430,6 +432,38 @@ class UnguardedCuda(Rule):
             main()
             """,
             name="a-helper-that-raises-without-a-gpu-before-the-rest-runs",
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            from settings import config
+
+            use_gpu = config["use_gpu"]
+            gpus = config["gpus"]
+            net = nn.Linear(8, 2)
+            if gpus > 1 and use_gpu:
+                net = nn.DataParallel(net).cuda()
+            else:
+                net = net.cuda()
+            anchors = torch.rand(16, 4).cuda()
+            out = net(torch.rand(4, 8).cuda())
+            """,
+            name="a-gpu-setting-whose-both-sides-use-cuda-chooses-no-cpu-mode",
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+            if torch.cuda.device_count() > 1:
+                net = nn.DataParallel(net)
+            net.cuda()
+            features = torch.rand(4, 8).cuda()
+            print(net(features).argmax(1))
+            """,
+            name="counting-the-gpus-chooses-how-many-not-the-cpu",
         ),
     ]
     INVALID = [

@@ -92,21 +92,24 @@ _COMPARE = {cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge, cst
 
 
 def _counts_several_gpus(node: cst.CSTNode) -> bool:
-    """`num_gpus > 1`, `n_gpu >= 2`: a GPU count against a number, the same for 0 and 1."""
+    """`num_gpus > 1`, `n_gpu >= 2`, `torch.cuda.device_count() > 1`: a GPU count against a
+    number, the same for 0 and 1."""
     if type(node) is not cst.Comparison or len(node.comparisons) != 1:
         return False
     target = node.comparisons[0]
     compare = _COMPARE.get(type(target.operator))
     bound = integer_value(target.comparator)
-    name = dotted_name(node.left)
+    counted = node.left.func if type(node.left) is cst.Call and not node.left.args else node.left
+    name = dotted_name(counted)
     if compare is None or bound is None or name is None or not _counts_gpus(set(naming.words(name.rpartition(".")[2]))):
         return False
     return bool(compare(0, bound)) == bool(compare(1, bound))
 
 
 def _counts_gpus(words: set[str]) -> bool:
-    """`num_gpus`, `ngpu`, `n_gpu`, `gpu_count`: a number of GPUs."""
-    return bool(words & {"gpus", "ngpu", "ngpus"}) or "gpu" in words and bool(words & {"n", "num", "number", "count"})
+    """`num_gpus`, `ngpu`, `n_gpu`, `gpu_count`, `torch.cuda.device_count()`: a number of GPUs."""
+    return bool(words & {"gpus", "ngpu", "ngpus"}) or "gpu" in words and bool(words & {"n", "num", "number", "count"}) \
+        or words == {"device", "count"}
 
 
 def option_offers_cpu_mode(call: cst.Call) -> bool:

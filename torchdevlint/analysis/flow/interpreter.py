@@ -186,6 +186,25 @@ def _container_module(positional: Sequence[Value], keywords: Mapping[str, Value]
     return _on_default_device(Value(frozenset({Kind.MODULE}), stateful), env)
 
 
+def _moves_to_cuda_itself(side: cst.CSTNode | None) -> bool:
+    """A branch that calls `.cuda()` in a statement of its own (not under a test of its own)."""
+    if side is None or type(side) is cst.If:
+        return False
+    block = side.body if type(side) is cst.Else else side
+    statements = block.body if isinstance(block, (cst.IndentedBlock, cst.SimpleStatementSuite)) else ()
+    for statement in statements:
+        if type(statement) is cst.SimpleStatementLine or isinstance(statement, cst.BaseSmallStatement):
+            stack: list[cst.CSTNode] = [statement]
+            while stack:
+                node = stack.pop()
+                if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "cuda" \
+                        and not node.args:
+                    return True
+                if not isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+                    stack.extend(child_nodes(node))
+    return False
+
+
 def _join_env(left: Env | None, right: Env | None) -> Env | None:
     if left is None:
         return None if right is None else dict(right)
@@ -408,7 +427,8 @@ class Interpreter:
             finally:
                 self._no_gpu_depth -= gpu_when_true is True
             if taken is not None and CPU_MODE_UNREACHED not in env:
-                self._record_cpu_mode_test(node.test, (body if taken else other) is not None)
+                self._record_cpu_mode_test(node.test, (body if taken else other) is not None,
+                                           cpu_side=node.body if taken else node.orelse)
             joined = _join_env(body, other)
             if joined is not None and body is not None and other is not None:
                 if gpu_when_true is None:
@@ -491,10 +511,13 @@ class Interpreter:
         """Evaluates a test; whether it holds in the program's CPU mode, where that is known."""
         return cpu_mode.truth(self._evaluate(test, env).in_cpu_mode)
 
-    def _record_cpu_mode_test(self, test: cst.BaseExpression, carries_on: bool, *, falls_back: bool = False) -> None:
+    def _record_cpu_mode_test(self, test: cst.BaseExpression, carries_on: bool, *, falls_back: bool = False,
+                              cpu_side: cst.CSTNode | None = None) -> None:
         if falls_back or cpu_mode.names_the_cpu_mode(test):
             self.flow.cpu_mode_tests[id(test)] = carries_on
-        elif cpu_mode.names_a_gpu_setting(test):
+        elif cpu_mode.names_a_gpu_setting(test) and not _moves_to_cuda_itself(cpu_side):
+            # (`if n_gpu > 1 and gpu_train: net = DataParallel(net).cuda()` / `else: net =
+            # net.cuda()`: both sides on the GPU, the test chooses how many, not the CPU.)
             self.flow.gpu_setting_tests[id(test)] = carries_on
 
     def _narrowed(self, test: cst.BaseExpression, env: Env, holds: bool) -> Env:
