@@ -678,6 +678,36 @@ net.load_state_dict(state)
 """
 
 
+PREDICT_STRIPPING_ON_THE_CPU = """
+import torch
+import torch.nn as nn
+
+net = nn.Linear(8, 2)
+device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+saved = torch.load("net.pth", map_location=device)
+# Trained wrapped: keys start with the wrapper's prefix.
+if "module" in next(iter(saved)):
+    # On a GPU the model is wrapped as it was trained,
+    # so the keys fit as they are.
+    if device.type == "cuda":
+        net = nn.DataParallel(net)
+    else:
+        # On the CPU the prefix goes.
+        bare = {}
+        for key, value in saved.items():
+            bare[key[7:]] = value
+        saved = bare
+net.load_state_dict(saved)
+"""
+
+
+def test_a_prefix_stripped_further_down_from_its_test_is_seen(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"train.py": TRAIN_SAVING_THE_WRAPPER})
+    (root / "predict.py").write_text(textwrap.dedent(PREDICT_STRIPPING_ON_THE_CPU).lstrip())
+    forget()
+    assert ("train.py", "TDL004") not in _codes(root)
+
+
 def test_a_project_helper_called_with_the_prefix_strips_it(tmp_path: Path) -> None:
     root = _project(tmp_path, {"train.py": TRAIN_SAVING_THE_WRAPPER})
     assert ("train.py", "TDL004") in _codes(root)

@@ -246,7 +246,7 @@ class _ProjectFacts:
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 15
+_SUMMARY_FORMAT = 16
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -878,7 +878,7 @@ def _strips_the_prefix(source: bytes, parsed: _ParsedOnce) -> bool:
         return False
     lines = source.splitlines()
     if b"consume_prefix_in_state_dict_if_present" not in source and not any(
-            _KEY_STRIPPING.search(b"\n".join(lines[max(0, index - 2):index + 4])) is not None
+            _KEY_STRIPPING.search(b"\n".join(lines[max(0, index - 2):index + 12])) is not None
             for index, line in enumerate(lines) if _PREFIX_LITERAL.search(line) is not None):
         return False  # the common case, read from the text alone
     tree = parsed.tree()
