@@ -186,7 +186,7 @@ class _Walk:
         return sum(self._is_reading(call) for statement in body for call in self.calls(statement))
 
     def _is_reading(self, call: cst.Call) -> bool:
-        return self._answer("reading", call, lambda: self.names.qualified_name(call.func, among=TIMERS) is not None)
+        return self._answer("reading", call, lambda: is_reading(call, self.names))
 
     def _answer(self, question: str, call: cst.Call, compute: Callable[[], bool]) -> bool:
         key = (question, id(call))
@@ -356,7 +356,10 @@ class _Walk:
 
     def _span_ended(self, reading: cst.Call, unit: cst.CSTNode, later: Sequence[cst.CSTNode]) -> str | None:
         """The span a reading ends: `time.time() - t0`, or `t1 = time.time()` with `t1 - t0`
-        later; not one compared with a limit."""
+        later, not one compared with a limit; a stopwatch's `timer.toc()`."""
+        stopwatch = _stopwatch(reading)
+        if stopwatch is not None:
+            return stopwatch[0] if stopwatch[1] == "toc" else None
         ended = _subtracted_in(reading, unit)
         if ended is not _NOT_SUBTRACTED:
             return ended
@@ -392,17 +395,44 @@ def _units(body: Sequence[cst.BaseStatement] | cst.BaseSuite) -> list[_Unit]:
 
 
 def _span_name(node: cst.BaseExpression) -> str | None:
-    """`t0`, `self.start`: a name a span can be kept under."""
+    """`t0`, `self.start`, `_t["detect"]`: a name a span can be kept under."""
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):
         owner = _span_name(node.value)
         return None if owner is None else f"{owner}.{node.attr.value}"
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        owner, key = _span_name(node.value), node.slice[0].slice.value
+        if owner is not None and isinstance(key, (cst.SimpleString, cst.Integer)):
+            return f"{owner}[{key.value}]"
     return None
 
 
+# A stopwatch object's methods (`_t["forward"].tic()` ... `.toc()`): the `Timer` class that
+# detection code bases copy from one another, which reads `time.time()` in both.
+_STOPWATCH_METHODS = frozenset({"tic", "toc"})
+
+
+def is_reading(call: cst.Call, names: NameResolver) -> bool:
+    """A reading of the wall clock: `time.time()` and the like, or a stopwatch's `tic()`/`toc()`."""
+    return names.qualified_name(call.func, among=TIMERS) is not None or _stopwatch(call) is not None
+
+
+def _stopwatch(call: cst.Call) -> tuple[str, str] | None:
+    """`timer.tic()`, `_t["detect"].toc(average=False)`: the stopwatch's name and the method."""
+    func = call.func
+    if type(func) is not cst.Attribute or func.attr.value not in _STOPWATCH_METHODS \
+            or any(arg.keyword is None for arg in call.args):
+        return None
+    name = _span_name(func.value)
+    return None if name is None else (name, func.attr.value)
+
+
 def _span_started(reading: cst.Call, unit: cst.CSTNode) -> str | None:
-    """`t0 = time.time()`: the span the reading starts."""
+    """`t0 = time.time()`, `timer.tic()`: the span the reading starts."""
+    stopwatch = _stopwatch(reading)
+    if stopwatch is not None:
+        return stopwatch[0] if stopwatch[1] == "tic" else None
     if isinstance(unit, (cst.Assign, cst.AnnAssign)) and unit.value is reading:
         targets = [target.target for target in unit.targets] if isinstance(unit, cst.Assign) else [unit.target]
         if len(targets) == 1:

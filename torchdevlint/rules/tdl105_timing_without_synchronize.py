@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from torchdevlint.analysis.timing import TIMERS, unsynchronised_readings
+from torchdevlint.analysis.timing import is_reading, unsynchronised_readings
 from torchdevlint.analysis.tree import definitions_by_id
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
@@ -18,7 +18,8 @@ class TimingWithoutSynchronize(Rule):
     ## What it does
     Finds a measurement with the wall clock (`time.time()`, `time.perf_counter()`,
     `time.monotonic()`, `timeit.default_timer()` subtracted from, or bound to a name a later
-    statement subtracts from) that follows, on some path from an earlier reading, work the
+    statement subtracts from; or a stopwatch's `timer.tic()` ... `timer.toc()`, the `Timer`
+    class detection code bases share) that follows, on some path from an earlier reading, work the
     flow model shows on an accelerator (a model on the GPU called, device tensors computed,
     `loss.backward()`) with nothing in between that waits for it: no
     `torch.cuda.synchronize()` (or `torch.accelerator.synchronize()`), no CUDA event, no
@@ -72,7 +73,7 @@ class TimingWithoutSynchronize(Rule):
     message = "This reading times the queueing of GPU work, not the work: synchronise before reading the clock"
     fix_title = "Synchronise before reading the clock"
     default_enabled = False
-    requires_any_text = ("time(", "perf_counter", "monotonic", "default_timer", "time_ns", "clock(")
+    requires_any_text = ("time(", "perf_counter", "monotonic", "default_timer", "time_ns", "clock(", "toc(")
 
     VALID = [
         Valid(
@@ -241,6 +242,63 @@ class TimingWithoutSynchronize(Rule):
             """
             import time
             import torch
+            from torch import nn
+
+            class Stopwatch:
+                def __init__(self):
+                    self.began = 0.0
+
+                def tic(self):
+                    self.began = time.perf_counter()
+
+                def toc(self, average=False):
+                    return time.perf_counter() - self.began
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            segmenter = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 4, 1)).to(device)
+            clocks = {"net": Stopwatch(), "post": Stopwatch()}
+            for frame in torch.rand(8, 1, 3, 96, 96):
+                clocks["net"].tic()
+                labels = segmenter(frame.to(device)).argmax(1)
+                net_time = clocks["net"].toc(average=False)
+                clocks["post"].tic()
+                share = (labels == 0).float().mean().item()
+                post_time = clocks["post"].toc(average=False)
+            """,
+            fixed="""
+            import time
+            import torch
+            from torch import nn
+
+            class Stopwatch:
+                def __init__(self):
+                    self.began = 0.0
+
+                def tic(self):
+                    self.began = time.perf_counter()
+
+                def toc(self, average=False):
+                    return time.perf_counter() - self.began
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            segmenter = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 4, 1)).to(device)
+            clocks = {"net": Stopwatch(), "post": Stopwatch()}
+            for frame in torch.rand(8, 1, 3, 96, 96):
+                clocks["net"].tic()
+                labels = segmenter(frame.to(device)).argmax(1)
+                if torch.cuda.is_available(): torch.cuda.synchronize()
+                net_time = clocks["net"].toc(average=False)
+                clocks["post"].tic()
+                share = (labels == 0).float().mean().item()
+                post_time = clocks["post"].toc(average=False)
+            """,
+            applicability=Applicability.SAFE,
+            name="a-stopwatch-around-the-forward-pass",
+        ),
+        Invalid(
+            """
+            import time
+            import torch
             from models import Upscaler
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             net = Upscaler().to(device)
@@ -405,7 +463,7 @@ class TimingWithoutSynchronize(Rule):
         self._readings.append(0)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.context.names.qualified_name(node.func, among=TIMERS) is not None:
+        if is_reading(node, self.context.names):
             self._readings[-1] += 1
 
     def leave_Module(self, node: cst.Module) -> None:
