@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from torchdevlint.analysis.brains import naming
-from torchdevlint.analysis.flow.values import Wrapping
+from torchdevlint.analysis.flow.values import Kind, Wrapping
 from torchdevlint.analysis.names import dotted_name
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
@@ -74,8 +74,10 @@ class DataParallelStateDictSave(Rule):
     that the file's own calls fill with a wrapper counts as maybe wrapped: callers in other
     files may pass the bare model. The saved keys lose the `module.` prefix, which is what any
     loader of a bare model expects. Safe, unless the program also loads a state dict into a
-    model wrapped on some paths only (wrapped with a GPU, bare on the CPU): that load expects
-    the prefix where the model is wrapped, so the fix unwraps it too
+    model wrapped on some paths only (wrapped with a GPU, bare on the CPU), or into one whose
+    making the flow cannot see (a builder of another file, a wrapper class of the project,
+    not an optimizer's or scheduler's state): that load expects
+    the prefix where the model is (or may be) wrapped, so the fix unwraps it too
     (`getattr(model, "module", model).load_state_dict(...)`) and both sides agree on keys
     without the prefix on every path. That fix is unsafe: checkpoints saved before it carry
     the prefix. No fix where such a load goes through a helper the file cannot show, or is in
@@ -252,6 +254,32 @@ class DataParallelStateDictSave(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            from zoo import build_student
+
+            teacher = nn.DataParallel(nn.Linear(8, 2)).cuda()
+            teacher(torch.rand(4, 8).cuda()).sum().backward()
+            torch.save(teacher.state_dict(), "teacher.pt")
+            student = build_student()
+            student.load_state_dict(torch.load("teacher.pt", map_location="cpu"))
+            """,
+            fixed="""
+            import torch
+            from torch import nn
+            from zoo import build_student
+
+            teacher = nn.DataParallel(nn.Linear(8, 2)).cuda()
+            teacher(torch.rand(4, 8).cuda()).sum().backward()
+            torch.save(teacher.module.state_dict(), "teacher.pt")
+            student = build_student()
+            getattr(student, "module", student).load_state_dict(torch.load("teacher.pt", map_location="cpu"))
+            """,
+            applicability=Applicability.UNSAFE,
+            name="loaded-into-a-model-made-out-of-sight",
+        ),
         Invalid(
             """
             import torch
@@ -552,13 +580,18 @@ class DataParallelStateDictSave(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict":
-            self._loaded_into(func.value, unwrappable=dotted_name(func.value) is not None)
+            self._loaded_into(func.value, unwrappable=dotted_name(func.value) is not None, receiver=True)
         elif node.args and self._names_a_checkpoint_reader(func):
             for arg in node.args:
                 self._loaded_into(arg.value, unwrappable=False)
 
-    def _loaded_into(self, model: cst.BaseExpression, *, unwrappable: bool) -> None:
-        wrapping = self.context.flow.value_of(model).wrapping
+    def _loaded_into(self, model: cst.BaseExpression, *, unwrappable: bool, receiver: bool = False) -> None:
+        value = self.context.flow.value_of(model)
+        wrapping = value.wrapping
+        if receiver and wrapping is Wrapping.NO and Kind.UNKNOWN in value.kinds and not _names_training_state(model):
+            # What the flow cannot name may be the wrapper (a subclass of another file's, a
+            # model read mid-construction): unwrapping the save alone could break this load.
+            wrapping = Wrapping.MAYBE
         if wrapping is Wrapping.YES or wrapping is Wrapping.MAYBE and self._loads_into is Wrapping.NO:
             self._loads_into = wrapping
         if wrapping is Wrapping.MAYBE and self._loads_to_unwrap is not None:
@@ -653,6 +686,12 @@ class DataParallelStateDictSave(Rule):
 
 
 _SAVES = frozenset({"torch.save"})
+
+
+def _names_training_state(node: cst.BaseExpression) -> bool:
+    """`optimizer`, `self.lr_scheduler`: what state is loaded into is no model."""
+    name = dotted_name(node)
+    return name is not None and bool(set(naming.words(name.rsplit(".", 1)[-1])) & naming.TRAINING_STATE_WORDS)
 
 
 def _own_nodes(function: cst.FunctionDef) -> Iterator[cst.CSTNode]:

@@ -95,6 +95,9 @@ HOST_DATA_WORDS = frozenset({"vocab", "vocabs", "vocabulary", "tokenizer", "stoi
 # ... unless the name also says it holds tensors or a model's state (`vocab_embeddings`).
 TENSOR_HOLDER_WORDS = frozenset({"model", "net", "state", "weights", "weight", "params", "embedding", "embeddings",
                                  "tensor", "tensors", "optimizer", "checkpoint", "ckpt"})
+# Words of names of what holds training state but no model's weights: `optimizer.load_state_dict`,
+# `self.lr_scheduler.load_state_dict`, `scaler.load_state_dict` load no module.
+TRAINING_STATE_WORDS = frozenset({"optimizer", "optimizers", "optim", "scheduler", "schedulers", "sched", "scaler"})
 # Word-to-index tables: `word2idx`, `char_to_index`, `token2id`.
 _INDEX_TABLE = re.compile(r"(?:word|char|token|tag|label)s?_?(?:2|to)_?(?:idx|index|id|ix)"
                           r"|(?:idx|index|id|ix)_?(?:2|to)_?(?:word|char|token|tag|label)s?")
