@@ -737,3 +737,42 @@ def test_a_module_moved_by_a_helper_or_a_chain_of_its_own_methods_is_there_after
         """)
     # `train_model` moves the module in place; `half.cuda().half()` moves `half` too.
     assert lint_source(source, "t.py", rules) == []
+
+
+def test_a_method_run_while_the_class_collects_its_attributes_is_not_kept_as_final() -> None:
+    # `__init__` asks a method of its own that reads an attribute before it wraps the model,
+    # and later resumes through one that sets attributes too: asking first about a save in a third method makes the
+    # class collect its attributes, and the resume run inside that collection read
+    # `self.net` as unknown. That run must not be the resume's flow.
+    values = _probes(
+        """
+        import torch
+        from torch import nn
+        from wrappers import SyncParallel
+
+        class Runner:
+            def __init__(self, net, resume, sync):
+                self.net = net
+                self.log = []
+                self.device = self.pick_device()
+                if sync:
+                    self.net = SyncParallel(self.net)
+                else:
+                    self.net = nn.DataParallel(self.net)
+                if resume:
+                    self.restore(resume)
+
+            def pick_device(self):
+                self.log.append("choosing the device")
+                return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def keep(self, path):
+                torch.save(probe(self.net).state_dict(), path)
+
+            def restore(self, path):
+                state = torch.load(path, map_location="cpu")
+                self.step = state["step"]
+                probe(self.net).load_state_dict(state["net"])
+        """
+    )
+    assert [value.wrapping.name for value in values] == ["MAYBE", "MAYBE"]

@@ -162,6 +162,12 @@ class FlowModel:
         # Counts answers given from unfinished work (a body still being interpreted, a class
         # whose attributes are being collected): a flow that used one is not kept.
         self._provisional_reads: set[int] = set()
+        # Reads of a class's attributes while they are being collected (read as unknown), by
+        # the body being interpreted and what it calls: each makes that body provisional, even
+        # where a sibling's read had already marked the class. (Reads of attributes collected
+        # while methods of the class ran are the running methods' own unfinished state: those
+        # go by `_provisional_reads` alone.)
+        self._unfinished_attribute_reads = 0
         self._host_meetings: list[HostMeeting] | None = None
         self._origins: dict[int, tuple[cst.Call, cst.CSTNode]] = {}
         # Checkpoint calls by id (see `Value.holds`), from every body interpreted.
@@ -1084,6 +1090,7 @@ class FlowModel:
         self._in_progress.add(key)
         self._declared_runs.append(scope)
         reads_before = set(self._provisional_reads)
+        outer_attribute_reads, self._unfinished_attribute_reads = self._unfinished_attribute_reads, 0
         try:
             self_name = self._self_name(scope) if owner is not None else None
             module_method = owner is not None and self.is_module_class(owner)
@@ -1096,6 +1103,8 @@ class FlowModel:
             if not self._declared_runs:
                 self._provisional_specialised.clear()
             self._running.pop(key, None)
+            own_attribute_reads = self._unfinished_attribute_reads
+            self._unfinished_attribute_reads = outer_attribute_reads + own_attribute_reads
         for origin_key, call in flow.origins.items():
             self._origins[origin_key] = (call, scope)
         self._held.update(flow.held)
@@ -1103,7 +1112,7 @@ class FlowModel:
         # Reading its own unfinished state (through a function it calls) does not make a body
         # provisional; reading another unfinished body's does.
         self._provisional_reads.discard(key)
-        if self._provisional_reads <= reads_before:
+        if self._provisional_reads <= reads_before and not own_attribute_reads:
             # Complete: an attribute collection's run that read no unfinished attributes is
             # the method's flow too (the class's methods would otherwise all run twice).
             self._flows[key] = flow
@@ -1488,6 +1497,7 @@ class FlowModel:
             return None
         if summary.collecting:
             self._provisional_reads.add(class_id)
+            self._unfinished_attribute_reads += 1
         attributes = self._attributes(summary)
         value = attributes.get(attribute)
         if value is None:
@@ -1648,11 +1658,13 @@ class FlowModel:
         # What the collection reads as unknown is the collection's own definition, not a
         # provisional answer: the caller's flow stays complete.
         reads = set(self._provisional_reads)
+        attribute_reads = self._unfinished_attribute_reads
         try:
             skipped = self._collect_attributes(summary, definition, collected)
         finally:
             summary.collecting = False
             self._provisional_reads = reads
+            self._unfinished_attribute_reads = attribute_reads
         summary.attributes, summary.skipped = collected, skipped
         if skipped:
             self._provisional_reads.add(id(summary.node))
