@@ -1049,3 +1049,26 @@ def test_factories_in_a_program_whose_launcher_sets_a_cuda_default_follow_the_de
         (root / name).write_text(textwrap.dedent(text).lstrip())
     forget()
     assert _codes(root) == []
+
+
+# Resumes from one of the project's checkpoints for its config, then picks the GPUs.
+RESUME_THEN_PICK_GPUS = """
+import os
+import sys
+import torch
+settings = {"lr": 0.1}
+if len(sys.argv) > 2:
+    settings = torch.load(sys.argv[2])["settings"]
+os.environ["CUDA_VISIBLE_DEVICES"] = sys.argv[1]
+print(settings)
+"""
+
+
+def test_a_gpu_checkpoint_loaded_before_the_gpus_are_picked_has_started_cuda(tmp_path: Path) -> None:
+    # Unpickling the GPU weights beside the settings starts CUDA: the GPUs picked after it
+    # are ignored. Without a save of GPU tensors in the project, the load is no sign of that.
+    root = _project(tmp_path, {"resume.py": RESUME_THEN_PICK_GPUS, "train.py": GPU_TRAINING})
+    assert ("resume.py", "TDL008") in _codes(root)
+    (root / "train.py").write_text(textwrap.dedent(CONVERSION).lstrip())
+    forget()
+    assert ("resume.py", "TDL008") not in _codes(root)

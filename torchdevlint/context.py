@@ -120,6 +120,15 @@ class FileContext:
         target = path_target_of_code(self.module.code_for_node(path))
         return writing.may_hold_device_tensors(writing.file_names(target))
 
+    def load_restores_gpu_tensors(self, load: cst.Call) -> bool:
+        """A `torch.load` (without `map_location`) of a file the project writes from accelerator
+        tensors: the project is on disk, some of its saves hold device tensors, and the file
+        loaded may be one of theirs."""
+        writing = self.project_checkpoints()
+        if writing is None or not writing.writes_device_checkpoints or not load.args:
+            return False
+        return self.loaded_file_may_hold_device_tensors(load.args[0].value)
+
     def project_selects_a_gpu(self) -> bool:
         """Some file of a program this file is part of (this one included; read as the
         project's CPU-mode options are) chooses the current GPU, or which GPUs the process

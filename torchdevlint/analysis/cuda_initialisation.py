@@ -14,6 +14,7 @@ from typing import Protocol
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.devices import CUDA_INITIALISING_FUNCTIONS, device_literal
 from torchdevlint.analysis.names import ImportTable
 from torchdevlint.analysis.tree import keyword_argument
@@ -34,6 +35,8 @@ class InitialisationWalkContext(Protocol):
     def module(self) -> cst.Module: ...
 
     def scopes(self) -> list[cst.CSTNode]: ...
+
+    def load_restores_gpu_tensors(self, load: cst.Call) -> bool: ...
 
 
 class CudaInitialisation:
@@ -94,8 +97,14 @@ class CudaInitialisation:
 
     def _initialises_cuda(self, call: cst.Call) -> bool:
         imports = self._context.imports
-        if imports.qualified_name(call.func) in CUDA_INITIALISING_FUNCTIONS:
+        qualified = imports.qualified_name(call.func)
+        if qualified in CUDA_INITIALISING_FUNCTIONS:
             return True
+        if qualified in torch_api.TORCH_LOAD:
+            # Unpickling a tensor saved on a GPU makes it there again, starting CUDA: a
+            # resumed checkpoint read only for its config still restores its weights.
+            return len(call.args) < 2 and keyword_argument(call, "map_location") is None \
+                and self._context.load_restores_gpu_tensors(call)
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
             receiver = func.value

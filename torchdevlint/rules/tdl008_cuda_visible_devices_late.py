@@ -43,8 +43,10 @@ class CudaVisibleDevicesLate(Rule):
     `update`) or with `os.putenv`:
 
     - after CUDA was initialised earlier in the same process: by `torch.cuda.is_available()`,
-      `torch.cuda.get_device_name()`, `torch.cuda.set_device()`, a `.cuda()` call or a tensor
-      created on `"cuda"`, earlier in the same function, or at module level before the
+      `torch.cuda.get_device_name()`, `torch.cuda.set_device()`, a `.cuda()` call, a tensor
+      created on `"cuda"`, or a `torch.load` without `map_location` of a file the project
+      saves from GPU tensors (a checkpoint read for its config restores its weights on the
+      GPU too), earlier in the same function, or at module level before the
       function that sets it (importing torch and `torch.cuda.device_count()` do not
       initialise CUDA);
     - to a value that is not a string: an int, a list, `len(...)`, an argparse option
