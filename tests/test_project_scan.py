@@ -1072,3 +1072,40 @@ def test_a_gpu_checkpoint_loaded_before_the_gpus_are_picked_has_started_cuda(tmp
     (root / "train.py").write_text(textwrap.dedent(CONVERSION).lstrip())
     forget()
     assert ("resume.py", "TDL008") not in _codes(root)
+
+
+PLOTS = """
+import matplotlib.pyplot as plt
+
+
+def scatter(points, title=""):
+    points = points.numpy()
+    plt.scatter(points[:, 0], points[:, 1])
+    plt.title(title)
+
+
+def outline(points):
+    points = points.cpu()
+    plt.plot(points.numpy()[:, 0], points.numpy()[:, 1])
+"""
+
+STRETCH = """
+import torch
+from plots import outline, scatter
+
+device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+points = torch.randn(100, 2).to(device)
+scatter(points, "before")
+stretched = points @ torch.tensor([[2.0, 0.0], [0.0, 0.5]], device=device)
+scatter(stretched.cpu(), title="after")
+scatter(title="again", points=stretched)
+outline(stretched)
+"""
+
+
+def test_a_device_tensor_handed_to_a_project_helper_that_calls_numpy_on_it(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"plots.py": PLOTS, "stretch.py": STRETCH})
+    found = json.loads(run_cli("check", "--format", "json", "stretch.py", cwd=root).stdout)
+    assert [(item["line"], item["code"]) for item in found] == [(6, "TDL006"), (9, "TDL006")]
+    assert found[0]["message"].startswith("scatter() calls .numpy() on this tensor")
+    assert found[0]["fix"]["applicability"] == "unsafe"

@@ -25,6 +25,7 @@ from torchdevlint.project_scan import (
     files_loading_wrapped_under,
     gpu_selection,
     module_classes,
+    numpy_parameters,
     path_target_of_code,
     project_root,
     stateful_module_classes,
@@ -128,6 +129,12 @@ class FileContext:
         if writing is None or not writing.writes_device_checkpoints or not load.args:
             return False
         return self.loaded_file_may_hold_device_tensors(load.args[0].value)
+
+    def project_numpy_parameters(self) -> dict[str, tuple[tuple[int, str], ...]]:
+        """`stem.function` of the project's top-level functions that call `.numpy()` on a
+        parameter as it is -> those parameters (position, name); empty where the file is not
+        on disk."""
+        return numpy_parameters(self.path)
 
     def project_selects_a_gpu(self) -> bool:
         """Some file of a program this file is part of (this one included; read as the

@@ -192,30 +192,33 @@ class _Summary:
     # It changes where factories without `device=` put tensors, for the whole process
     # (`torch.set_default_tensor_type('torch.cuda.FloatTensor')`, `torch.set_default_device(...)`).
     sets_default_device: bool = False
+    # Its top-level functions' parameters that reach `.numpy()` as they are (see
+    # `_numpy_parameters`): `function:position:name`.
+    numpy_parameters: tuple[str, ...] = ()
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
                 list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
                 self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes),
                 list(self.wrapped_handoffs), list(self.wrapping_tests_of_loads), self.cpu_fallback,
-                self.sets_default_device]
+                self.sets_default_device, list(self.numpy_parameters)]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
         (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
          module_classes, all_module_classes, wrapped_handoffs, wrapping_tests_of_loads, cpu_fallback,
-         sets_default_device) = kept
+         sets_default_device, numpy_parameters) = kept
         assert isinstance(module_classes, list) and isinstance(all_module_classes, list)
         assert isinstance(wrapped_handoffs, list) and isinstance(wrapping_tests_of_loads, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
-        assert isinstance(path_names, list)
+        assert isinstance(path_names, list) and isinstance(numpy_parameters, list)
         return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
                    tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
                    tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
                    bool(wrapped_load), tuple(str(name) for name in module_classes),
                    tuple(str(name) for name in all_module_classes), tuple(str(name) for name in wrapped_handoffs),
                    tuple(str(test) for test in wrapping_tests_of_loads), int(str(cpu_fallback)),
-                   bool(sets_default_device))
+                   bool(sets_default_device), tuple(str(entry) for entry in numpy_parameters))
 
 
 @dataclass(frozen=True)
@@ -243,10 +246,12 @@ class _ProjectFacts:
     # The tests under which the project's files wrap a model they load a state dict into ->
     # those files (relative to the root).
     wrapping_tests_of_loads: dict[str, frozenset[str]] = field(default_factory=dict)
+    # `stem.function` -> the (position, name) of each parameter it calls `.numpy()` on.
+    numpy_parameters: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
 
 
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 16
+_SUMMARY_FORMAT = 18
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -338,6 +343,14 @@ def wrapped_handoffs(path: str, store: Path | None = None) -> dict[str, dict[str
     return found
 
 
+def numpy_parameters(path: str, store: Path | None = None) -> dict[str, tuple[tuple[int, str], ...]]:
+    """`stem.function` (`plot_lib.show_scatterplot`) of the top-level functions of the project
+    of `path` that call `.numpy()` on a parameter as it is -> each such parameter's position
+    and name; empty where there is none, or no project on disk."""
+    facts = _facts(path, store)
+    return {} if facts is None else facts.numpy_parameters
+
+
 def stateful_module_classes(path: str, store: Path | None = None) -> frozenset[str]:
     """`stem.Class` (`model.Net` for `class Net` in `model.py`) of each nn.Module class of the
     project of `path` that makes layers or parameters of its own; empty where there is none
@@ -414,11 +427,17 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
         for test in () if summary.test_code else summary.wrapping_tests_of_loads:
             loading_files.setdefault(test, set()).add(os.path.relpath(path, root))
     wrapping_tests_of_loads = {test: frozenset(files) for test, files in loading_files.items()}
+    numpy_parameters: dict[str, list[tuple[int, str]]] = {}
+    for path, summary in summaries.items():
+        for numpied in () if summary.test_code else summary.numpy_parameters:
+            function, position, name = numpied.split(":")
+            numpy_parameters.setdefault(f"{Path(path).stem}.{function}", []).append((int(position), name))
     return _ProjectFacts(_writing(root, summaries), _cpu_mode(root, summaries, imported),
                          _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3],
                          module_classes=module_classes, all_module_classes=all_module_classes,
                          wrapped_handoffs=wrapped_handoffs, wrapping_tests_of_loads=wrapping_tests_of_loads,
-                         default_device=_default_device(root, summaries, imported))
+                         default_device=_default_device(root, summaries, imported),
+                         numpy_parameters={key: tuple(found) for key, found in numpy_parameters.items()})
 
 
 def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
@@ -642,7 +661,8 @@ def _summary(file_path: str) -> _Summary:
                     loads_into_a_wrapper=_loads_into_a_wrapper(source, parsed) or _strips_the_prefix(source, parsed),
                     module_classes=_stateful_module_classes(source, parsed), all_module_classes=_module_classes(source),
                     wrapped_handoffs=_wrapped_handoffs(source, parsed),
-                    wrapping_tests_of_loads=_wrapping_tests_of_loads(source, parsed))
+                    wrapping_tests_of_loads=_wrapping_tests_of_loads(source, parsed),
+                    numpy_parameters=_numpy_parameters(source, parsed))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
     tree = parsed.tree()
@@ -903,6 +923,64 @@ def _strips_the_prefix(source: bytes, parsed: _ParsedOnce) -> bool:
                 and node.body.slice.lower is not None:
             return True  # `key[7:] if key.startswith("module.") else key`
     return False
+
+
+def _numpy_parameters(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
+    """`function:position:name` for each parameter of a top-level function that the function
+    calls `.numpy()` on as it is (`X.numpy()`, `x.data.numpy()`, `x.detach().numpy()`): a
+    helper (a plotting one, most often) that fails when handed a tensor on a GPU."""
+    if b".numpy()" not in source:
+        return ()
+    tree = parsed.tree()
+    if tree is None:
+        return ()
+    found: list[str] = []
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        params = [arg.arg for arg in (*function.args.posonlyargs, *function.args.args)]
+        numpied: set[str] = set()
+        rebound: set[str] = set()  # given another value first, perhaps on the host (`X = X.cpu()`)
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "numpy" \
+                    and not node.args and not node.keywords:
+                root = _unmoved_root(node.func.value)
+                if root is not None and root in params:
+                    numpied.add(root)
+            elif isinstance(node, ast.Assign) and not (_is_numpy_call(node.value) and len(node.targets) == 1):
+                rebound.update(name for target in node.targets for name in _bound_names(target))
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension, ast.NamedExpr)):
+                rebound.update(_bound_names(node.target))
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                rebound.update(_bound_names(node.optional_vars))
+        found.extend(f"{function.name}:{position}:{name}" for position, name in enumerate(params)
+                     if name in numpied and name not in rebound)
+    return tuple(found)
+
+
+def _is_numpy_call(node: ast.expr) -> bool:
+    """`X.numpy()`: a rebinding that is the conversion itself (`X = X.numpy()`)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "numpy" \
+        and _unmoved_root(node.func.value) is not None
+
+
+def _unmoved_root(node: ast.expr) -> str | None:
+    """The parameter a receiver is, through `.data`, `.detach()`, `.squeeze()` and indexing, with
+    no move to the host on the way; None otherwise."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute) and node.attr in ("data", "T"):
+            node = node.value
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("detach", "squeeze", "unsqueeze", "reshape", "view", "flatten", "float",
+                                       "double", "long", "int", "clone", "contiguous", "permute", "transpose",
+                                       "t"):
+            node = node.func.value
+        else:
+            return None
 
 
 def _names_a_prefix_remover(name: str) -> bool:
@@ -1294,7 +1372,8 @@ def project_facts(path: str, store: Path | None = None) -> str:
             f"wrapped-loads={','.join(facts.wrapped_loads)};module-classes={_digest(','.join(sorted(facts.module_classes)))}"
             f":{_digest(','.join(sorted(facts.all_module_classes)))}"
             f";handoffs={_digest(repr(sorted(wrapped_handoffs(path, store).items())))}"
-            f";default-device={default_device};wrapping-tests-of-loads={_digest(repr(sorted(facts.wrapping_tests_of_loads.items())))}")
+            f";default-device={default_device};wrapping-tests-of-loads={_digest(repr(sorted(facts.wrapping_tests_of_loads.items())))}"
+            f";numpy-parameters={_digest(repr(sorted(facts.numpy_parameters.items())))}")
 
 
 def _bound_names(target: ast.expr) -> list[str]:

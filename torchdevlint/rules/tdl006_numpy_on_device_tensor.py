@@ -35,7 +35,10 @@ class NumpyOnDeviceTensor(Rule):
     module's `forward` of data where the module is (`h.data.numpy()`), which fails once the
     model is on a GPU. Also finds a list of such tensors handed to those conversions: the
     accuracy curve of an evaluation helper that adds up `(predictions == labels).sum()` from
-    0, or losses appended without `.item()`, passed to `plt.plot`. Tensors and collections moved
+    0, or losses appended without `.item()`, passed to `plt.plot`. And such a tensor handed to
+    a function of another file of the project that calls `.numpy()` on that parameter as it is
+    (`show_scatterplot(X, colors)` of a course's `plot_lib.py`, whose first line is `X =
+    X.numpy()`), reported at the call. Tensors and collections moved
     under `if train_on_gpu:` tests count as on the GPU where a machine with a GPU takes those
     tests together and the data meets the model there.
 
@@ -65,6 +68,10 @@ class NumpyOnDeviceTensor(Rule):
     tensors, but the analysis does not tell those from a dict, whose iteration gives its keys.
     Appending numbers (`accuracy.item()`) is usually the better change.
 
+    Unsafe for a tensor handed to a helper of another file: the fix hands it `X.cpu()`, which
+    is what its `.numpy()` needs, but the helper may also use the tensor with data on the
+    GPU, and the fix cannot see that file.
+
     ## Options
     None.
     """
@@ -74,7 +81,9 @@ class NumpyOnDeviceTensor(Rule):
     message = "numpy() on a tensor that is on a GPU; copy it to the host with .cpu() first"
     fix_title = "Insert .cpu() before .numpy()"
     proof = RuntimeProof(NUMPY_ON_DEVICE)
-    requires_any_text = (".numpy()", "numpy", "matplotlib")
+    # NumPy and matplotlib, or the names that the project's helpers calling `.numpy()` on what
+    # they are handed mostly have (plotting and drawing ones): a file with none is not read.
+    requires_any_text = (".numpy()", "numpy", "matplotlib", "plot", "visuali", "draw")
 
     VALID = [
         Valid(
@@ -598,11 +607,18 @@ class NumpyOnDeviceTensor(Rule):
         ),
     ]
 
+    def setup(self) -> None:
+        # The project's helpers that call `.numpy()` on a parameter, by their last name (read
+        # once, where a call's name matches one).
+        self._numpy_helpers: dict[str, tuple[tuple[int, str], ...]] | None = None
+
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "numpy" and not node.args:
             self._check(node, node.func.value, None)
             return
         if not node.args:
+            return
+        if self._check_helper_call(node):
             return
         qualified = self.context.names.qualified_name(node.func, among=_converts_to_numpy)
         if qualified is None:
@@ -622,6 +638,31 @@ class NumpyOnDeviceTensor(Rule):
                 continue
             self._check(arg.value, arg.value, f"{name}() converts a tensor that is on a GPU to NumPy; "
                                               "copy it to the host with .cpu() first")
+
+    def _check_helper_call(self, call: cst.Call) -> bool:
+        """`show_scatterplot(X, colors)`, a function of another file of the project that calls
+        `X.numpy()` as it is: the tensor handed over from a GPU fails there."""
+        if self._numpy_helpers is None:
+            self._numpy_helpers = self.context.project_numpy_parameters()
+        if not self._numpy_helpers:
+            return False
+        func = call.func
+        last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        if last is None or not any(key.endswith("." + last) for key in self._numpy_helpers):
+            return False
+        qualified = self.context.names.qualified_name(func)
+        if qualified is None or qualified.count(".") < 1:
+            return False
+        parameters = self._numpy_helpers.get(".".join(qualified.split(".")[-2:]))
+        if parameters is None:
+            return False
+        for position, name in parameters:
+            arg = _argument(call, position, name)
+            if arg is not None:
+                self._check(arg.value, arg.value,
+                            f"{last}() calls .numpy() on this tensor, which is on a GPU; copy it to the host with "
+                            ".cpu() first", applicability=Applicability.UNSAFE)
+        return True
 
     def _check_collection(self, collection: cst.BaseExpression, name: str) -> bool:
         """`plt.plot(losses)` where the loop appended device tensors to `losses`: NumPy converts
@@ -646,7 +687,8 @@ class NumpyOnDeviceTensor(Rule):
                     fix=fix)
         return True
 
-    def _check(self, node: cst.CSTNode, tensor: cst.BaseExpression, message: str | None) -> None:
+    def _check(self, node: cst.CSTNode, tensor: cst.BaseExpression, message: str | None,
+               applicability: Applicability = Applicability.SAFE) -> None:
         value = self.context.flow.value_of(tensor)
         if value.places == frozenset({MODULE_DEVICE_PLACE}) and self.context.flow.names_no_accelerator() \
                 and not self._on_module_device_in_forward(value):
@@ -659,7 +701,8 @@ class NumpyOnDeviceTensor(Rule):
         if under_placement_test(node, self.context.ancestors(node)):
             return
         insertion = ".detach().cpu()" if value.grad else ".cpu()"
-        self.report(node, message=message, fix=self.make_fix(NodeEdit.insert_after(tensor, insertion)))
+        self.report(node, message=message,
+                    fix=self.make_fix(NodeEdit.insert_after(tensor, insertion), applicability=applicability))
 
     def _on_module_device_in_forward(self, value: Value) -> bool:
         """In a module's `forward`, data where the module is: on a GPU once the model is moved."""
@@ -668,3 +711,13 @@ class NumpyOnDeviceTensor(Rule):
         method = self.context.enclosing_method()
         return method is not None and method.function.name.value == "forward" \
             and self.context.flow.is_module_class(method.owner)
+
+
+def _argument(call: cst.Call, position: int, name: str) -> cst.Arg | None:
+    """The argument a call passes for a parameter, by position or by keyword."""
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is None and index == position or arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
