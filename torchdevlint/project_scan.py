@@ -970,9 +970,7 @@ def _unmoved_root(node: ast.expr) -> str | None:
     while True:
         if isinstance(node, ast.Name):
             return node.id
-        if isinstance(node, ast.Attribute) and node.attr in ("data", "T"):
-            node = node.value
-        elif isinstance(node, ast.Subscript):
+        if isinstance(node, ast.Attribute) and node.attr in ("data", "T") or isinstance(node, ast.Subscript):
             node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in ("detach", "squeeze", "unsqueeze", "reshape", "view", "flatten", "float",
