@@ -994,6 +994,20 @@ def test_a_module_imported_by_a_script_with_a_cpu_fallback_device_takes_its_cpu_
     assert "device choice at sac_lstm.py:4 falls back to the CPU" in found[0]["message"]
 
 
+def test_a_modules_own_demo_takes_no_cpu_mode_from_the_scripts_importing_it(tmp_path: Path) -> None:
+    # The demo under the main guard runs when the module is the script, never in sac_lstm.py's
+    # run: only the method that run calls is reported.
+    demo = POLICY_NETWORKS + """
+
+if __name__ == "__main__":
+    policy = RecurrentPolicy(8).cuda()
+    print(policy.initial_state())
+"""
+    root = _project(tmp_path, {"policy_networks.py": demo, "sac_lstm.py": SCRIPT_FALLING_BACK})
+    found = json.loads(run_cli("check", "--format", "json", "--select", "TDL007", ".", cwd=root).stdout)
+    assert [(Path(item["path"]).name, item["line"]) for item in found] == [("policy_networks.py", 12)] * 2
+
+
 def test_a_fallback_under_a_main_guard_is_no_cpu_mode_of_the_scripts_importing_the_file(tmp_path: Path) -> None:
     root = _project(tmp_path, {"policy_networks.py": POLICY_NETWORKS, "evaluation.py": HELPER_WITH_ITS_OWN_RUN,
                                "gpu_only.py": GPU_ONLY_SCRIPT})

@@ -16,6 +16,7 @@ from torchdevlint.analysis.cuda_uses import (
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
 from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Off
+from torchdevlint.analysis.tree import is_main_guard
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -56,7 +57,9 @@ class UnguardedCuda(Rule):
     picks its device with a CPU fallback (`device = torch.device("cuda:0" if
     torch.cuda.is_available() else "cpu")`, the policy networks an RL script builds); a
     fallback at a module's top level reaches the scripts importing that module too, one in a
-    function or under a main guard only what its own file imports.
+    function or under a main guard only what its own file imports. The CPU mode of a script
+    that imports a module does not reach the module's own demo under its main guard, which
+    runs only when the module is the script.
     In a distributed program (it imports `torch.distributed`) a GPU setting alone is not
     enough: there `--use_cuda` may say where to keep features, on a run that needs GPUs. Nor
     is a GPU count compared so that no GPU and one GPU answer alike (`if num_gpus > 1:`
@@ -742,10 +745,22 @@ class UnguardedCuda(Rule):
                     continue
             if self._device_switched_off(site.node):
                 continue
+            if elsewhere is not None and self._under_the_main_guard(site):
+                continue  # a module's own demo: it runs when the file is the script, not when imported
             if site.moved is not None and flow.value_of(site.moved).places == _ANYWHERE_ONLY:
                 continue  # a module without parameters or buffers (a loss): moving it touches no GPU
             if self._reached_in_cpu_mode(site):
                 self.report(site.node, fix=site.fix, message=message)
+
+    @staticmethod
+    def _under_the_main_guard(site: _Site) -> bool:
+        """In the body of `if __name__ == "__main__":`."""
+        inner = site.visited
+        for ancestor in site.ancestors:
+            if isinstance(ancestor, cst.If) and ancestor.body is inner and is_main_guard(ancestor.test):
+                return True
+            inner = ancestor
+        return False
 
     def _device_switched_off(self, node: cst.CSTNode) -> bool:
         """`with torch.cuda.device(args.gpu_index):` where the CPU mode sets the index to -1
