@@ -35,6 +35,11 @@ _SIZE_READING_METHODS = frozenset({"nonzero", "unique", "unique_consecutive", "m
 # (PyTorch copies pageable memory to the device and synchronises the stream).
 _MOVES = frozenset({"to", "cuda"})
 _FACTORIES_FROM_DATA = ("torch.tensor", "torch.as_tensor")
+# Tensor methods that read or change only the tensor's metadata: they queue no work.
+_NO_KERNEL_METHODS = frozenset({"size", "dim", "numel", "stride", "view", "view_as", "unsqueeze", "squeeze", "t",
+                                "transpose", "permute", "expand", "expand_as", "narrow", "select", "detach",
+                                "requires_grad_", "is_contiguous", "get_device", "element_size", "data_ptr",
+                                "storage_offset", "unbind", "split", "chunk"})
 # How deep a wait is looked for in what a measured call runs (`model(x)` -> `forward` -> helpers).
 _CALLEE_DEPTH = 2
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
@@ -580,15 +585,25 @@ def _accelerator_work(call: cst.Call, flow: FlowQueries) -> bool:
     """A call the flow model shows computing on an accelerator: its result is device data,
     or it is a method of device data (`loss.backward()`).
 
-    Not on "a machine with a GPU" (`value_on_a_gpu_machine`): a model of another file, there,
-    would be work wherever its input is on the device, and the detectors that time one most
-    often wait inside it (a blocking copy of a grid in `forward`, a `nonzero` in its NMS),
-    which this file does not show."""
+    Where only the GPU side of a device test puts the data there (`if use_cuda: x = x.cuda()`),
+    as on a machine with a GPU (`value_on_a_gpu_machine`), only a model or function of this
+    file, whose waits were looked for first. Not a model of another file called on such
+    data: the detectors that are timed that way most often wait inside it (a blocking copy of
+    a grid in `forward`, a `nonzero` in their NMS), which this file does not show. Nor the
+    tensor methods around them: a video loop's frame-rate reading sees the next frame's copy
+    wait for them."""
     value = flow.value_of(call)
     if value.is_tensor_like and value.on_accelerator:
         return True
     func = call.func
-    if isinstance(func, cst.Attribute):
+    if isinstance(func, cst.Attribute) and func.attr.value not in _NO_KERNEL_METHODS:
         receiver = flow.value_of(func.value)
-        return receiver.is_tensor_like and receiver.on_accelerator
-    return False
+        if receiver.is_tensor_like and receiver.on_accelerator:
+            return True
+    callee = flow.value_of(func)
+    shown = callee.reference is not None and callee.reference.definition is not None \
+        or callee.instance_of is not None and callee.is_module_like
+    if not shown:
+        return False
+    on_a_gpu_machine = flow.value_on_a_gpu_machine(call)
+    return on_a_gpu_machine.is_tensor_like and on_a_gpu_machine.on_accelerator

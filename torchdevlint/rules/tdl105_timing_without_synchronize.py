@@ -53,10 +53,11 @@ class TimingWithoutSynchronize(Rule):
     function of the file the measured code calls, and so does a result whose size the host
     needs (`nonzero`, `unique`, `masked_select`, torchvision's `nms`). The copy of the input
     before the model runs waits for nothing the model does: the order of the calls counts.
-    A model or helper of another file is not looked into; and work on data that only one
-    side of a device test puts on the GPU (`if args.cuda: x = x.cuda()`) is not counted as
-    work, because the models timed that way (detectors of another file, most of them) wait
-    inside more often than not. Such a measurement is missed.
+    A model or helper of another file is not looked into. Work on data that only one side of
+    a device test puts on the GPU (`if args.cuda: x = x.cuda()`) counts only where a model or
+    function of this file does it; a model of another file called on such data does not,
+    because the models timed that way (detectors, most of them) wait inside more often than
+    not. Such a measurement is missed.
 
     ## Fix safety
     Safe: the fix puts `if torch.cuda.is_available(): torch.cuda.synchronize()` on the line
@@ -238,6 +239,57 @@ class TimingWithoutSynchronize(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import time
+            import torch
+            from torch import nn
+
+            class Sharpen(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 3, 3, padding=1))
+
+                def forward(self, image):
+                    return image + self.body(image)
+
+            use_gpu = torch.cuda.is_available()
+            sharpen = Sharpen()
+            photo = torch.rand(1, 3, 128, 128)
+            if use_gpu:
+                sharpen = sharpen.cuda()
+                photo = photo.cuda()
+            began = time.perf_counter()
+            result = sharpen(photo)
+            print(f"sharpened in {time.perf_counter() - began:.4f} s")
+            """,
+            fixed="""
+            import time
+            import torch
+            from torch import nn
+
+            class Sharpen(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 3, 3, padding=1))
+
+                def forward(self, image):
+                    return image + self.body(image)
+
+            use_gpu = torch.cuda.is_available()
+            sharpen = Sharpen()
+            photo = torch.rand(1, 3, 128, 128)
+            if use_gpu:
+                sharpen = sharpen.cuda()
+                photo = photo.cuda()
+            began = time.perf_counter()
+            result = sharpen(photo)
+            if torch.cuda.is_available(): torch.cuda.synchronize()
+            print(f"sharpened in {time.perf_counter() - began:.4f} s")
+            """,
+            applicability=Applicability.SAFE,
+            name="a-model-of-the-file-on-data-moved-under-a-gpu-test",
+        ),
         Invalid(
             """
             import time
