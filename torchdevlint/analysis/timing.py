@@ -328,7 +328,9 @@ class _Walk:
         return replace(spans.started(name, pending), left_over=(spans.left_over - repeated) | carried)
 
     def _waits(self, call: cst.Call, depth: int = 0) -> bool:
-        return self._answer("waits", call, lambda: _waits(call, self.flow, self.names) or _blocking_copy(call, self.flow, self.names)
+        # Answered per depth: one found deep in a callee, where its own callees are not looked
+        # into, is no answer for the same call met higher up.
+        return self._answer(f"waits{depth}", call, lambda: self._reads(call) or _blocking_copy(call, self.flow, self.names)
                             or (depth < _CALLEE_DEPTH and self._callee_waits(call, depth)))
 
     def _reads(self, call: cst.Call) -> bool:
@@ -530,9 +532,11 @@ def _reads_a_size(func: cst.BaseExpression, flow: FlowQueries, names: NameResolv
         return False
     if names.qualified_name(func, among=lambda name: name.startswith(("torch.", "torchvision."))) is not None:
         return True
+    if not isinstance(func, cst.Attribute):
+        return False
     # A method of a tensor (or of what the model cannot tell: a parameter of a helper).
-    return isinstance(func, cst.Attribute) and flow.value_of(func.value).reference is None \
-        and not flow.value_of(func.value).is_module_like
+    receiver = flow.value_of(func.value)
+    return receiver.reference is None and not receiver.is_module_like
 
 
 def _blocking_copy(call: cst.Call, flow: FlowQueries, names: NameResolver) -> bool:
