@@ -942,12 +942,11 @@ def _numpy_parameters(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
         numpied: set[str] = set()
         rebound: set[str] = set()  # given another value first, perhaps on the host (`X = X.cpu()`)
         for node in ast.walk(function):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "numpy" \
-                    and not node.args and not node.keywords:
-                root = _unmoved_root(node.func.value)
-                if root is not None and root in params:
+            root = _numpied_root(node)
+            if root is not None:
+                if root in params:
                     numpied.add(root)
-            elif isinstance(node, ast.Assign) and not (_is_numpy_call(node.value) and len(node.targets) == 1):
+            elif isinstance(node, ast.Assign) and not (_numpied_root(node.value) is not None and len(node.targets) == 1):
                 rebound.update(name for target in node.targets for name in _bound_names(target))
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension, ast.NamedExpr)):
                 rebound.update(_bound_names(node.target))
@@ -958,10 +957,13 @@ def _numpy_parameters(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _is_numpy_call(node: ast.expr) -> bool:
-    """`X.numpy()`: a rebinding that is the conversion itself (`X = X.numpy()`)."""
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "numpy" \
-        and _unmoved_root(node.func.value) is not None
+def _numpied_root(node: ast.AST) -> str | None:
+    """`X.numpy()`, `x.data.numpy()`: the name whose tensor the call converts as it is (a
+    rebinding `X = X.numpy()` is the conversion itself); None for anything else."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "numpy" \
+            and not node.args and not node.keywords:
+        return _unmoved_root(node.func.value)
+    return None
 
 
 def _unmoved_root(node: ast.expr) -> str | None:

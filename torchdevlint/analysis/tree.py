@@ -104,6 +104,17 @@ def first_argument(call: cst.Call, keyword: str) -> cst.BaseExpression | None:
     return named.value if named is not None else None
 
 
+def argument_for(call: cst.Call, position: int, name: str) -> cst.Arg | None:
+    """The argument a call passes for a parameter, by its position or its keyword; None where
+    it passes none, or a `*args` hides which."""
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is None and index == position or arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
 def small_statements(body: Sequence[cst.BaseStatement]) -> Iterator[cst.CSTNode]:
     """The statements of a block in order, with `a; b` split into its small statements."""
     for statement in body:

@@ -7,6 +7,7 @@ import libcst as cst
 from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.devices import subnodes, under_placement_test
 from torchdevlint.analysis.flow.values import MODULE_DEVICE_PLACE, Kind, Value
+from torchdevlint.analysis.tree import argument_for
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -611,6 +612,7 @@ class NumpyOnDeviceTensor(Rule):
         # The project's helpers that call `.numpy()` on a parameter, by their last name (read
         # once, where a call's name matches one).
         self._numpy_helpers: dict[str, tuple[tuple[int, str], ...]] | None = None
+        self._numpy_helper_names: set[str] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "numpy" and not node.args:
@@ -644,11 +646,12 @@ class NumpyOnDeviceTensor(Rule):
         `X.numpy()` as it is: the tensor handed over from a GPU fails there."""
         if self._numpy_helpers is None:
             self._numpy_helpers = self.context.project_numpy_parameters()
+            self._numpy_helper_names = {key.rsplit(".", 1)[-1] for key in self._numpy_helpers}
         if not self._numpy_helpers:
             return False
         func = call.func
         last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
-        if last is None or not any(key.endswith("." + last) for key in self._numpy_helpers):
+        if last not in self._numpy_helper_names:
             return False
         qualified = self.context.names.qualified_name(func)
         if qualified is None or qualified.count(".") < 1:
@@ -657,7 +660,7 @@ class NumpyOnDeviceTensor(Rule):
         if parameters is None:
             return False
         for position, name in parameters:
-            arg = _argument(call, position, name)
+            arg = argument_for(call, position, name)
             if arg is not None:
                 self._check(arg.value, arg.value,
                             f"{last}() calls .numpy() on this tensor, which is on a GPU; copy it to the host with "
@@ -711,13 +714,3 @@ class NumpyOnDeviceTensor(Rule):
         method = self.context.enclosing_method()
         return method is not None and method.function.name.value == "forward" \
             and self.context.flow.is_module_class(method.owner)
-
-
-def _argument(call: cst.Call, position: int, name: str) -> cst.Arg | None:
-    """The argument a call passes for a parameter, by position or by keyword."""
-    for index, arg in enumerate(call.args):
-        if arg.star:
-            return None
-        if arg.keyword is None and index == position or arg.keyword is not None and arg.keyword.value == name:
-            return arg
-    return None
