@@ -412,6 +412,58 @@ def test_a_cpu_fallback_in_one_script_leaves_the_gpu_only_scripts_beside_it_alon
     assert _codes_selected(root, "TDL007,TDL203") == [("net.py", "TDL007"), ("sample.py", "TDL203")]
 
 
+PREFETCHING_DATA = """
+import torch
+
+class Prefetcher:
+    def __init__(self, loader, device):
+        self.loader, self.device = loader, device
+        self.stream = torch.cuda.Stream()
+
+    def __iter__(self):
+        for images, labels in self.loader:
+            with torch.cuda.stream(self.stream):
+                images = images.cuda(device=self.device, non_blocking=True)
+            torch.cuda.current_stream().wait_stream(self.stream)
+            yield images, labels
+
+def first_batch(loader):
+    return next(iter(loader))[0].cuda()
+"""
+
+FALLING_BACK_TO_THE_CPU = """
+import torch
+import data
+device = "cuda" if torch.cuda.is_available() else "cpu"
+print(data.first_batch(loader).to(device))
+"""
+
+
+def test_a_cpu_mode_elsewhere_reaches_only_what_its_program_uses(tmp_path: Path) -> None:
+    # The inference script falls back to the CPU and uses `first_batch`; the GPU prefetcher
+    # is built only by the training script, which has no CPU mode.
+    train = "import torch\nfrom data import Prefetcher\nfor batch in Prefetcher(loader, torch.device('cuda')):\n    pass\n"
+    root = _project(tmp_path, {"data.py": PREFETCHING_DATA, "infer.py": FALLING_BACK_TO_THE_CPU, "train.py": train})
+    found = json.loads(run_cli("check", "--format", "json", "--select", "TDL007,TDL027", ".", cwd=root).stdout)
+    assert [(item["path"], item["code"], item["line"]) for item in found] == [("data.py", "TDL007", 16)]
+    assert "infer.py runs this file" in found[0]["message"]
+    # Once the inference script builds the prefetcher too, its CPU mode reaches it (the
+    # cached result follows the other file's change).
+    (root / "infer.py").write_text(textwrap.dedent(FALLING_BACK_TO_THE_CPU).lstrip() + "data.Prefetcher(loader, device)\n")
+    assert [line for path, code, line in _lines(root, "TDL007")] == [6, 11, 12, 16]
+
+
+def test_a_definition_looked_up_by_a_computed_name_may_be_used(tmp_path: Path) -> None:
+    looking_up = FALLING_BACK_TO_THE_CPU.replace("import data\n", "import data\nmaker = getattr(data, config['loader'])\n")
+    root = _project(tmp_path, {"data.py": PREFETCHING_DATA, "infer.py": looking_up})
+    assert [line for path, code, line in _lines(root, "TDL007")] == [6, 11, 12, 16]
+
+
+def _lines(root: Path, select: str) -> list[tuple[str, str, int]]:
+    found = json.loads(run_cli("check", "--format", "json", "--select", select, ".", cwd=root).stdout)
+    return [(item["path"], item["code"], item["line"]) for item in found]
+
+
 def test_imports_are_read_from_the_text_relative_ones_from_the_package() -> None:
     from torchdevlint.project_scan import _imports
 

@@ -21,6 +21,7 @@ from torchdevlint.project_scan import (
     CpuModeOption,
     checkpoint_writing,
     cpu_mode_option,
+    cpu_mode_option_using,
     default_device_elsewhere,
     files_loading_wrapped_under,
     gpu_selection,
@@ -181,6 +182,12 @@ class FileContext:
         importing this file a CPU mode (`--gpu_ids -1` in an options module); None where there
         is none, or the file is not on disk."""
         return cpu_mode_option(self.path)
+
+    def project_cpu_mode_using(self, name: str) -> CpuModeOption | None:
+        """The option of another file that gives a program a CPU mode, where that program
+        imports this file and uses its top-level definition `name` (see
+        `project_scan.cpu_mode_option_using`); None where none does."""
+        return cpu_mode_option_using(self.path, name)
 
     @property
     def flow(self) -> FlowQueries:

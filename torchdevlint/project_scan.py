@@ -31,6 +31,11 @@ file's folder. Only options count: a CPU fallback in one script (`"cuda" if
 torch.cuda.is_available() else "cpu"`) is that script's own, and the GPU-only scripts
 beside it that import the same model stay GPU-only.
 
+Within such a program, a module-level class or function reaches the CPU mode only where a file
+of the program names it (or may look it up by a computed name): `cpu_mode_option_using`. That
+answer depends on the program's files as they are, so the cache key of a file in such a
+program holds their change times.
+
 Read with Python's own `ast` and a scan of the import lines, never with the flow model: the
 facts must be cheap enough for a cached run of one file, since they decide that file's
 result (and are part of its cache key). Each file is read once while it is unchanged, and
@@ -248,8 +253,44 @@ class _ProjectFacts:
     wrapping_tests_of_loads: dict[str, frozenset[str]] = field(default_factory=dict)
     # `stem.function` -> the (position, name) of each parameter it calls `.numpy()` on.
     numpy_parameters: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
+    # The programs with a CPU mode, in the order `cpu_mode` chose from: (absolute path, the
+    # option, its `program` left empty), and the project's import graph (see `_import_graph`).
+    cpu_programs: tuple[tuple[str, CpuModeOption], ...] = ()
+    imported: dict[str, set[str]] = field(default_factory=dict)
+    # Asked lazily: each program's files, and each file's words.
+    # Each file's (change time, size), as listed.
+    stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+    closures: dict[str, frozenset[str]] = field(default_factory=dict)
+    words: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def program_files(self, program: str) -> frozenset[str]:
+        """The files a program imports, directly or not, itself included."""
+        known = self.closures.get(program)
+        if known is None:
+            found: set[str] = set()
+            pending = [program]
+            while pending:
+                current = pending.pop()
+                if current not in found:
+                    found.add(current)
+                    pending.extend(self.imported.get(current, ()))
+            known = self.closures[program] = frozenset(found)
+        return known
+
+    def words_of(self, path: str) -> frozenset[str]:
+        known = self.words.get(path)
+        if known is None:
+            source = _python_source(path)
+            known = self.words[path] = frozenset() if source is None else frozenset(
+                word.decode("ascii") for word in _WORD.findall(source))
+        return known
 
 
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_LOOKUP_WORDS = frozenset({"getattr", "globals", "eval", "importlib", "__import__"})
+_GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
+_COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
+_STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
 _SUMMARY_FORMAT = 18
 # (path, change time, size) -> what the file holds.
@@ -381,6 +422,60 @@ def cpu_mode_option(path: str, store: Path | None = None) -> CpuModeOption | Non
     return None if facts is None else facts.cpu_mode.get(os.path.abspath(path))
 
 
+def cpu_mode_option_using(path: str, name: str, store: Path | None = None) -> CpuModeOption | None:
+    """The option of a program with a CPU mode that imports `path` and uses its top-level
+    definition `name`: another file of the program names it, or imports a project module it
+    may look it up in by a computed name (`getattr(models, config["arch"])`). None where no
+    such program does (a GPU prefetcher class only the GPU path of another program builds),
+    or `path` has no project on disk."""
+    facts = _facts(path, store)
+    absolute = os.path.abspath(path)
+    if facts is None or absolute not in facts.cpu_mode:
+        return None
+    root = project_root(path)
+    for program, option in facts.cpu_programs:
+        files = facts.program_files(program)
+        if absolute not in files:
+            continue
+        if any(name in facts.words_of(other) or _looks_up_by_name(facts, other, absolute)
+               for other in files if other != absolute):
+            relative = "" if program == absolute or root is None else os.path.relpath(program, root)
+            return replace(option, program=relative)
+    return None
+
+
+def _looks_up_by_name(facts: _ProjectFacts, path: str, target: str) -> bool:
+    """A file that may reach a definition of the file `target` by a computed name: `getattr`
+    on a project module of its imports that is `target` or takes its names with `import *`
+    (`getattr(models, config["arch"]["type"])`), or `globals()`, `eval(...)`, `importlib`."""
+    words = facts.words_of(path)
+    if words.isdisjoint(_LOOKUP_WORDS):
+        return False
+    source = _python_source(path) or b""
+    if _COMPUTED_LOOKUP.search(source):
+        return True
+    looked_in = {match.group(1).decode("ascii").rpartition(".")[2] for match in _GETATTR.finditer(source)}
+    for module in facts.imported.get(path, ()):
+        name = Path(module).parent.name if Path(module).name == "__init__.py" else Path(module).stem
+        if name in looked_in and target in _star_reach(facts, module):
+            return True
+    return False
+
+
+def _star_reach(facts: _ProjectFacts, module: str) -> set[str]:
+    """A module's file and the files whose names it takes, through `import *`, directly or not."""
+    found: set[str] = set()
+    pending = [module]
+    while pending:
+        current = pending.pop()
+        if current in found:
+            continue
+        found.add(current)
+        if _STAR_IMPORT.search(_python_source(current) or b""):
+            pending.extend(facts.imported.get(current, ()))
+    return found
+
+
 def _facts(path: str, store: Path | None) -> _ProjectFacts | None:
     root = project_root(path)
     if root is None:
@@ -432,12 +527,16 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
         for numpied in () if summary.test_code else summary.numpy_parameters:
             function, position, name = numpied.split(":")
             numpy_parameters.setdefault(f"{Path(path).stem}.{function}", []).append((int(position), name))
-    return _ProjectFacts(_writing(root, summaries), _cpu_mode(root, summaries, imported),
+    cpu_programs: list[tuple[str, CpuModeOption]] = []
+    cpu_mode = _cpu_mode(root, summaries, imported, cpu_programs)
+    return _ProjectFacts(_writing(root, summaries), cpu_mode,
                          _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3],
                          module_classes=module_classes, all_module_classes=all_module_classes,
                          wrapped_handoffs=wrapped_handoffs, wrapping_tests_of_loads=wrapping_tests_of_loads,
                          default_device=_default_device(root, summaries, imported),
-                         numpy_parameters={key: tuple(found) for key, found in numpy_parameters.items()})
+                         numpy_parameters={key: tuple(found) for key, found in numpy_parameters.items()},
+                         cpu_programs=tuple(cpu_programs), imported=imported,
+                         stamps={entry[0]: (entry[1], entry[2]) for entry in listing})
 
 
 def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
@@ -465,9 +564,11 @@ def _writing(root: Path, summaries: dict[str, _Summary]) -> CheckpointWriting:
                              path_names=named)
 
 
-def _cpu_mode(root: Path, summaries: dict[str, _Summary], imported: dict[str, set[str]]) -> dict[str, CpuModeOption]:
+def _cpu_mode(root: Path, summaries: dict[str, _Summary], imported: dict[str, set[str]],
+              programs: list[tuple[str, CpuModeOption]]) -> dict[str, CpuModeOption]:
     """Each file a program with a CPU-mode option imports (the program and the option's own
-    file included), with that option."""
+    file included), with that option. Adds each such program to `programs`, in the order
+    chosen from, with its option (`program` left empty)."""
     offering = {path: (path, summary.cpu_options[0]) for path, summary in summaries.items()
                 if summary.cpu_options and not summary.test_code}
     shared_fallback = {path: (path, summary.cpu_fallback) for path, summary in summaries.items()
@@ -475,6 +576,8 @@ def _cpu_mode(root: Path, summaries: dict[str, _Summary], imported: dict[str, se
     reach: dict[str, CpuModeOption] = {}
     # An option names the CPU mode outright: it wins over a fallback where a file has both.
     for marked, falls_back in ((offering, False), (shared_fallback, True)):
+        for program, (option_file, line) in _programs_with(marked, summaries, imported):
+            programs.append((program, CpuModeOption(os.path.relpath(option_file, root), line, "", falls_back)))
         for current, ((option_file, line), program) in _in_programs_with(marked, summaries, imported).items():
             if current not in reach:
                 reach[current] = CpuModeOption(os.path.relpath(option_file, root), line,
@@ -484,6 +587,7 @@ def _cpu_mode(root: Path, summaries: dict[str, _Summary], imported: dict[str, se
     # imports runs in it, the files importing it for a helper do not.
     for path, summary in sorted(summaries.items()):
         if summary.cpu_fallback < 0 and not summary.test_code:
+            programs.append((path, CpuModeOption(os.path.relpath(path, root), -summary.cpu_fallback, "", True)))
             pending = [path]
             while pending:
                 current = pending.pop()
@@ -518,8 +622,25 @@ def _in_programs_with(marked: dict[str, _Mark], summaries: dict[str, _Summary],
     """Each file a program holding a marked file imports (the program and the marked file
     included), with the mark and the program: the programs are the files that import a
     marked file, directly or not (itself too), and the first mark (by its file's path) wins."""
+    reach: dict[str, tuple[_Mark, str]] = {}
+    for program, mark in _programs_with(marked, summaries, imported):
+        pending = [program]
+        while pending:
+            current = pending.pop()
+            if current in reach:
+                continue
+            reach[current] = (mark, program)
+            pending.extend(imported.get(current, ()))
+    return reach
+
+
+def _programs_with(marked: dict[str, _Mark], summaries: dict[str, _Summary],
+                   imported: dict[str, set[str]]) -> list[tuple[str, _Mark]]:
+    """The programs holding a marked file (the files that import one, directly or not, itself
+    too), each with the first mark (by its file's path), in the order a file's program is
+    named by: a program a user runs (a file nothing imports) first."""
     if not marked:
-        return {}
+        return []
     importers: dict[str, set[str]] = {}
     for path, targets in imported.items():
         for target in targets:
@@ -533,17 +654,7 @@ def _in_programs_with(marked: dict[str, _Mark], summaries: dict[str, _Summary],
                 continue
             programs[current] = mark
             pending.extend(importers.get(current, ()))
-    reach: dict[str, tuple[_Mark, str]] = {}
-    # Named by the program a user runs where there is one: a file nothing imports.
-    for program, mark in sorted(programs.items(), key=lambda item: (item[0] in importers, item[0])):
-        pending = [program]
-        while pending:
-            current = pending.pop()
-            if current in reach:
-                continue
-            reach[current] = (mark, program)
-            pending.extend(imported.get(current, ()))
-    return reach
+    return sorted(programs.items(), key=lambda item: (item[0] in importers, item[0]))
 
 
 def _import_graph(root: Path, summaries: dict[str, _Summary]) -> dict[str, set[str]]:
@@ -1364,8 +1475,16 @@ def project_facts(path: str, store: Path | None = None) -> str:
     facts = _facts(path, store)
     if facts is None:
         return ""
-    option = facts.cpu_mode.get(os.path.abspath(path))
+    absolute = os.path.abspath(path)
+    option = facts.cpu_mode.get(absolute)
     offered = "none" if option is None else f"{option.file}:{option.line}{'/fallback' if option.falls_back else ''}"
+    if option is not None:
+        # Which of the file's definitions those programs use (`cpu_mode_option_using`): any
+        # change to one of their files may change it.
+        programs = [program for program, _ in facts.cpu_programs if absolute in facts.program_files(program)]
+        files = sorted(set().union(*(facts.program_files(program) for program in programs)))
+        offered += "/" + _digest(repr([(program, facts.stamps.get(program)) for program in programs]
+                                      + [(other, facts.stamps.get(other)) for other in files]))
     selection = facts.gpu_selection.get(os.path.abspath(path), "none") if facts.complete else "?"
     default_device = facts.default_device.get(os.path.abspath(path), "none")
     return (f"device-checkpoints={facts.writing.key};cpu-mode={offered};gpu-selection={selection};"

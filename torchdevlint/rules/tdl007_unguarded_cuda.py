@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -22,6 +24,9 @@ from torchdevlint.edits import PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 from torchdevlint.runtime_proof import NO_GPU, RuntimeProof
 from torchdevlint.shared_fixes import route_through
+
+if TYPE_CHECKING:
+    from torchdevlint.project_scan import CpuModeOption
 
 _ANYWHERE_ONLY = frozenset({ANYWHERE_PLACE})
 
@@ -59,7 +64,13 @@ class UnguardedCuda(Rule):
     fallback at a module's top level reaches the scripts importing that module too, one in a
     function or under a main guard only what its own file imports. The CPU mode of a script
     that imports a module does not reach the module's own demo under its main guard, which
-    runs only when the module is the script.
+    runs only when the module is the script. Nor a module-level class or function of the
+    module that no file of that script's program names (a GPU prefetcher class only the
+    training script builds, where the inference script brings the CPU mode): only a program
+    that uses it runs its code. A file that looks definitions up by a computed name
+    (`getattr(models, config["arch"])` on the module or one taking its names with `import *`,
+    `globals()`, `eval(...)`, `importlib`) may use any of them, and a decorated one may be
+    registered where such a name finds it.
     In a distributed program (it imports `torch.distributed`) a GPU setting alone is not
     enough: there `--use_cuda` may say where to keep features, on a run that needs GPUs. Nor
     is a GPU count compared so that no GPU and one GPU answer alike (`if num_gpus > 1:`
@@ -730,13 +741,6 @@ class UnguardedCuda(Rule):
             elsewhere = self._program.cpu_mode_elsewhere
             if elsewhere is None:
                 return
-        message = None
-        if elsewhere is not None:
-            runs = f"{elsewhere.program} runs this file, and its" if elsewhere.program else "its"
-            chooses = "device choice at {}:{} falls back to the CPU" if elsewhere.falls_back \
-                else "option at {}:{} chooses the CPU"
-            message = (f"CUDA is used unguarded in a program that falls back to the CPU ({runs} "
-                       f"{chooses.format(elsewhere.file, elsewhere.line)}); it fails without a GPU")
         for site in self._sites:
             if site.alias:
                 assert isinstance(site.node, cst.Call)
@@ -749,8 +753,41 @@ class UnguardedCuda(Rule):
                 continue  # a module's own demo: it runs when the file is the script, not when imported
             if site.moved is not None and flow.value_of(site.moved).places == _ANYWHERE_ONLY:
                 continue  # a module without parameters or buffers (a loss): moving it touches no GPU
+            reaching = elsewhere
+            if elsewhere is not None:
+                definition = self._top_level_definition(site)
+                if definition is not None and not self._used_in_this_file(definition):
+                    # Only a program that uses the class or function runs its code.
+                    reaching = self.context.project_cpu_mode_using(definition.name.value)
+                    if reaching is None:
+                        continue
             if self._reached_in_cpu_mode(site):
-                self.report(site.node, fix=site.fix, message=message)
+                self.report(site.node, fix=site.fix, message=None if reaching is None else self._elsewhere_message(reaching))
+
+    @staticmethod
+    def _elsewhere_message(elsewhere: CpuModeOption) -> str:
+        runs = f"{elsewhere.program} runs this file, and its" if elsewhere.program else "its"
+        chooses = "device choice at {}:{} falls back to the CPU" if elsewhere.falls_back \
+            else "option at {}:{} chooses the CPU"
+        return (f"CUDA is used unguarded in a program that falls back to the CPU ({runs} "
+                f"{chooses.format(elsewhere.file, elsewhere.line)}); it fails without a GPU")
+
+    @staticmethod
+    def _top_level_definition(site: _Site) -> cst.FunctionDef | cst.ClassDef | None:
+        """The module-level class or function whose code the use is, undecorated (a decorator
+        may register it where a computed name finds it); None at module level."""
+        if len(site.ancestors) < 2 or not isinstance(site.ancestors[-1], cst.Module):
+            return None
+        outermost = site.ancestors[-2] if len(site.ancestors) >= 2 else None
+        if not isinstance(outermost, (cst.FunctionDef, cst.ClassDef)) or outermost.decorators:
+            return None
+        return outermost
+
+    def _used_in_this_file(self, definition: cst.FunctionDef | cst.ClassDef) -> bool:
+        """The file names the definition outside its own code: then what runs it here may be
+        what the program uses."""
+        word = re.compile(rf"\b{re.escape(definition.name.value)}\b")
+        return len(word.findall(self.context.source)) > len(word.findall(self.context.code_for_node(definition)))
 
     @staticmethod
     def _under_the_main_guard(site: _Site) -> bool:

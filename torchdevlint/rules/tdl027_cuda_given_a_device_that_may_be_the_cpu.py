@@ -31,7 +31,8 @@ class CudaGivenADeviceThatMayBeTheCpu(Rule):
     GPU), with a GPU index or a name for one (`.cuda(args.gpu)`, `.cuda(local_rank)`,
     `.cuda(0)`), or with a device that is a GPU on every path (`"cuda:1"`,
     `torch.device("cuda", rank)`); a parameter or setting named as a device in a file with
-    no CPU mode that calls `.cuda()` bare elsewhere (GPU-only code handed its GPU); calls
+    no CPU mode that calls `.cuda()` bare or makes a CUDA stream elsewhere (GPU-only code
+    handed its GPU: a prefetcher copying batches on a side stream); calls
     under a test the CPU mode fails (`if device.type == "cuda":`); `super().cuda(device)` in
     a module that overrides `cuda`.
 
@@ -54,6 +55,24 @@ class CudaGivenADeviceThatMayBeTheCpu(Rule):
     requires_any_text = (".cuda(",)
 
     VALID = [
+        Valid(
+            """
+            import torch
+
+            class Prefetcher:
+                def __init__(self, loader, device):
+                    self.loader, self.device = loader, device
+                    self.stream = torch.cuda.Stream()
+
+                def __iter__(self):
+                    for images in self.loader:
+                        with torch.cuda.stream(self.stream):
+                            images = images.cuda(device=self.device, non_blocking=True)
+                        torch.cuda.current_stream().wait_stream(self.stream)
+                        yield images
+            """,
+            name="a-prefetcher-on-a-cuda-stream-is-handed-its-gpu",
+        ),
         Valid(
             """
             import torch

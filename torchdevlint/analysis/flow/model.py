@@ -272,8 +272,10 @@ class FlowModel:
         return self._names_no_accelerator
 
     def calls_cuda_without_a_device(self) -> bool:
-        """The file's text calls `.cuda()` with no device somewhere: code written for a GPU."""
-        return ".cuda()" in self._lower_text()
+        """The file's text calls `.cuda()` with no device, or makes a CUDA stream, somewhere:
+        code written for a GPU."""
+        text = self._lower_text()
+        return ".cuda()" in text or "torch.cuda.stream(" in text
 
     def makes_wrappers(self) -> bool:
         """The file's text names DataParallel or DistributedDataParallel: only then can a test
