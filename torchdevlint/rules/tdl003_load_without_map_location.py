@@ -67,7 +67,10 @@ class LoadWithoutMapLocation(Rule):
     whatever folder it joins; or a parameter the function never rebinds, within one call), and
     the save must run first: earlier in the same
     body, in a same-file function called earlier, or before every call of the function that
-    loads. A resume that loads before the script saves anything is still reported.
+    loads. A resume that loads before the script saves anything is still reported. Nor a
+    cache the program builds where it is missing (`if os.path.exists(path): corpus =
+    torch.load(path)` with `else:` building it and saving it to that path): whichever machine
+    reads it wrote it.
 
     Nor loads the CPU mode does not reach, such as one in the branch a `--cuda` setting takes
     (`if args.cuda: model = torch.load(f)`): they run only where the program has chosen the
@@ -156,6 +159,21 @@ class LoadWithoutMapLocation(Rule):
     options: LoadOptions
 
     VALID = [
+        Valid(
+            """
+            import hashlib
+            import os
+            import torch
+
+            cache = "features.{}.pt".format(hashlib.md5(b"train").hexdigest())
+            if os.path.exists(cache):
+                features = torch.load(cache)
+            else:
+                features = extract(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+                torch.save(features, cache)
+            """,
+            name="a-cache-built-where-missing",
+        ),
         Valid(
             """
             import torch

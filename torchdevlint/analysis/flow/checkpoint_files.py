@@ -14,6 +14,8 @@ this run?" from the syntax alone:
   excludes the load (`if train: save … else: load`); or when an earlier call in that body
   runs a same-file function that saves (at most three calls deep); or when the load is in a
   function every same-file call of which comes after such a save.
+- A cache the program builds where it is missing (`if os.path.exists(p): x = torch.load(p)`
+  / `else: x = build(); torch.save(x, p)`) is written by whichever machine reads it.
 """
 
 from __future__ import annotations
@@ -124,6 +126,8 @@ class CheckpointFiles:
         key = self._file_key(load, path, scope, {})
         if key is not None and self._written_before(load, scope, key, _CALL_DEPTH, set()):
             return True
+        if key is not None and self._built_where_missing(load, scope, key):
+            return True
         if key is not None and not key.startswith(_PARAMETER_KEY):
             return False
         if not isinstance(scope, cst.FunctionDef):
@@ -189,6 +193,32 @@ class CheckpointFiles:
             if same and self._runs_whenever(other, load):
                 return False
         return True
+
+    def _built_where_missing(self, load: cst.Call, scope: _Scope, key: str) -> bool:
+        """The load reads a cache the program writes itself where it is missing: it runs on
+        the side of an existence test of its file (`if os.path.exists(path):`) whose other
+        side saves that file. Whichever machine runs it wrote the file (or an earlier run of
+        it did, there)."""
+        at = self._order.get(id(load)) if scope is self._module else None
+        path = self._path_up(load)
+        for child, ancestor in zip(path, path[1:], strict=False):
+            if not isinstance(ancestor, cst.If):
+                continue
+            tested = _existence_test(ancestor.test)
+            if tested is None:
+                continue
+            tested_path, exists_when_true = tested
+            if self._key(tested_path, scope, {}, _NAME_DEPTH, at) != key:
+                continue
+            in_body = child is ancestor.body
+            if in_body != exists_when_true or ancestor.orelse is None and in_body:
+                continue
+            other = ancestor.orelse if in_body else ancestor.body
+            if other is not None and any(
+                    other in self._path_up(save) and (saved := saved_path(save)) is not None
+                    and self._file_key(save, saved, scope, {}) == key for save in self._bodies[id(scope)].saves):
+                return True
+        return False
 
     def _common_loop(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
         second_ids = {id(node) for node in self._path_up(second)}
@@ -593,6 +623,33 @@ class CheckpointFiles:
 
 # The key of a path a parameter names, in one call of its function (see `_name_key`).
 _PARAMETER_KEY = "<parameter "
+
+
+_EXISTS_FUNCTIONS = frozenset({"exists", "isfile", "lexists"})
+_EXISTS_METHODS = frozenset({"exists", "is_file"})
+
+
+def _existence_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:
+    """The path an `if` tests for existence (`os.path.exists(p)`, `os.path.isfile(p)`,
+    `Path(p).exists()`, `p.is_file()`), and whether the test is true where the file exists
+    (false under `not`)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _existence_test(test.expression)
+        return None if inner is None else (inner[0], not inner[1])
+    if not isinstance(test, cst.Call) or not isinstance(test.func, cst.Attribute):
+        return None
+    name = test.func.attr.value
+    positional = [arg.value for arg in test.args if arg.keyword is None and not arg.star]
+    owner = dotted_name(test.func.value)
+    if name in _EXISTS_FUNCTIONS and owner in ("os.path", "osp", "path") and len(positional) == 1:
+        return positional[0], True
+    if name in _EXISTS_METHODS and not test.args:
+        receiver = test.func.value
+        if isinstance(receiver, cst.Call) and dotted_name(receiver.func) in ("Path", "pathlib.Path") \
+                and len(receiver.args) == 1:
+            return receiver.args[0].value, True
+        return receiver, True
+    return None
 
 
 def _different_branches(statement: cst.CSTNode, first: cst.CSTNode, second: cst.CSTNode) -> bool:
