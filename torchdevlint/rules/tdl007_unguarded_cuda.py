@@ -87,7 +87,9 @@ class UnguardedCuda(Rule):
 
     The CPU mode is the run with no GPU in which every setting chooses the CPU: availability
     checks are false, `use_cuda`/`opt.use_gpu`/`args.gpu` are off, `args.no_cuda` is on, a
-    device setting is `"cpu"`, `x.is_cuda` is false. The flow model follows those answers
+    device setting is `"cpu"`, `x.is_cuda` is false. A function's parameter that every call
+    in the file leaves at a literal default keeps it (`def one_hot(i, n, cuda=True)` called
+    as `one_hot(i, n)` moves to the GPU in the CPU mode too). The flow model follows those answers
     through assignments, attributes, parameters and calls, function by function: a use is
     reported when the CPU mode reaches it. Uses are `.cuda()`, `"cuda"` handed to something
     that allocates there (`.to("cuda")`, `device="cuda"` of a torch function,
@@ -481,6 +483,28 @@ class UnguardedCuda(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import argparse
+            import numpy as np
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", action="store_true")
+            args = parser.parse_args()
+
+            def one_hot(index, size, cuda=True):
+                row = np.zeros((1, size), np.float32)
+                row[0][index] = 1
+                encoded = torch.from_numpy(row)
+                if cuda:
+                    encoded = encoded.cuda()
+                return encoded
+
+            history = torch.cat([one_hot(word, 100) for word in (3, 7)])
+            """,
+            name="a-gpu-default-the-caller-leaves-in-place",
+        ),
         Invalid(
             """
             import torch

@@ -158,7 +158,9 @@ def _default_value(default: cst.BaseExpression, evaluated: Value | None) -> Valu
     if isinstance(default, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)):
         return SCALAR
     if isinstance(default, cst.Name) and default.value in ("True", "False"):
-        return SCALAR
+        # What it is in the CPU mode too: a caller that leaves `cuda=True` out gets the GPU
+        # whatever the program's settings (a setting read by name is off there).
+        return replace(SCALAR, in_cpu_mode=default.value == "True")
     return UNKNOWN
 
 
