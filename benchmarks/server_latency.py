@@ -3,6 +3,7 @@
     python benchmarks/server_latency.py                  # a generated 1,000-line PyTorch file
     python benchmarks/server_latency.py --file PATH      # any Python file
     python benchmarks/server_latency.py --runs 40
+    python benchmarks/server_latency.py --typing code    # a name typed on a new line
 
 Each run types one character in the middle of the file and times:
   - the lint itself, on the server's own code path (the worker's job), with the buffer's
@@ -44,17 +45,24 @@ def thousand_lines() -> str:
     return "\n".join(text.splitlines()[:1000]) + "\n"
 
 
-def keystrokes(text: str, count: int) -> list[str]:
+def keystrokes(text: str, count: int, typing: str = "comment") -> list[str]:
     """Successive versions of `text`, each with one more character typed inside a function
-    body near the middle of the file."""
+    body near the middle of the file: at the end of a line, a comment (`typing="comment"`),
+    or on a new line below it, a name being written (`typing="code"`: `t`, `to`, `tot`, ...,
+    each version a statement of the function that its analysis must read again)."""
     lines = text.splitlines(keepends=True)
     middle = len(lines) // 2
-    line = next(i for i in range(middle, len(lines)) if lines[i].startswith("        ") and lines[i].strip())
+    line = next(i for i in range(middle, len(lines)) if lines[i].startswith("        ") and lines[i].strip()
+                and not lines[i].rstrip().endswith((":", ",", "(", "[", "{", "\\")))
     offset = sum(len(item) for item in lines[:line]) + len(lines[line].rstrip("\n"))
+    indent = lines[line][:len(lines[line]) - len(lines[line].lstrip())]
     versions = []
-    typed = ""
+    typed = "\n" + indent if typing == "code" else ""
     for index in range(count):
-        typed += "  # x"[index % 5] if index < 5 else "x"
+        if typing == "code":
+            typed += "total"[index % 5] if index < 5 else "x"
+        else:
+            typed += "  # x"[index % 5] if index < 5 else "x"
         versions.append(text[:offset] + typed + text[offset:])
     return versions
 
@@ -143,6 +151,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--file", type=Path, help="the file to type in (default: a generated 1,000-line file)")
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--typing", choices=("comment", "code"), default="comment",
+                        help="what is typed: a comment at the end of a line, or a name on a new line")
     args = parser.parse_args()
     collect_garbage_rarely()  # as `torchdevlint server` does when it starts
     with tempfile.TemporaryDirectory() as folder_name:
@@ -153,8 +163,9 @@ def main() -> None:
         path = folder / "model.py"
         text = args.file.read_text(encoding="utf-8") if args.file else thousand_lines()
         path.write_text(text, encoding="utf-8")
-        versions = keystrokes(text, args.runs + 1)
-        print(f"{path.name if not args.file else args.file}: {len(text.splitlines())} lines, {args.runs} keystrokes")
+        versions = keystrokes(text, args.runs + 1, args.typing)
+        print(f"{path.name if not args.file else args.file}: {len(text.splitlines())} lines, "
+              f"{args.runs} keystrokes ({args.typing})")
         for name, samples in time_lints(path, versions).items():
             print(f"  {name:<42} {milliseconds(samples)}")
         round_trips = asyncio.run(time_round_trips(folder, path, versions))

@@ -7,7 +7,7 @@ import libcst as cst
 from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.devices import string_value
 from torchdevlint.diagnostics import Applicability
-from torchdevlint.edits import NodeEdit
+from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
 
 # The dtype method each legacy host tensor type stands for (`torch.Tensor` names none).
@@ -24,20 +24,23 @@ class LegacyTypeCastToHost(Rule):
     ## What it does
     Finds `x.type(torch.FloatTensor)` (or another legacy CPU tensor type: `LongTensor`,
     `ByteTensor` …, also written as the string `"torch.FloatTensor"`) where the flow model
-    shows `x` on an accelerator on every path: a tensor moved there, a model's output, the
-    inputs and parameters of a module's `forward`.
+    shows `x` on an accelerator on every path (a tensor moved there, a model's output, the
+    inputs and parameters of a module's `forward`), and the host copy then meets data that
+    stayed there, or leaves its function as what it returns.
 
     ## Why is this bad?
     A legacy tensor type names a device as well as a dtype: `torch.FloatTensor` is a float32
     tensor *on the CPU*. The cast copies the data back to the host. The next operation with
-    data that stayed on the GPU fails with "Expected all tensors to be on the same device",
-    and where nothing fails the program pays a device-to-host copy for a change of dtype. On a
-    CPU-only machine the code runs, so the bug ships.
+    data that stayed on the GPU fails with "Expected all tensors to be on the same device".
+    On a CPU-only machine the code runs, so the bug ships.
 
     ## Not reported
     Not reported: casts of host data (`images.type(torch.FloatTensor)` before the move),
-    casts to a dtype (`x.type(torch.float32)`) or to a CUDA type, and data whose place the
-    model cannot show.
+    casts to a dtype (`x.type(torch.float32)`) or to a CUDA type, data whose place the
+    model cannot show, and a copy only read on the host (`(pred == y).sum().type(
+    torch.FloatTensor) / n` printed as an accuracy, or plotted), which costs a copy and
+    breaks nothing; nor a 0-dimensional copy in arithmetic with device data, which PyTorch
+    allows.
 
     ## Fix safety
     Unsafe. The fix keeps the dtype and the device: `x.type(torch.FloatTensor)` becomes
@@ -73,6 +76,19 @@ class LegacyTypeCastToHost(Rule):
                 return batch.type(torch.FloatTensor).mean()
             """,
             name="data-of-unknown-place",
+        ),
+        Valid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 3).to(device)
+            for inputs, labels in loader:
+                inputs, labels = inputs.to(device), labels.to(device)
+                predicted = model(inputs).argmax(1)
+                accuracy = (predicted == labels).sum().type(torch.FloatTensor) / labels.size(0)
+                print(f"accuracy {accuracy:.2f}")
+            """,
+            name="a-copy-only-read-on-the-host",
         ),
     ]
     INVALID = [
@@ -117,22 +133,27 @@ class LegacyTypeCastToHost(Rule):
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             logits = torch.randn(8, 3).to(device)
             labels = torch.randint(0, 3, (8,)).to(device)
-            correct = (logits.argmax(1) == labels).type("torch.FloatTensor")
+            weights = (logits.argmax(1) == labels).type("torch.FloatTensor")
             everything = labels.type(torch.Tensor)
+            loss = (weights * logits[:, 0]).sum() + (everything * logits[:, 1]).sum()
             """,
             fixed="""
             import torch
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             logits = torch.randn(8, 3).to(device)
             labels = torch.randint(0, 3, (8,)).to(device)
-            correct = (logits.argmax(1) == labels).float()
+            weights = (logits.argmax(1) == labels).float()
             everything = labels.type(torch.Tensor)
+            loss = (weights * logits[:, 0]).sum() + (everything * logits[:, 1]).sum()
             """,
             applicability=Applicability.UNSAFE,
             count=2,
             name="a-string-type-and-one-that-names-no-dtype",
         ),
     ]
+
+    def setup(self) -> None:
+        self._casts: list[tuple[cst.Call, PendingFix | None]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -155,4 +176,11 @@ class LegacyTypeCastToHost(Rule):
         if method is not None:
             receiver_code = self.context.code_for_node(func.value)
             fix = self.make_fix(NodeEdit(node, f"{receiver_code}.{method}()"), applicability=Applicability.UNSAFE)
-        self.report(node, fix=fix)
+        self._casts.append((node, fix))
+
+    def leave_Module(self, node: cst.Module) -> None:
+        for cast, fix in self._casts:
+            # A copy only read on the host (an accuracy printed, a value plotted) costs a copy
+            # and breaks nothing: reported where it meets device data or leaves its function.
+            if self.context.flow.host_data_reaches_a_device(cast):
+                self.report(cast, fix=fix)

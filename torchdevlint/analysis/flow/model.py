@@ -546,6 +546,16 @@ class FlowModel:
             self._host_meetings = found
         return self._host_meetings
 
+    def host_data_reaches_a_device(self, made: cst.Call) -> bool:
+        """Whether the host tensor a call makes (its origin: a factory, a copy to the host)
+        meets data on an accelerator somewhere in the file, or leaves a function as what it
+        returns, where a caller may hand it to a model on one."""
+        key = id(made)
+        if any(key in found.host.value.origins for found in self.host_meetings()):
+            return True
+        return any(isinstance(flow.node, cst.FunctionDef) and flow.returns is not None
+                   and key in _all_origins(flow.returns) for flow in self.all_flows())
+
     def saved_state_dicts(self) -> list[SavedStateDict]:
         """Every wrapped model's `state_dict()` that reaches `torch.save`, directly, inside a
         checkpoint dict or list, through variables, or through a helper the file calls."""
@@ -1955,3 +1965,14 @@ def _only_its_state_dict(statement: cst.CSTNode, name: str) -> bool:
             if not (type(parent) is cst.Attribute and parent.value is node and parent.attr.value == "state_dict"):
                 return False
     return True
+
+
+def _all_origins(value: Value) -> set[int]:
+    """The origins of a value and of the items it holds (a returned tuple's members)."""
+    found: set[int] = set()
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        found.update(current.origins)
+        pending.extend(item for _, item in current.items or ())
+    return found
