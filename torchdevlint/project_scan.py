@@ -447,7 +447,7 @@ def cpu_mode_option_using(path: str, name: str, store: Path | None = None) -> Cp
 def _looks_up_by_name(facts: _ProjectFacts, path: str, target: str) -> bool:
     """A file that may reach a definition of the file `target` by a computed name: `getattr`
     on a project module of its imports that is `target` or takes its names with `import *`
-    (`getattr(models, config["arch"]["type"])`), or `globals()`, `eval(...)`, `importlib`."""
+    (`getattr(models, config["arch"]["type"])`), or `globals()`, the `eval` builtin, `importlib`."""
     words = facts.words_of(path)
     if words.isdisjoint(_LOOKUP_WORDS):
         return False

@@ -69,7 +69,7 @@ class UnguardedCuda(Rule):
     training script builds, where the inference script brings the CPU mode): only a program
     that uses it runs its code. A file that looks definitions up by a computed name
     (`getattr(models, config["arch"])` on the module or one taking its names with `import *`,
-    `globals()`, `eval(...)`, `importlib`) may use any of them, and a decorated one may be
+    `globals()`, the `eval` builtin, `importlib`) may use any of them, and a decorated one may be
     registered where such a name finds it.
     In a distributed program (it imports `torch.distributed`) a GPU setting alone is not
     enough: there `--use_cuda` may say where to keep features, on a run that needs GPUs. Nor
