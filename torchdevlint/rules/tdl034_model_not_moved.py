@@ -86,6 +86,24 @@ class ModelNotMoved(Rule):
             import torch
             import torch.nn as nn
 
+            def project(layer, points):
+                device = list(layer.parameters())[0].device.type
+                return layer(torch.as_tensor(points).float().to(device)).detach().cpu().numpy()
+
+            def unpack(rnn):
+                layer = nn.Linear(rnn.input_size, rnn.hidden_size)
+                layer.load_state_dict({"weight": rnn.weight_ih_l0.cpu(), "bias": rnn.bias_ih_l0.cpu()})
+                return layer
+
+            corners = project(unpack(nn.RNN(2, 2)), [[-1, -1], [1, 1]])
+            """,
+            name="data-moved-to-the-type-of-the-models-own-device",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(device)
             criterion = nn.CrossEntropyLoss()

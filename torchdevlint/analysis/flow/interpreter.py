@@ -1335,6 +1335,10 @@ class Interpreter:
                 return tensor(base.places)
             if attr == "device" and base.places is not None and len(base.places) == 1:
                 return device_value(next(iter(base.places)))
+        if base.is_device and attr == "type" and base.device is not None:
+            # `x.to(t.device.type)`: a device string naming where `t` is (its GPU's type, which
+            # is where the program's data is on a one-GPU run).
+            return replace(SCALAR, device=base.device)
         if base.is_device and attr in ("type", "index"):
             return SCALAR
         if base.kinds == {Kind.CONTAINER} and base.places is not None:
