@@ -459,6 +459,35 @@ def test_a_definition_looked_up_by_a_computed_name_may_be_used(tmp_path: Path) -
     assert [line for path, code, line in _lines(root, "TDL007")] == [6, 11, 12, 16]
 
 
+MOVING_TRAINER = """
+import torch
+
+class Trainer:
+    def __init__(self, model, device):
+        self.model, self.device = model, device
+        self.model.to(self.device)
+"""
+
+EVALUATES_AFTER_THE_TRAINER = """
+import torch
+import torch.nn as nn
+from trainers.base import Trainer
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.Linear(4, 2)
+trainer = Trainer(model, device)
+print(model(torch.randn(3, 4).to(device)))
+"""
+
+
+def test_a_model_handed_to_another_files_trainer_that_moves_it_is_not_reported(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"trainers/__init__.py": "", "trainers/base.py": MOVING_TRAINER,
+                               "evaluate.py": EVALUATES_AFTER_THE_TRAINER})
+    assert _lines(root, "TDL034") == []
+    # A trainer that keeps the model where it is: the model stays on the CPU.
+    (root / "trainers/base.py").write_text(textwrap.dedent(MOVING_TRAINER).replace("        self.model.to(self.device)\n", ""))
+    assert _lines(root, "TDL034") == [("evaluate.py", "TDL034", 7)]
+
+
 def _lines(root: Path, select: str) -> list[tuple[str, str, int]]:
     found = json.loads(run_cli("check", "--format", "json", "--select", select, ".", cwd=root).stdout)
     return [(item["path"], item["code"], item["line"]) for item in found]

@@ -26,6 +26,7 @@ from torchdevlint.project_scan import (
     files_loading_wrapped_under,
     gpu_selection,
     module_classes,
+    movers,
     numpy_parameters,
     path_target_of_code,
     project_root,
@@ -197,7 +198,8 @@ class FileContext:
     def _flow_model(self) -> FlowModel:
         if self._flow is None:
             self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source, self._flow_memory,
-                                   lambda: (stateful_module_classes(self.path), module_classes(self.path)),
+                                   lambda: (stateful_module_classes(self.path), module_classes(self.path),
+                                            movers(self.path)),
                                    lambda: default_device_elsewhere(self.path) is not None)
         return self._flow
 

@@ -200,30 +200,34 @@ class _Summary:
     # Its top-level functions' parameters that reach `.numpy()` as they are (see
     # `_numpy_parameters`): `function:position:name`.
     numpy_parameters: tuple[str, ...] = ()
+    # Its top-level functions and classes that move in place what they are handed (see
+    # `_movers`).
+    movers: tuple[str, ...] = ()
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
                 list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
                 self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes),
                 list(self.wrapped_handoffs), list(self.wrapping_tests_of_loads), self.cpu_fallback,
-                self.sets_default_device, list(self.numpy_parameters)]
+                self.sets_default_device, list(self.numpy_parameters), list(self.movers)]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
         (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
          module_classes, all_module_classes, wrapped_handoffs, wrapping_tests_of_loads, cpu_fallback,
-         sets_default_device, numpy_parameters) = kept
+         sets_default_device, numpy_parameters, movers) = kept
         assert isinstance(module_classes, list) and isinstance(all_module_classes, list)
         assert isinstance(wrapped_handoffs, list) and isinstance(wrapping_tests_of_loads, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
-        assert isinstance(path_names, list) and isinstance(numpy_parameters, list)
+        assert isinstance(path_names, list) and isinstance(numpy_parameters, list) and isinstance(movers, list)
         return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
                    tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
                    tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
                    bool(wrapped_load), tuple(str(name) for name in module_classes),
                    tuple(str(name) for name in all_module_classes), tuple(str(name) for name in wrapped_handoffs),
                    tuple(str(test) for test in wrapping_tests_of_loads), int(str(cpu_fallback)),
-                   bool(sets_default_device), tuple(str(entry) for entry in numpy_parameters))
+                   bool(sets_default_device), tuple(str(entry) for entry in numpy_parameters),
+                   tuple(str(name) for name in movers))
 
 
 @dataclass(frozen=True)
@@ -253,6 +257,8 @@ class _ProjectFacts:
     wrapping_tests_of_loads: dict[str, frozenset[str]] = field(default_factory=dict)
     # `stem.function` -> the (position, name) of each parameter it calls `.numpy()` on.
     numpy_parameters: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
+    # `stem.name` of the project's functions and classes that move what they are handed.
+    movers: frozenset[str] = frozenset()
     # The programs with a CPU mode, in the order `cpu_mode` chose from: (absolute path, the
     # option, its `program` left empty), and the project's import graph (see `_import_graph`).
     cpu_programs: tuple[tuple[str, CpuModeOption], ...] = ()
@@ -292,7 +298,7 @@ _GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
 _COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
 _STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 18
+_SUMMARY_FORMAT = 19
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -398,6 +404,13 @@ def stateful_module_classes(path: str, store: Path | None = None) -> frozenset[s
     or no project on disk."""
     facts = _facts(path, store)
     return frozenset() if facts is None else facts.module_classes
+
+
+def movers(path: str, store: Path | None = None) -> frozenset[str]:
+    """`stem.name` of the functions and classes of the project of `path` that move in place a
+    model they are handed (see `_movers`)."""
+    facts = _facts(path, store)
+    return frozenset() if facts is None else facts.movers
 
 
 def module_classes(path: str, store: Path | None = None) -> frozenset[str]:
@@ -529,13 +542,15 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
             numpy_parameters.setdefault(f"{Path(path).stem}.{function}", []).append((int(position), name))
     cpu_programs: list[tuple[str, CpuModeOption]] = []
     cpu_mode = _cpu_mode(root, summaries, imported, cpu_programs)
+    movers = frozenset(f"{Path(path).stem}.{name}" for path, summary in summaries.items()
+                       if not summary.test_code for name in summary.movers)
     return _ProjectFacts(_writing(root, summaries), cpu_mode,
                          _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3],
                          module_classes=module_classes, all_module_classes=all_module_classes,
                          wrapped_handoffs=wrapped_handoffs, wrapping_tests_of_loads=wrapping_tests_of_loads,
                          default_device=_default_device(root, summaries, imported),
                          numpy_parameters={key: tuple(found) for key, found in numpy_parameters.items()},
-                         cpu_programs=tuple(cpu_programs), imported=imported,
+                         cpu_programs=tuple(cpu_programs), imported=imported, movers=movers,
                          stamps={entry[0]: (entry[1], entry[2]) for entry in listing})
 
 
@@ -773,7 +788,7 @@ def _summary(file_path: str) -> _Summary:
                     module_classes=_stateful_module_classes(source, parsed), all_module_classes=_module_classes(source),
                     wrapped_handoffs=_wrapped_handoffs(source, parsed),
                     wrapping_tests_of_loads=_wrapping_tests_of_loads(source, parsed),
-                    numpy_parameters=_numpy_parameters(source, parsed))
+                    numpy_parameters=_numpy_parameters(source, parsed), movers=_movers(source, parsed))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
     tree = parsed.tree()
@@ -1169,6 +1184,43 @@ def _stateful_module_classes(source: bytes, parsed: _ParsedOnce) -> tuple[str, .
     return tuple(found)
 
 
+_MOVES = re.compile(rb"\.(?:to|cuda)\(")
+
+
+def _movers(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
+    """The file's top-level functions that move a parameter with `.to(...)`/`.cuda(...)`, and
+    classes whose methods move a parameter or an attribute of `self` (a trainer whose
+    `__init__` does `self.model.to(self.device)`): a model handed to one may be where it was
+    moved afterwards, since a Module moves in place."""
+    if _MOVES.search(source) is None:
+        return ()
+    tree = parsed.tree()
+    if tree is None:
+        return ()
+
+    def moves(function: ast.FunctionDef | ast.AsyncFunctionDef, through_self: bool) -> bool:
+        args = function.args
+        names = {arg.arg for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+        self_name = args.args[0].arg if through_self and args.args else None
+        for call in ast.walk(function):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in ("to", "cuda")):
+                continue
+            moved = call.func.value
+            if isinstance(moved, ast.Name) and moved.id in names and moved.id != self_name:
+                return True
+            if self_name is not None and isinstance(moved, ast.Attribute) and isinstance(moved.value, ast.Name) \
+                    and moved.value.id == self_name:
+                return True
+        return False
+
+    def class_moves(node: ast.ClassDef) -> bool:
+        return any(isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and moves(item, True) for item in node.body)
+
+    return tuple(node.name for node in tree.body
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and moves(node, False)
+                 or isinstance(node, ast.ClassDef) and class_moves(node))
+
+
 def _makes_a_wrapper(value: ast.expr, names: Collection[str] = ("DataParallel", "DistributedDataParallel")) -> bool:
     """`nn.DataParallel(model)`, `DistributedDataParallel(model).cuda()`, `...to(device)`
     (`names`: what the file calls the wrappers)."""
@@ -1492,7 +1544,8 @@ def project_facts(path: str, store: Path | None = None) -> str:
             f":{_digest(','.join(sorted(facts.all_module_classes)))}"
             f";handoffs={_digest(repr(sorted(wrapped_handoffs(path, store).items())))}"
             f";default-device={default_device};wrapping-tests-of-loads={_digest(repr(sorted(facts.wrapping_tests_of_loads.items())))}"
-            f";numpy-parameters={_digest(repr(sorted(facts.numpy_parameters.items())))}")
+            f";numpy-parameters={_digest(repr(sorted(facts.numpy_parameters.items())))}"
+            f";movers={_digest(','.join(sorted(facts.movers)))}")
 
 
 def _bound_names(target: ast.expr) -> list[str]:

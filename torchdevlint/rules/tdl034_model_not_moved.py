@@ -59,7 +59,10 @@ class ModelNotMoved(Rule):
     models the file cannot see made (a parameter, a builder function of another file), and
     data whose device is not known. A model moved in place by a function of the file it is
     handed to (`train_model(model, ...)` calling `model.cuda()`), or by a chain of its own
-    methods (`model.cuda().half()`), is where they left it.
+    methods (`model.cuda().half()`), is where they left it. A model handed to a class of the
+    file, or a function or class of another file of the project, whose code moves what it is
+    handed or an attribute of its own (`Trainer(model)` whose `__init__` does
+    `self.model.to(self.device)`), may be anywhere afterwards, and is not reported.
 
     ## Fix safety
     Where the model is a name bound earlier in the same block, the fix moves it right after
@@ -81,6 +84,26 @@ class ModelNotMoved(Rule):
     proof = RuntimeProof(DEVICE_MISMATCH)
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+
+            class Trainer:
+                def __init__(self, model, loss_fn):
+                    self.model, self.loss_fn = model, loss_fn
+                    self.device = device
+                    self.model.to(self.device)
+
+            model = nn.Linear(4, 2)
+            trainer = Trainer(model, nn.MSELoss())
+            batch = torch.randn(3, 4)
+            print(model(batch.to(device)))
+            """,
+            name="a-trainer-class-moves-the-model-it-is-handed",
+        ),
         Valid(
             """
             import torch

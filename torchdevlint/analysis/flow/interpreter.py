@@ -138,6 +138,10 @@ class Oracle(Protocol):
     def reads_wrapped_modules(self) -> bool: ...
     def makes_wrappers(self) -> bool: ...
     def project_module_class(self, qualified: str) -> bool: ...
+
+    def project_mover(self, qualified: str) -> bool: ...
+
+    def class_moves_what_it_is_handed(self, definition: int) -> bool: ...
     def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]: ...
     def parameter_names(self, definition: int) -> tuple[str, ...]: ...
     def model_wrapper_class(self, class_id: int) -> bool: ...
@@ -1484,11 +1488,15 @@ class Interpreter:
             # layers: a model on the host (or the default device) until moved.
             return _on_default_device(Value(frozenset({Kind.MODULE}), _HOST_ONLY), env)
         if qualified is not None:
+            if not qualified.startswith("torch") and self.oracle.project_mover(qualified):
+                self._modules_handed_may_move(node, arguments, env)
             return self._torch_call(node, qualified, arguments, env)
         if type(callee_node) is cst.Name and callee_node.value in self._lambdas:
             return self._lambda_call(self._lambdas[callee_node.value], node, arguments, env)
         if callee.reference is not None and callee.reference.definition is not None:
             result = _on_default_device(self._same_file_call(node, callee, arguments), env)
+            if self.oracle.class_moves_what_it_is_handed(callee.reference.definition):
+                self._modules_handed_may_move(node, arguments, env)
             if callee.instance_of is None:
                 self._modules_moved_by(node, callee.reference.definition, env)
                 if CPU_MODE_UNREACHED not in env and not self.oracle.returns_in_cpu_mode(callee.reference.definition):
@@ -1610,6 +1618,17 @@ class Interpreter:
             current = env.get(key)
             if current is not None and current.is_module_like:
                 env[key] = current.with_places(moved[name].places)
+
+    def _modules_handed_may_move(self, node: cst.Call, arguments: list[Value], env: Env) -> None:
+        """`StepByStep(model, loss, optimizer)` of another file, whose code moves what it is
+        handed (`self.model.to(self.device)`): a Module moves in place, so the caller's model
+        may be anywhere afterwards."""
+        for arg, value in zip(node.args, arguments, strict=True):
+            key = place_key(arg.value)
+            if key is not None and value.is_module_like and not value.is_tensor_like:
+                current = env.get(key)
+                if current is not None and current.is_module_like:
+                    env[key] = current.with_places(None)
 
     def _constructor_parameter(self, callee: cst.BaseExpression) -> bool:
         """A parameter of a module's `__init__` called there (`self.encoder =

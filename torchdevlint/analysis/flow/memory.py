@@ -109,6 +109,12 @@ class RecordingOracle:
     def project_module_class(self, qualified: str) -> bool:
         return self._ask("project_module_class", qualified)  # type: ignore[return-value]  # the model's answer, of the method's type
 
+    def class_moves_what_it_is_handed(self, definition: int) -> bool:
+        return self._ask("class_moves_what_it_is_handed", definition)  # type: ignore[return-value]  # the model's answer, of the method's type
+
+    def project_mover(self, qualified: str) -> bool:
+        return self._ask("project_mover", qualified)  # type: ignore[return-value]  # the model's answer, of the method's type
+
     def moved_parameters(self, definition: int) -> tuple[tuple[str, Value], ...]:
         return self._ask("moved_parameters", definition)  # type: ignore[return-value]  # the model's answer, of the method's type
 

@@ -110,16 +110,20 @@ class FlowModel:
     def __init__(self, module: cst.Module, enclosing_scope: Callable[[cst.CSTNode], Scope],
                  deadline: Deadline | None = None, source: str | None = None,
                  memory: FlowMemory | None = None,
-                 project_module_classes: Callable[[], tuple[frozenset[str], frozenset[str]]] | None = None,
+                 project_module_classes: Callable[[], tuple[frozenset[str], frozenset[str], frozenset[str]]] | None = None,
                  project_default_device: Callable[[], bool] | None = None) -> None:
         self.module = module
         # Whether another file of the program changes the default device (see
         # `project_scan.default_device_elsewhere`), asked once where it matters.
         self._project_default_device = project_default_device
         # `stem.Class` of the project's other files' Module classes (those that make layers of
-        # their own, and all of them), asked for once.
+        # their own, and all of them), and `stem.name` of its functions and classes that move
+        # what they are handed (`project_scan.movers`), asked for once.
         self._project_module_classes = project_module_classes
-        self._known_project_classes: tuple[frozenset[str], frozenset[str]] | None = None
+        self._known_project_classes: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
+        self._project_mover_names: dict[str, list[str]] = {}
+        # Class id -> whether its methods move what it is handed (`class_moves_what_it_is_handed`).
+        self._class_movers: dict[int, bool] = {}
         # Of all those classes: each class name -> the `stem.Class` entries defining it, and the stems.
         self._project_class_names: dict[str, list[str]] = {}
         self._project_class_stems: frozenset[str] = frozenset()
@@ -1388,16 +1392,51 @@ class FlowModel:
         layers of its own (see `project_scan.stateful_module_classes`)."""
         return self._in_project_classes(qualified, stateful=True)
 
-    def _in_project_classes(self, qualified: str, *, stateful: bool) -> bool:
-        if self._project_module_classes is None:
+    def project_mover(self, qualified: str) -> bool:
+        """`stepbystep.v4.StepByStep`: a function or class of another file of the project that
+        moves in place what it is handed (see `project_scan.movers`)."""
+        known = self._project_entries()
+        if known is None or not known[2]:
             return False
+        parts = qualified.split(".")
+        if len(parts) < 2:
+            return False
+        if ".".join(parts[-2:]) in known[2]:
+            return True
+        # Re-exported by a package (`from trainers import Trainer`): a name one file defines.
+        defined_by = self._project_mover_names.get(parts[-1], [])
+        return len(defined_by) == 1
+
+    def class_moves_what_it_is_handed(self, definition: int) -> bool:
+        """A class of the file whose methods move a parameter or an attribute of `self` with
+        `.to(...)`/`.cuda(...)` (a trainer whose `__init__` does `self.model.to(self.device)`):
+        a model handed to its constructor may be where it was moved afterwards."""
+        target = self._definitions.get(definition)
+        if target is None or not isinstance(target.node, cst.ClassDef):
+            return False
+        known = self._class_movers.get(definition)
+        if known is None:
+            known = self._class_movers[definition] = _class_moves_what_it_is_handed(target.node)
+        return known
+
+    def _project_entries(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]] | None:
+        if self._project_module_classes is None:
+            return None
         if self._known_project_classes is None:
             self._known_project_classes = self._project_module_classes()
             for entry in self._known_project_classes[1]:
                 self._project_class_names.setdefault(entry.rsplit(".", 1)[-1], []).append(entry)
             self._project_class_stems = frozenset(entry.split(".", 1)[0] for entry in self._known_project_classes[1])
+            for entry in self._known_project_classes[2]:
+                self._project_mover_names.setdefault(entry.rsplit(".", 1)[-1], []).append(entry)
+        return self._known_project_classes
+
+    def _in_project_classes(self, qualified: str, *, stateful: bool) -> bool:
+        entries = self._project_entries()
+        if entries is None:
+            return False
         parts = qualified.split(".")
-        known = self._known_project_classes[0 if stateful else 1]
+        known = entries[0 if stateful else 1]
         if len(parts) < 2:
             return False
         if ".".join(parts[-2:]) in known:
@@ -1976,3 +2015,21 @@ def _all_origins(value: Value) -> set[int]:
         found.update(current.origins)
         pending.extend(item for _, item in current.items or ())
     return found
+
+
+def _class_moves_what_it_is_handed(class_node: cst.ClassDef) -> bool:
+    for method in class_node.body.body:
+        if type(method) is not cst.FunctionDef:
+            continue
+        params = [param.name.value for param in (*method.params.posonly_params, *method.params.params,
+                                                  *method.params.kwonly_params)]
+        self_name = params[0] if params else None
+        for node in descendants(method):
+            if type(node) is not cst.Call or type(node.func) is not cst.Attribute or node.func.attr.value not in ("to", "cuda"):
+                continue
+            moved = node.func.value
+            if type(moved) is cst.Name and moved.value in params and moved.value != self_name:
+                return True
+            if type(moved) is cst.Attribute and type(moved.value) is cst.Name and moved.value.value == self_name:
+                return True
+    return False
