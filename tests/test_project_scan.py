@@ -488,6 +488,43 @@ def test_a_model_handed_to_another_files_trainer_that_moves_it_is_not_reported(t
     assert _lines(root, "TDL034") == [("evaluate.py", "TDL034", 7)]
 
 
+EARLY_STOPPING = """
+import torch
+
+class EarlyStopping:
+    def __init__(self, patience=3):
+        self.patience, self.best = patience, None
+
+    def __call__(self, loss, model, folder):
+        if self.best is None or loss < self.best:
+            self.best = loss
+            torch.save(model.state_dict(), folder + '/' + 'checkpoint.pth')
+"""
+
+TRAINS_THEN_RELOADS_THE_BEST = """
+import torch
+from utils.tools import EarlyStopping
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+def train(model, batches, folder):
+    early_stopping = EarlyStopping(patience=3)
+    for loss in batches:
+        early_stopping(loss, model, folder)
+    best_model_path = folder + '/' + 'checkpoint.pth'
+    model.load_state_dict(torch.load(best_model_path))
+    return model
+"""
+
+
+def test_a_checkpoint_another_files_helper_saved_earlier_in_the_body_is_not_reported(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"utils/__init__.py": "", "utils/tools.py": EARLY_STOPPING,
+                               "exp.py": TRAINS_THEN_RELOADS_THE_BEST})
+    assert _lines(root, "TDL003") == []
+    # A helper saving another file wrote nothing this load reads.
+    (root / "utils/tools.py").write_text(textwrap.dedent(EARLY_STOPPING).replace("checkpoint.pth", "last.pth"))
+    assert _lines(root, "TDL003") == [("exp.py", "TDL003", 10)]
+
+
 def _lines(root: Path, select: str) -> list[tuple[str, str, int]]:
     found = json.loads(run_cli("check", "--format", "json", "--select", select, ".", cwd=root).stdout)
     return [(item["path"], item["code"], item["line"]) for item in found]

@@ -30,6 +30,7 @@ from torchdevlint.project_scan import (
     numpy_parameters,
     path_target_of_code,
     project_root,
+    saves_the_file,
     stateful_module_classes,
     strips_the_prefix,
     wrapped_checkpoint_loads,
@@ -200,7 +201,8 @@ class FileContext:
             self._flow = FlowModel(self.module, self.enclosing_scope, self.deadline, self._source, self._flow_memory,
                                    lambda: (stateful_module_classes(self.path), module_classes(self.path),
                                             movers(self.path)),
-                                   lambda: default_device_elsewhere(self.path) is not None)
+                                   lambda: default_device_elsewhere(self.path) is not None,
+                                   lambda qualified, path_code: saves_the_file(self.path, qualified, path_code))
         return self._flow
 
     def enclosing_scope(self, node: cst.CSTNode) -> Scope:

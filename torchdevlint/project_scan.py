@@ -203,23 +203,27 @@ class _Summary:
     # Its top-level functions and classes that move in place what they are handed (see
     # `_movers`).
     movers: tuple[str, ...] = ()
+    # Its top-level functions and classes that save a checkpoint of a known file name:
+    # `name:file_name` (see `_savers`).
+    savers: tuple[str, ...] = ()
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
                 list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
                 self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes),
                 list(self.wrapped_handoffs), list(self.wrapping_tests_of_loads), self.cpu_fallback,
-                self.sets_default_device, list(self.numpy_parameters), list(self.movers)]
+                self.sets_default_device, list(self.numpy_parameters), list(self.movers), list(self.savers)]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
         (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
          module_classes, all_module_classes, wrapped_handoffs, wrapping_tests_of_loads, cpu_fallback,
-         sets_default_device, numpy_parameters, movers) = kept
+         sets_default_device, numpy_parameters, movers, savers) = kept
         assert isinstance(module_classes, list) and isinstance(all_module_classes, list)
         assert isinstance(wrapped_handoffs, list) and isinstance(wrapping_tests_of_loads, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
         assert isinstance(path_names, list) and isinstance(numpy_parameters, list) and isinstance(movers, list)
+        assert isinstance(savers, list)
         return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
                    tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
                    tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
@@ -227,7 +231,7 @@ class _Summary:
                    tuple(str(name) for name in all_module_classes), tuple(str(name) for name in wrapped_handoffs),
                    tuple(str(test) for test in wrapping_tests_of_loads), int(str(cpu_fallback)),
                    bool(sets_default_device), tuple(str(entry) for entry in numpy_parameters),
-                   tuple(str(name) for name in movers))
+                   tuple(str(name) for name in movers), tuple(str(entry) for entry in savers))
 
 
 @dataclass(frozen=True)
@@ -259,6 +263,8 @@ class _ProjectFacts:
     numpy_parameters: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
     # `stem.name` of the project's functions and classes that move what they are handed.
     movers: frozenset[str] = frozenset()
+    # `stem.name:file_name` of the project's functions and classes that save checkpoints.
+    savers: frozenset[str] = frozenset()
     # The programs with a CPU mode, in the order `cpu_mode` chose from: (absolute path, the
     # option, its `program` left empty), and the project's import graph (see `_import_graph`).
     cpu_programs: tuple[tuple[str, CpuModeOption], ...] = ()
@@ -298,7 +304,7 @@ _GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
 _COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
 _STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 19
+_SUMMARY_FORMAT = 20
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -411,6 +417,24 @@ def movers(path: str, store: Path | None = None) -> frozenset[str]:
     model they are handed (see `_movers`)."""
     facts = _facts(path, store)
     return frozenset() if facts is None else facts.movers
+
+
+def saves_the_file(path: str, qualified: str, path_code: str, store: Path | None = None) -> bool:
+    """Whether the function or class `qualified` (`utils.tools.EarlyStopping`) of another file
+    of the project of `path` saves a checkpoint of the file `path_code` names
+    (`path + '/' + 'checkpoint.pth'`): a run that calls it before a load of that file wrote it."""
+    facts = _facts(path, store)
+    if facts is None or not facts.savers:
+        return False
+    file_name = path_target_of_code(path_code).file_name
+    parts = qualified.split(".")
+    if not file_name or len(parts) < 2:
+        return False
+    if f"{parts[-2]}.{parts[-1]}:{file_name}" in facts.savers:
+        return True
+    # Re-exported by a package (`from utils import EarlyStopping`): a name one file defines.
+    defining = {entry.partition(":")[0] for entry in facts.savers if entry.partition(":")[0].endswith(f".{parts[-1]}")}
+    return len(defining) == 1 and f"{defining.pop()}:{file_name}" in facts.savers
 
 
 def module_classes(path: str, store: Path | None = None) -> frozenset[str]:
@@ -551,6 +575,8 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
                          default_device=_default_device(root, summaries, imported),
                          numpy_parameters={key: tuple(found) for key, found in numpy_parameters.items()},
                          cpu_programs=tuple(cpu_programs), imported=imported, movers=movers,
+                         savers=frozenset(f"{Path(path).stem}.{entry}" for path, summary in summaries.items()
+                                          if not summary.test_code for entry in summary.savers),
                          stamps={entry[0]: (entry[1], entry[2]) for entry in listing})
 
 
@@ -788,7 +814,8 @@ def _summary(file_path: str) -> _Summary:
                     module_classes=_stateful_module_classes(source, parsed), all_module_classes=_module_classes(source),
                     wrapped_handoffs=_wrapped_handoffs(source, parsed),
                     wrapping_tests_of_loads=_wrapping_tests_of_loads(source, parsed),
-                    numpy_parameters=_numpy_parameters(source, parsed), movers=_movers(source, parsed))
+                    numpy_parameters=_numpy_parameters(source, parsed), movers=_movers(source, parsed),
+                    savers=_savers(source, parsed))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
     tree = parsed.tree()
@@ -1184,6 +1211,40 @@ def _stateful_module_classes(source: bytes, parsed: _ParsedOnce) -> tuple[str, .
     return tuple(found)
 
 
+def _savers(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
+    """`name:file_name` for each top-level function or class of the file that calls
+    `torch.save` to a file its path names (`torch.save(model.state_dict(), path + '/' +
+    'checkpoint.pth')` in an early-stopping helper), or through a name assigned such a path
+    in the same function."""
+    if b"torch.save" not in source:
+        return ()
+    tree = parsed.tree()
+    if tree is None:
+        return ()
+    found: list[str] = []
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        names: set[str] = set()
+        functions = [node] if not isinstance(node, ast.ClassDef) else \
+            [item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for function in functions:
+            assigned = {target.id: statement.value for statement in ast.walk(function) if isinstance(statement, ast.Assign)
+                        for target in statement.targets if isinstance(target, ast.Name)}
+            for call in ast.walk(function):
+                if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "torch.save"):
+                    continue
+                saved = call.args[1] if len(call.args) > 1 else next(
+                    (keyword.value for keyword in call.keywords if keyword.arg == "f"), None)
+                if isinstance(saved, ast.Name) and saved.id in assigned:
+                    saved = assigned[saved.id]
+                name = path_target(saved).file_name if saved is not None else ""
+                if name:
+                    names.add(name)
+        found.extend(f"{node.name}:{name}" for name in sorted(names))
+    return tuple(found)
+
+
 _MOVES = re.compile(rb"\.(?:to|cuda)\(")
 
 
@@ -1338,6 +1399,11 @@ def path_target(path: ast.expr) -> PathTarget:
         if isinstance(path.op, ast.Add) and isinstance(path.left, (ast.Name, ast.Attribute)):
             return PathTarget(_concatenated_file_name(ast.unparse(path.left), path.right.value))
         if isinstance(path.op, ast.Add) and "/" in path.right.value:
+            return PathTarget(_file_name(path.right.value))
+        if isinstance(path.op, ast.Add) and isinstance(path.left, ast.BinOp) and isinstance(path.left.op, ast.Add) \
+                and isinstance(path.left.right, ast.Constant) and isinstance(path.left.right.value, str) \
+                and path.left.right.value.endswith(("/", "\\")):
+            # `path + '/' + 'checkpoint.pth'`
             return PathTarget(_file_name(path.right.value))
         return PathTarget()
     if isinstance(path, ast.Call) and path.args and not path.keywords:
@@ -1545,7 +1611,8 @@ def project_facts(path: str, store: Path | None = None) -> str:
             f";handoffs={_digest(repr(sorted(wrapped_handoffs(path, store).items())))}"
             f";default-device={default_device};wrapping-tests-of-loads={_digest(repr(sorted(facts.wrapping_tests_of_loads.items())))}"
             f";numpy-parameters={_digest(repr(sorted(facts.numpy_parameters.items())))}"
-            f";movers={_digest(','.join(sorted(facts.movers)))}")
+            f";movers={_digest(','.join(sorted(facts.movers)))}"
+            f";savers={_digest(','.join(sorted(facts.savers)))}")
 
 
 def _bound_names(target: ast.expr) -> list[str]:

@@ -70,7 +70,10 @@ class LoadWithoutMapLocation(Rule):
     loads. A resume that loads before the script saves anything is still reported. Nor a
     cache the program builds where it is missing (`if os.path.exists(path): corpus =
     torch.load(path)` with `else:` building it and saving it to that path): whichever machine
-    reads it wrote it.
+    reads it wrote it. Nor a load after a call, earlier in the same body, of a function or
+    class of another file of the project that saves a file of the name the load reads (an
+    `EarlyStopping` instance saving `path + '/' + 'checkpoint.pth'`, called each epoch, and
+    the best checkpoint reloaded after the loop).
 
     Nor loads the CPU mode does not reach, such as one in the branch a `--cuda` setting takes
     (`if args.cuda: model = torch.load(f)`): they run only where the program has chosen the

@@ -114,10 +114,13 @@ class CheckpointFiles:
 
     # ---- the one question --------------------------------------------------------------
 
-    def written_before(self, load: cst.Call, qualified_name: _QualifiedName) -> bool:
+    def written_before(self, load: cst.Call, qualified_name: _QualifiedName,
+                       saved_elsewhere: Callable[[str, str], bool] | None = None) -> bool:
         """Whether this run of the program saved the file `load` reads before it reads it.
         `qualified_name` is the model's (passed, not kept: a model holding a method of itself
-        would be a cycle only the garbage collector frees)."""
+        would be a cycle only the garbage collector frees); `saved_elsewhere` says whether a
+        function or class of another file (by qualified name) saves the file a path's code
+        names."""
         self._walk(qualified_name)
         path = loaded_path(load)
         scope = self._scope_of.get(id(load))
@@ -127,6 +130,9 @@ class CheckpointFiles:
         if key is not None and self._written_before(load, scope, key, _CALL_DEPTH, set()):
             return True
         if key is not None and self._built_where_missing(load, scope, key):
+            return True
+        if saved_elsewhere is not None and self._saved_by_another_file_before(load, path, scope, qualified_name,
+                                                                               saved_elsewhere):
             return True
         if key is not None and not key.startswith(_PARAMETER_KEY):
             return False
@@ -193,6 +199,33 @@ class CheckpointFiles:
             if same and self._runs_whenever(other, load):
                 return False
         return True
+
+    def _saved_by_another_file_before(self, load: cst.Call, path: cst.BaseExpression, scope: _Scope,
+                                      qualified_name: _QualifiedName,
+                                      saved_elsewhere: Callable[[str, str], bool]) -> bool:
+        """An earlier call in the load's body runs a function or class of another file of the
+        project that saves a file of the name the load reads (`early_stopping(loss, model,
+        path)`, an `EarlyStopping` instance whose method saves `path + '/' + 'checkpoint.pth'`,
+        then `torch.load(path + '/' + 'checkpoint.pth')`)."""
+        body = self._bodies[id(scope)]
+        if isinstance(path, cst.Name):
+            bound = body.bindings.get(path.value, [])
+            if len(bound) != 1 or bound[0] is None:
+                return False
+            path = bound[0]
+        path_code = self._module.code_for_node(path)
+        for call in body.calls:
+            if not self._precedes(call, load):
+                continue
+            callee: cst.BaseExpression = call.func
+            if isinstance(callee, cst.Name):
+                bound = body.bindings.get(callee.value, [])
+                if len(bound) == 1 and isinstance(bound[0], cst.Call):
+                    callee = bound[0].func  # an instance, called: its class's code runs
+            qualified = qualified_name(scope, callee)
+            if qualified is not None and not qualified.startswith("torch.") and saved_elsewhere(qualified, path_code):
+                return True
+        return False
 
     def _built_where_missing(self, load: cst.Call, scope: _Scope, key: str) -> bool:
         """The load reads a cache the program writes itself where it is missing: it runs on

@@ -111,8 +111,12 @@ class FlowModel:
                  deadline: Deadline | None = None, source: str | None = None,
                  memory: FlowMemory | None = None,
                  project_module_classes: Callable[[], tuple[frozenset[str], frozenset[str], frozenset[str]]] | None = None,
-                 project_default_device: Callable[[], bool] | None = None) -> None:
+                 project_default_device: Callable[[], bool] | None = None,
+                 project_saves_the_file: Callable[[str, str], bool] | None = None) -> None:
         self.module = module
+        # Whether a function or class of another file of the project (by qualified name) saves
+        # the file a path's code names (see `project_scan.saves_the_file`).
+        self._project_saves_the_file = project_saves_the_file
         # Whether another file of the program changes the default device (see
         # `project_scan.default_device_elsewhere`), asked once where it matters.
         self._project_default_device = project_default_device
@@ -630,7 +634,7 @@ class FlowModel:
         is then present."""
         if self._checkpoint_files is None:
             self._checkpoint_files = CheckpointFiles(self.module)
-        return self._checkpoint_files.written_before(load, self._qualified_in)
+        return self._checkpoint_files.written_before(load, self._qualified_in, self._project_saves_the_file)
 
     def saved_by_the_program(self, load: cst.Call) -> bool:
         """Whether the program itself saves the file a `torch.load` reads, in this run or an
