@@ -525,6 +525,44 @@ def test_a_checkpoint_another_files_helper_saved_earlier_in_the_body_is_not_repo
     assert _lines(root, "TDL003") == [("exp.py", "TDL003", 10)]
 
 
+ACQUIRES_A_DEVICE = """
+import os
+import torch
+
+class ExpBasic:
+    def __init__(self, args):
+        self.args = args
+        if args.use_gpu:
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu)
+            self.device = torch.device("cuda:0")
+        else:
+            self.device = torch.device("cpu")
+"""
+
+MAIN_CHECKS_THEN_BUILDS = """
+import argparse
+import torch
+from exp.basic import ExpBasic
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu", type=int, default=0)
+args = parser.parse_args()
+args.use_gpu = torch.cuda.is_available()
+experiment = ExpBasic(args)
+"""
+
+
+def test_visible_devices_set_in_a_class_a_program_builds_after_checking_cuda(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"exp/__init__.py": "", "exp/basic.py": ACQUIRES_A_DEVICE, "main.py": MAIN_CHECKS_THEN_BUILDS})
+    found = json.loads(run_cli("check", "--format", "json", "--select", "TDL008", ".", cwd=root).stdout)
+    assert [(Path(item["path"]).as_posix(), item["line"]) for item in found] == [("exp/basic.py", 8)]
+    assert "main.py:7 initialises it at module level" in found[0]["message"]
+    # Built before the check: the setting comes first and works.
+    (root / "main.py").write_text(textwrap.dedent(MAIN_CHECKS_THEN_BUILDS).replace(
+        "args.use_gpu = torch.cuda.is_available()\nexperiment = ExpBasic(args)\n",
+        "experiment = ExpBasic(args)\nprint(torch.cuda.is_available())\n"))
+    assert _lines(root, "TDL008") == []
+
+
 def _lines(root: Path, select: str) -> list[tuple[str, str, int]]:
     found = json.loads(run_cli("check", "--format", "json", "--select", select, ".", cwd=root).stdout)
     return [(item["path"], item["code"], item["line"]) for item in found]

@@ -22,6 +22,7 @@ from torchdevlint.project_scan import (
     checkpoint_writing,
     cpu_mode_option,
     cpu_mode_option_using,
+    cuda_initialised_before_using,
     default_device_elsewhere,
     files_loading_wrapped_under,
     gpu_selection,
@@ -184,6 +185,12 @@ class FileContext:
         importing this file a CPU mode (`--gpu_ids -1` in an options module); None where there
         is none, or the file is not on disk."""
         return cpu_mode_option(self.path)
+
+    def project_cuda_initialised_before_using(self, name: str) -> tuple[str, int, str] | None:
+        """Where a program that imports this file and uses its top-level definition `name`
+        initialised CUDA at module level before (file, line, program; see
+        `project_scan.cuda_initialised_before_using`); None where none did."""
+        return cuda_initialised_before_using(self.path, name)
 
     def project_cpu_mode_using(self, name: str) -> CpuModeOption | None:
         """The option of another file that gives a program a CPU mode, where that program

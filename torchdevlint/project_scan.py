@@ -206,19 +206,24 @@ class _Summary:
     # Its top-level functions and classes that save a checkpoint of a known file name:
     # `name:file_name` (see `_savers`).
     savers: tuple[str, ...] = ()
+    # The line of its first module-level call that initialises CUDA (`torch.cuda.is_available()`),
+    # where no call of a name imported from outside the standard library and torch comes
+    # before it at module level (which may run another file's code first); 0 where none.
+    initialises_cuda_at: int = 0
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
                 list(self.cpu_options), self.test_code, [list(pair) for pair in self.path_names], self.selects_a_gpu,
                 self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes),
                 list(self.wrapped_handoffs), list(self.wrapping_tests_of_loads), self.cpu_fallback,
-                self.sets_default_device, list(self.numpy_parameters), list(self.movers), list(self.savers)]
+                self.sets_default_device, list(self.numpy_parameters), list(self.movers), list(self.savers),
+                self.initialises_cuda_at]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
         (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
          module_classes, all_module_classes, wrapped_handoffs, wrapping_tests_of_loads, cpu_fallback,
-         sets_default_device, numpy_parameters, movers, savers) = kept
+         sets_default_device, numpy_parameters, movers, savers, initialises_cuda_at) = kept
         assert isinstance(module_classes, list) and isinstance(all_module_classes, list)
         assert isinstance(wrapped_handoffs, list) and isinstance(wrapping_tests_of_loads, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
@@ -231,7 +236,8 @@ class _Summary:
                    tuple(str(name) for name in all_module_classes), tuple(str(name) for name in wrapped_handoffs),
                    tuple(str(test) for test in wrapping_tests_of_loads), int(str(cpu_fallback)),
                    bool(sets_default_device), tuple(str(entry) for entry in numpy_parameters),
-                   tuple(str(name) for name in movers), tuple(str(entry) for entry in savers))
+                   tuple(str(name) for name in movers), tuple(str(entry) for entry in savers),
+                   int(str(initialises_cuda_at)))
 
 
 @dataclass(frozen=True)
@@ -265,6 +271,10 @@ class _ProjectFacts:
     movers: frozenset[str] = frozenset()
     # `stem.name:file_name` of the project's functions and classes that save checkpoints.
     savers: frozenset[str] = frozenset()
+    # The programs whose module-level code initialises CUDA (see `_Summary.initialises_cuda_at`),
+    # in the order programs are named by: (absolute path, the initialising file relative to
+    # the root, its line).
+    cuda_programs: tuple[tuple[str, str, int], ...] = ()
     # The programs with a CPU mode, in the order `cpu_mode` chose from: (absolute path, the
     # option, its `program` left empty), and the project's import graph (see `_import_graph`).
     cpu_programs: tuple[tuple[str, CpuModeOption], ...] = ()
@@ -304,7 +314,7 @@ _GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
 _COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
 _STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 20
+_SUMMARY_FORMAT = 21
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -459,6 +469,29 @@ def cpu_mode_option(path: str, store: Path | None = None) -> CpuModeOption | Non
     return None if facts is None else facts.cpu_mode.get(os.path.abspath(path))
 
 
+def cuda_initialised_before_using(path: str, name: str, store: Path | None = None) -> tuple[str, int, str] | None:
+    """Where a program that imports `path` and uses its top-level definition `name` (as
+    `cpu_mode_option_using` reads use) initialised CUDA at module level before: (that file,
+    its line, the program; paths relative to the root, the program empty where it is the
+    initialising file). None where no program does, or `path` has no project on disk."""
+    facts = _facts(path, store)
+    absolute = os.path.abspath(path)
+    if facts is None or not facts.cuda_programs:
+        return None
+    root = project_root(path)
+    for program, initialising, line in facts.cuda_programs:
+        if program == absolute:
+            continue  # the file's own module level: the rule reads that itself
+        files = facts.program_files(program)
+        if absolute not in files:
+            continue
+        if any(name in facts.words_of(other) or _looks_up_by_name(facts, other, absolute)
+               for other in files if other != absolute):
+            relative = os.path.relpath(program, root) if root is not None else program
+            return initialising, line, "" if relative == initialising else relative
+    return None
+
+
 def cpu_mode_option_using(path: str, name: str, store: Path | None = None) -> CpuModeOption | None:
     """The option of a program with a CPU mode that imports `path` and uses its top-level
     definition `name`: another file of the program names it, or imports a project module it
@@ -568,13 +601,19 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
     cpu_mode = _cpu_mode(root, summaries, imported, cpu_programs)
     movers = frozenset(f"{Path(path).stem}.{name}" for path, summary in summaries.items()
                        if not summary.test_code for name in summary.movers)
+    initialising = {path: (path, summary.initialises_cuda_at) for path, summary in summaries.items()
+                    if summary.initialises_cuda_at and not summary.test_code}
+    if initialising and not imported:
+        imported = _import_graph(root, summaries)
+    cuda_programs = tuple((program, os.path.relpath(marked, root), line)
+                          for program, (marked, line) in _programs_with(initialising, summaries, imported))
     return _ProjectFacts(_writing(root, summaries), cpu_mode,
                          _gpu_selection(root, summaries, imported), wrapped_loads=wrapped_loads[:3],
                          module_classes=module_classes, all_module_classes=all_module_classes,
                          wrapped_handoffs=wrapped_handoffs, wrapping_tests_of_loads=wrapping_tests_of_loads,
                          default_device=_default_device(root, summaries, imported),
                          numpy_parameters={key: tuple(found) for key, found in numpy_parameters.items()},
-                         cpu_programs=tuple(cpu_programs), imported=imported, movers=movers,
+                         cpu_programs=tuple(cpu_programs), imported=imported, movers=movers, cuda_programs=cuda_programs,
                          savers=frozenset(f"{Path(path).stem}.{entry}" for path, summary in summaries.items()
                                           if not summary.test_code for entry in summary.savers),
                          stamps={entry[0]: (entry[1], entry[2]) for entry in listing})
@@ -815,7 +854,7 @@ def _summary(file_path: str) -> _Summary:
                     wrapped_handoffs=_wrapped_handoffs(source, parsed),
                     wrapping_tests_of_loads=_wrapping_tests_of_loads(source, parsed),
                     numpy_parameters=_numpy_parameters(source, parsed), movers=_movers(source, parsed),
-                    savers=_savers(source, parsed))
+                    savers=_savers(source, parsed), initialises_cuda_at=_initialises_cuda_at(source, parsed))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
     tree = parsed.tree()
@@ -1245,6 +1284,55 @@ def _savers(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
     return tuple(found)
 
 
+_CUDA_INITIALISING = frozenset({"is_available", "init", "current_device", "set_device", "get_device_name",
+                                "get_device_properties", "get_device_capability", "synchronize", "mem_get_info"})
+# Modules whose calls run none of the project's code.
+_LIBRARY_ROOTS = frozenset({"torch", "torchvision", "numpy", "np", "os", "sys", "argparse", "random", "time", "math",
+                            "json", "logging", "warnings", "pathlib", "datetime", "collections", "re", "pandas",
+                            "pd", "matplotlib", "plt", "yaml", "tqdm", "shutil", "glob", "pickle", "copy"})
+
+
+def _initialises_cuda_at(source: bytes, parsed: _ParsedOnce) -> int:
+    """The line of the file's first module-level call that initialises CUDA
+    (`torch.cuda.is_available()`, `set_device`, ...: code outside functions and classes, a main
+    guard's included), where no module-level call of a function or class of the file, or of a
+    name imported from elsewhere than the standard library and common libraries, comes first
+    (it may run another file's code before); 0 where there is none."""
+    if b"torch.cuda." not in source:
+        return 0
+    tree = parsed.tree()
+    if tree is None:
+        return 0
+    imported: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] not in _LIBRARY_ROOTS):
+            imported.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            imported.update((alias.asname or alias.name).split(".")[0] for alias in node.names
+                            if alias.name.split(".")[0] not in _LIBRARY_ROOTS)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            imported.add(node.name)  # its own function may call another file's
+    calls: list[ast.Call] = []
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        current = pending.pop()
+        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(current, ast.Call):
+            calls.append(current)
+        pending.extend(ast.iter_child_nodes(current))
+    calls.sort(key=lambda call: (call.lineno, call.col_offset))
+    for call in calls:
+        func = call.func
+        dotted = ast.unparse(func)
+        if dotted.startswith("torch.cuda.") and dotted.rsplit(".", 1)[-1] in _CUDA_INITIALISING:
+            return call.lineno
+        head = dotted.split(".", 1)[0].split("(", 1)[0]
+        if head in imported:
+            return 0  # another file's code may run first
+    return 0
+
+
 _MOVES = re.compile(rb"\.(?:to|cuda)\(")
 
 
@@ -1612,7 +1700,19 @@ def project_facts(path: str, store: Path | None = None) -> str:
             f";default-device={default_device};wrapping-tests-of-loads={_digest(repr(sorted(facts.wrapping_tests_of_loads.items())))}"
             f";numpy-parameters={_digest(repr(sorted(facts.numpy_parameters.items())))}"
             f";movers={_digest(','.join(sorted(facts.movers)))}"
-            f";savers={_digest(','.join(sorted(facts.savers)))}")
+            f";savers={_digest(','.join(sorted(facts.savers)))}"
+            f";cuda-programs={_cuda_programs_key(facts, absolute)}")
+
+
+def _cuda_programs_key(facts: _ProjectFacts, absolute: str) -> str:
+    """The programs initialising CUDA that import the file, with their files' change times
+    (`cuda_initialised_before_using` reads which of them use what)."""
+    programs = [(program, line) for program, _, line in facts.cuda_programs
+                if program != absolute and absolute in facts.program_files(program)]
+    if not programs:
+        return "none"
+    files = sorted(set().union(*(facts.program_files(program) for program, _ in programs)))
+    return _digest(repr(programs) + repr([(other, facts.stamps.get(other)) for other in files]))
 
 
 def _bound_names(target: ast.expr) -> list[str]:

@@ -18,7 +18,6 @@ from torchdevlint.budget import DEFAULT_FILE_SECONDS, AnalysisTimeout, Deadline
 from torchdevlint.cache import FindingsCache, content_digest, settings_digest
 from torchdevlint.diagnostics import Diagnostic, FileError, FileResult, is_applicable
 from torchdevlint.registry import rules_for_codes
-from torchdevlint.rule_index import RULE_INDEX
 from torchdevlint.sourcefile import (
     RELEVANCE_MARKER,
     NotRewritten,
@@ -69,16 +68,12 @@ class RunSettings:
             return None
         return FindingsCache(Path(self.cache_dir), settings_digest(self.rule_codes, self.rule_options))
 
-    @functools.cached_property
-    def reads_the_project(self) -> bool:
-        """Whether a selected rule's findings depend on other files of the project."""
-        return any(entry.reads_the_project for entry in RULE_INDEX if entry.code in self.rule_codes)
-
     def project_facts(self, path: str) -> str:
-        """What the selected rules read of the project's other files about `path` (empty
-        when none does): part of its findings' cache key."""
-        if not self.reads_the_project:
-            return ""
+        """What the project's other files say about `path`: part of its findings' cache key,
+        whatever rules are selected. Rules marked `reads_the_project` ask for those facts
+        themselves, and the flow model that most rules query reads them too (another file's
+        Module classes, its helpers that move what they are handed or save checkpoints, a
+        default device set elsewhere)."""
         from torchdevlint.project_scan import project_facts
 
         cache = self.cache()

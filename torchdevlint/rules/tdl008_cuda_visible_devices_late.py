@@ -48,7 +48,11 @@ class CudaVisibleDevicesLate(Rule):
       saves from GPU tensors (a checkpoint read for its config restores its weights on the
       GPU too), earlier in the same function, or at module level before the
       function that sets it (importing torch and `torch.cuda.device_count()` do not
-      initialise CUDA);
+      initialise CUDA); or in a module-level function or class of a file that a program
+      imports and uses after its own module-level code initialised CUDA (`args.use_gpu =
+      torch.cuda.is_available()` in `main.py`, then `Exp(args)`, whose base class sets the
+      variable), where no call of the program's own functions or of the project's comes
+      before that check;
     - to a value that is not a string: an int, a list, `len(...)`, an argparse option
       declared with `type=int`;
     - with `setdefault` and no value, or with more than two arguments.
@@ -236,7 +240,7 @@ class CudaVisibleDevicesLate(Rule):
         self._command_line = self.context.shared(CommandLine)
         self._cuda = self.context.shared(CudaInitialisation)
         # Late settings waiting for the end of their scope (by id of its node).
-        self._late: dict[int, list[cst.CSTNode]] = {}
+        self._late: dict[int, list[tuple[cst.CSTNode, str]]] = {}
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._flush(node)
@@ -298,13 +302,31 @@ class CudaVisibleDevicesLate(Rule):
             self.report(site, message=_NOT_STRING, fix=self._string_fix(value, info) if value is not None else None)
         elif self._cuda.initialised_here():
             # Reported when the scope ends, unless it starts a process that inherits the setting.
-            self._late.setdefault(id(self._cuda.owner()), []).append(site)
+            self._late.setdefault(id(self._cuda.owner()), []).append((site, _LATE))
+        else:
+            definition = self._top_level_definition()
+            elsewhere = None if definition is None else \
+                self.context.project_cuda_initialised_before_using(definition.name.value)
+            if elsewhere is not None:
+                where, line, program = elsewhere
+                runs = f"{program}, which imports {where}," if program else where
+                message = (f"CUDA_VISIBLE_DEVICES is set after CUDA was initialised: {where}:{line} initialises it "
+                           f"at module level, and {runs} runs this code later; it has no effect there")
+                self._late.setdefault(id(self._cuda.owner()), []).append((site, message))
+
+    def _top_level_definition(self) -> cst.FunctionDef | cst.ClassDef | None:
+        """The module-level function or class the point being visited is in, undecorated."""
+        scopes = self.context.scopes()
+        outermost = next((scope for scope in scopes if isinstance(scope, (cst.FunctionDef, cst.ClassDef))), None)
+        if outermost is None or outermost.decorators or outermost not in self.context.module.body:
+            return None
+        return outermost
 
     def _flush(self, scope: cst.CSTNode) -> None:
         sites = self._late.pop(id(scope), [])
         if not self._cuda.starts_processes(scope):
-            for site in sites:
-                self.report(site, message=_LATE)
+            for site, message in sites:
+                self.report(site, message=message)
 
     def leave_Module(self, node: cst.Module) -> None:
         self._flush(node)
