@@ -98,6 +98,21 @@ class TargetNotMoved(Rule):
         Valid(
             """
             import torch
+
+            def orthogonality_penalty(trans):
+                identity = torch.eye(trans.size(1))[None, :, :]
+                if trans.is_cuda:
+                    identity = identity.cuda()
+                return torch.mean(torch.norm(torch.bmm(trans, trans.transpose(2, 1)) - identity, dim=(1, 2)))
+
+            if __name__ == "__main__":
+                print(orthogonality_penalty(torch.rand(4, 3, 3)))
+            """,
+            name="a-helper-following-its-inputs-device-tried-on-the-cpu",
+        ),
+        Valid(
+            """
+            import torch
             from models import Matcher
 
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

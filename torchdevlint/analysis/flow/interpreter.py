@@ -400,7 +400,8 @@ class Interpreter:
         if type(node) is cst.If:
             taken = self._cpu_mode_truth(node.test, env)
             if self.gpu_world and taken is not None and (cpu_mode.names_the_cpu_mode(node.test)
-                                                         or cpu_mode.names_a_gpu_setting(node.test)):
+                                                         or cpu_mode.names_a_gpu_setting(node.test)) \
+                    and not self._placed_where_known(node.test, env):
                 return self._gpu_side(node, env, taken)
             # The branch an availability check sends a machine without a GPU down: no data
             # there is on a GPU, so nothing there meets data on one.
@@ -497,6 +498,19 @@ class Interpreter:
             # The body of a one-line suite: `if use_cuda: x = x.cuda()`, `def f(x): return x`.
             return self._small(node, env)
         return env
+
+    def _placed_where_known(self, test: cst.BaseExpression, env: Env) -> bool:
+        """`trans.is_cuda` (or `not x.is_cuda`) of data whose place the flow knows: the test
+        follows that place, not the machine (a GPU machine still runs a helper on host data,
+        from a demo on the CPU)."""
+        while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+            test = test.expression
+        if type(test) is not cst.Attribute or test.attr.value != "is_cuda":
+            return False
+        key = place_key(test.value)
+        value = env.get(key) if key is not None else None
+        return value is not None and (value.is_tensor_like or value.is_module_like) and value.places is not None \
+            and (value.on_host or value.on_accelerator)
 
     def _gpu_side(self, node: cst.If, env: Env, taken_in_cpu_mode: bool) -> Env | None:
         """The branch a GPU machine takes: the one the CPU mode does not."""
@@ -1094,7 +1108,8 @@ class Interpreter:
     def _if_expression(self, node: cst.IfExp, env: Env) -> Value:
         taken = self._cpu_mode_truth(node.test, env)
         if self.gpu_world and taken is not None and (cpu_mode.names_the_cpu_mode(node.test)
-                                                     or cpu_mode.names_a_gpu_setting(node.test)):
+                                                     or cpu_mode.names_a_gpu_setting(node.test)) \
+                and not self._placed_where_known(node.test, env):
             # `x.cuda() if use_cuda else x`: the side a GPU machine takes, as `if` statements.
             return self._evaluate(node.orelse if taken else node.body, env)
         # `model.module if hasattr(model, "module") else model`: each side sees the model it asks for.
