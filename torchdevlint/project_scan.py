@@ -1333,7 +1333,8 @@ def _initialises_cuda_at(source: bytes, parsed: _ParsedOnce) -> int:
     return 0
 
 
-_MOVES = re.compile(rb"\.(?:to|cuda)\(")
+# A move inside a function or class body: indented (one at module level is no mover's).
+_MOVES = re.compile(rb"^[ \t]+[^\n#]*\.(?:to|cuda)\(", re.MULTILINE)
 
 
 def _movers(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
