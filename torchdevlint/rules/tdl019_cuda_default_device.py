@@ -9,6 +9,7 @@ from torchdevlint.analysis.cuda_uses import CudaProgram, is_device_test
 from torchdevlint.analysis.devices import device_literal, mentions_any
 from torchdevlint.analysis.flow.values import PlaceKind
 from torchdevlint.analysis.test_code import is_test_code
+from torchdevlint.analysis.tree import descendants
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -43,7 +44,9 @@ class CudaDefaultDevice(Rule):
     a GPU condition, programs that need GPUs by design (a process group on NCCL, see TDL007),
     test code (`test_*.py` with tests, `conftest.py`, modules importing pytest or unittest),
     whose helpers' callers and skips say where they run, and functions with no model parameter (TDL203 reports CUDA hard-coded in a program with
-    no CPU mode).
+    no CPU mode). A parameter named for a model whose default is a number, a string or a
+    truth value is none (`d_model=512` is a width); nor is a device parameter the function
+    never reads (its default goes nowhere).
 
     ## Fix safety
     Unsafe. The default becomes `None`, and the function starts by taking the model's
@@ -69,6 +72,20 @@ class CudaDefaultDevice(Rule):
     requires_any_text = ("cuda", "torchsummary")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Forecaster(nn.Module):
+                def __init__(self, enc_in, d_model=512, n_heads=8, dropout=0.0,
+                             device=torch.device("cuda:0")):
+                    super().__init__()
+                    self.embed = nn.Linear(enc_in, d_model)
+                    self.attention = nn.MultiheadAttention(d_model, n_heads, dropout=dropout)
+            """,
+            name="a-width-named-for-the-model-and-a-device-never-read",
+        ),
         Valid(
             """
             import torch
@@ -236,12 +253,15 @@ class CudaDefaultDevice(Rule):
             return
         params = node.params
         every = [*params.posonly_params, *params.params, *params.kwonly_params]
-        models = [p.name.value for p in every if any(word in p.name.value.lower() for word in naming.MODEL_NAME_WORDS)]
+        models = [p.name.value for p in every if any(word in p.name.value.lower() for word in naming.MODEL_NAME_WORDS)
+                  and not _holds_a_literal(p.default)]  # `d_model=512` is a width, not a model
         if not models:
             return
         for param in every:
             if param.default is None or not any(word in param.name.value.lower() for word in naming.DEVICE_SETTING_WORDS):
                 continue
+            if not _reads(node, param.name.value):
+                continue  # a parameter the function never reads: its default goes nowhere
             literal = device_literal(param.default, self.context.names)
             if literal is not None and literal.type == "cuda":
                 instances = [model for model in models if not _names_a_class(model)]
@@ -285,3 +305,16 @@ def _names_a_class(name: str) -> bool:
     lowered = name.lower()
     return lowered.startswith(("cls", "class")) or lowered.endswith(
         ("cls", "class", "_type", "_fn", "factory", "builder", "ctor"))
+
+
+def _holds_a_literal(default: cst.BaseExpression | None) -> bool:
+    """A default that is a number, a string or a truth value: no model's."""
+    if isinstance(default, cst.UnaryOperation):
+        default = default.expression
+    return isinstance(default, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString,
+                                cst.FormattedString)) or isinstance(default, cst.Name) and default.value in ("True", "False")
+
+
+def _reads(function: cst.FunctionDef, name: str) -> bool:
+    """Whether the function's body reads the parameter (nested functions and lambdas included)."""
+    return any(type(node) is cst.Name and node.value == name for node in descendants(function.body))
