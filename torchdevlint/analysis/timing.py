@@ -20,7 +20,7 @@ from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.flow.results import FlowQueries
 from torchdevlint.analysis.flow.values import Kind, Value
 from torchdevlint.analysis.names import NameResolver
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.tree import child_nodes, descendants
 
 TIMERS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.process_time", "timeit.default_timer",
                     "time.clock",  # Python 2 and up to 3.7
@@ -334,7 +334,20 @@ class _Walk:
                             or (depth < _CALLEE_DEPTH and self._callee_waits(call, depth)))
 
     def _reads(self, call: cst.Call) -> bool:
-        return self._answer("reads", call, lambda: _waits(call, self.flow, self.names))
+        return self._answer("reads", call, lambda: _waits(call, self.flow, self.names, self._returns_nothing))
+
+    def _returns_nothing(self, call: cst.Call) -> bool:
+        """A function of this file whose body returns no value (`def step(x): ...
+        loss.backward()`): its call's None is no number read on the host."""
+        if self._definitions is None:
+            return False
+        callee = self.flow.value_of(call.func).reference
+        found = self._definitions().get(callee.definition) if callee is not None and callee.definition is not None else None
+        if not isinstance(found, cst.FunctionDef):
+            return False
+        return not any(type(node) is cst.Return and node.value is not None
+                       and not (type(node.value) is cst.Name and node.value.value == "None")
+                       for node in descendants(found.body, into_definitions=False))
 
     def _callee_waits(self, call: cst.Call, depth: int) -> bool:
         """What the call runs, a function of this file or the `forward` of a model of this file,
@@ -500,12 +513,14 @@ def _waits_for_the_device(qualified: str) -> bool:
     return qualified.startswith(_WAITING_MODULES)
 
 
-def _waits(call: cst.Call, flow: FlowQueries, names: NameResolver) -> bool:
+def _waits(call: cst.Call, flow: FlowQueries, names: NameResolver,
+           returns_nothing: Callable[[cst.Call], bool] | None = None) -> bool:
     if names.qualified_name(call.func, among=_waits_for_the_device) is not None:
         return True
     func = call.func
     callee = flow.value_of(func).reference
-    if callee is not None and callee.definition is not None and _host_numbers(flow.value_of(call)):
+    if callee is not None and callee.definition is not None and _host_numbers(flow.value_of(call)) \
+            and not (returns_nothing is not None and returns_nothing(call)):
         # A helper of this file that hands back Python numbers (`loss, acc = test(...)`):
         # it read its results on the host, which waited for the work.
         return True

@@ -46,7 +46,8 @@ class TimingWithoutSynchronize(Rule):
     waits come out right on average. A loop that waits every step (`loss.item()`) empties
     the queue, so there a per-step reading is right only where the wait is inside its span.
     A helper of the file that returns Python numbers (`loss, acc = evaluate(...)`) has
-    waited for its work. A blocking copy of host data to the device (`.to(device)` or
+    waited for its work; one that returns nothing (`remember(y)`) has not, unless its own
+    body waits. A blocking copy of host data to the device (`.to(device)` or
     `.cuda()` without `non_blocking=True`, `torch.tensor(data, device=...)`) waits for the
     work queued before it, since PyTorch synchronises the stream after such a copy: so does
     one inside the `forward` of a model of the same file (a detector's grid), or in a
