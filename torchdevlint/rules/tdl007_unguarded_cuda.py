@@ -76,7 +76,8 @@ class UnguardedCuda(Rule):
     is a GPU count compared so that no GPU and one GPU answer alike (`if num_gpus > 1:`
     chooses between one GPU and several, not between a GPU and the CPU), nor a GPU setting
     whose side without the GPU calls `.cuda()` itself (`if n_gpu > 1 and gpu_train: net =
-    DataParallel(net).cuda()` / `else: net = net.cuda()`: both sides run on the GPU). Nor a GPU setting
+    DataParallel(net).cuda()` / `else: net = net.cuda()`: both sides run on the GPU), nor one
+    whose only side hands the setting on (`if args.gpus: config.GPUS = args.gpus`). Nor a GPU setting
     tested in a method of a model class (`if self.cuda:` of a layer built with `cuda=True`,
     `if next(self.parameters()).is_cuda:`): that is the model working wherever it is put, not
     the program choosing the CPU; a demo under `if __name__ == "__main__":` of such a module
@@ -156,6 +157,24 @@ class UnguardedCuda(Rule):
     requires_any_text = ("cuda", "is_available")
 
     VALID = [
+        Valid(
+            """
+            import argparse
+            import torch
+
+            class Config:
+                GPUS = "0"
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gpus", type=str)
+            args = parser.parse_args()
+            if args.gpus:
+                Config.GPUS = args.gpus
+            gpus = [int(index) for index in Config.GPUS.split(",")]
+            model = torch.nn.DataParallel(torch.nn.Linear(4, 2), device_ids=gpus).cuda()
+            """,
+            name="a-gpu-setting-only-handed-on-is-no-cpu-mode",
+        ),
         Valid(
             """
             import argparse

@@ -190,6 +190,25 @@ def _container_module(positional: Sequence[Value], keywords: Mapping[str, Value]
     return _on_default_device(Value(frozenset({Kind.MODULE}), stateful), env)
 
 
+def _only_copies_settings(side: cst.CSTNode | None) -> bool:
+    """A branch whose every statement assigns a name, an attribute or an item a name, an
+    attribute, an item or a literal (`config.GPUS = args.gpus`): it hands a setting on."""
+    if side is None or type(side) is cst.If or type(side) is cst.Else:
+        return False
+    statements = side.body if isinstance(side, (cst.IndentedBlock, cst.SimpleStatementSuite)) else ()
+    if not statements:
+        return False
+    for statement in statements:
+        if type(statement) is not cst.SimpleStatementLine and not isinstance(statement, cst.BaseSmallStatement):
+            return False
+        smalls = statement.body if type(statement) is cst.SimpleStatementLine else [statement]
+        for small in smalls:
+            if type(small) is not cst.Assign or not isinstance(
+                    small.value, (cst.Name, cst.Attribute, cst.Subscript, cst.SimpleString, cst.Integer)):
+                return False
+    return True
+
+
 def _moves_to_cuda_itself(side: cst.CSTNode | None) -> bool:
     """A branch that calls `.cuda()` in a statement of its own (not under a test of its own)."""
     if side is None or type(side) is cst.If:
@@ -433,7 +452,8 @@ class Interpreter:
                 self._no_gpu_depth -= gpu_when_true is True
             if taken is not None and CPU_MODE_UNREACHED not in env:
                 self._record_cpu_mode_test(node.test, (body if taken else other) is not None,
-                                           cpu_side=node.body if taken else node.orelse)
+                                           cpu_side=node.body if taken else node.orelse,
+                                           gpu_side=node.orelse if taken else node.body)
             joined = _join_env(body, other)
             if joined is not None and body is not None and other is not None:
                 if gpu_when_true is None:
@@ -530,10 +550,13 @@ class Interpreter:
         return cpu_mode.truth(self._evaluate(test, env).in_cpu_mode)
 
     def _record_cpu_mode_test(self, test: cst.BaseExpression, carries_on: bool, *, falls_back: bool = False,
-                              cpu_side: cst.CSTNode | None = None) -> None:
+                              cpu_side: cst.CSTNode | None = None, gpu_side: cst.CSTNode | None = None) -> None:
         if falls_back or cpu_mode.names_the_cpu_mode(test):
             self.flow.cpu_mode_tests[id(test)] = carries_on
-        elif cpu_mode.names_a_gpu_setting(test) and not _moves_to_cuda_itself(cpu_side):
+        elif cpu_mode.names_a_gpu_setting(test) and not _moves_to_cuda_itself(cpu_side) \
+                and not (cpu_side is None and _only_copies_settings(gpu_side)):
+            # (`if args.gpus: config.GPUS = args.gpus`, with nothing on the other side: a setting
+            # handed on, no way chosen for the CPU.)
             # (`if n_gpu > 1 and gpu_train: net = DataParallel(net).cuda()` / `else: net =
             # net.cuda()`: both sides on the GPU, the test chooses how many, not the CPU.)
             self.flow.gpu_setting_tests[id(test)] = carries_on
