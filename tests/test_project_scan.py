@@ -563,6 +563,50 @@ def test_visible_devices_set_in_a_class_a_program_builds_after_checking_cuda(tmp
     assert _lines(root, "TDL008") == []
 
 
+MEMORY_BANK = """
+import torch
+import torch.nn as nn
+
+class Sampler:
+    def __init__(self, probs):
+        self.prob = probs
+
+    def cuda(self):
+        self.prob = self.prob.cuda()
+
+class MemoryBank(nn.Module):
+    def __init__(self, size):
+        super().__init__()
+        self.sampler = Sampler(torch.ones(size))
+        self.sampler.cuda()
+"""
+
+GUARDS_ITS_MOVES = """
+import torch
+from memory import MemoryBank
+
+def main():
+    bank = MemoryBank(16)
+    model = torch.nn.Linear(4, 2)
+    if torch.cuda.is_available():
+        model.cuda()
+        bank.cuda()
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_script_moving_only_where_there_is_a_gpu_runs_its_imports_on_the_cpu(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"memory.py": MEMORY_BANK, "train.py": GUARDS_ITS_MOVES})
+    assert _lines(root, "TDL007") == [("memory.py", "TDL007", 15)]
+    # A script that also moves unguarded gives what it imports no CPU mode (its own move is
+    # reported in its file).
+    (root / "train.py").write_text(textwrap.dedent(GUARDS_ITS_MOVES).replace(
+        "    bank = MemoryBank(16)\n", "    bank = MemoryBank(16)\n    torch.zeros(1).cuda()\n"))
+    assert _lines(root, "TDL007") == [("train.py", "TDL007", 7)]
+
+
 def _lines(root: Path, select: str) -> list[tuple[str, str, int]]:
     found = json.loads(run_cli("check", "--format", "json", "--select", select, ".", cwd=root).stdout)
     return [(item["path"], item["code"], item["line"]) for item in found]

@@ -192,7 +192,9 @@ class _Summary:
     # The line of a device choice that falls back to the CPU (`"cuda" if torch.cuda.is_available()
     # else "cpu"`, see `_CPU_FALLBACK`); 0 where there is none. Negative where the line is
     # indented (in a function, under a main guard): the choice of this file's own run, which
-    # files importing it for a helper do not share.
+    # files importing it for a helper do not share. Where there is none, minus the line of an
+    # availability check guarding the file's moves, where every `.cuda()` of the file is under
+    # one (`if torch.cuda.is_available(): model.cuda()`: see `_guarded_moves_line`).
     cpu_fallback: int = 0
     # It changes where factories without `device=` put tensors, for the whole process
     # (`torch.set_default_tensor_type('torch.cuda.FloatTensor')`, `torch.set_default_device(...)`).
@@ -314,7 +316,7 @@ _GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
 _COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
 _STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 21
+_SUMMARY_FORMAT = 22
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -846,7 +848,7 @@ def _summary(file_path: str) -> _Summary:
     test_code = _is_test_code(source, imports, Path(file_path).name)
     parsed = _ParsedOnce(source)
     read = _Summary(names_accelerator, imports=imports, test_code=test_code, path_names=_path_names(source),
-                    cpu_fallback=_fallback_line(source),
+                    cpu_fallback=_fallback_line(source) or -_guarded_moves_line(source, parsed),
                     sets_default_device=_SETS_DEFAULT_DEVICE.search(source) is not None,
                     selects_a_gpu=_SELECTS_A_GPU.search(source) is not None,
                     loads_into_a_wrapper=_loads_into_a_wrapper(source, parsed) or _strips_the_prefix(source, parsed),
@@ -908,6 +910,34 @@ def _fallback_line(source: bytes) -> int:
         line = source.count(b"\n", 0, start) + 1
         return -line if head[:1] in (b" ", b"\t") else line
     return 0
+
+
+def _guarded_moves_line(source: bytes, parsed: _ParsedOnce) -> int:
+    """The line of the first `if` testing `torch.cuda.is_available()` whose body calls
+    `.cuda()`, in a file (not test code) every `.cuda()` call of which is in the body of such
+    a test: a script that moves its model and data only where there is a GPU runs on the CPU
+    elsewhere, and so do the modules it imports. 0 where there is none, or a `.cuda()` call
+    is not so guarded."""
+    if b"is_available" not in source or b".cuda(" not in source:
+        return 0
+    tree = parsed.tree()
+    if tree is None:
+        return 0
+    guarded: set[int] = set()
+    first = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "torch.cuda.is_available" in ast.unparse(node.test) \
+                and not isinstance(node.test, ast.UnaryOp):
+            calls = {id(inner) for statement in node.body for inner in ast.walk(statement) if _calls_cuda(inner)}
+            if calls:
+                guarded |= calls
+                first = node.lineno if not first else min(first, node.lineno)
+    every = [node for node in ast.walk(tree) if _calls_cuda(node)]
+    return first if every and all(id(node) in guarded for node in every) else 0
+
+
+def _calls_cuda(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cuda"
 
 
 # `model = torch.nn.DataParallel(model).cuda()`: a name bound to a wrapper.
