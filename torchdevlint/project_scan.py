@@ -286,6 +286,7 @@ class _ProjectFacts:
     stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
     closures: dict[str, frozenset[str]] = field(default_factory=dict)
     words: dict[str, frozenset[str]] = field(default_factory=dict)
+    sources: dict[str, bytes] = field(default_factory=dict)
 
     def program_files(self, program: str) -> frozenset[str]:
         """The files a program imports, directly or not, itself included."""
@@ -301,13 +302,26 @@ class _ProjectFacts:
             known = self.closures[program] = frozenset(found)
         return known
 
+    def source_of(self, path: str) -> bytes:
+        """A file's Python (see `_python_source`), read once; empty where it cannot be read."""
+        known = self.sources.get(path)
+        if known is None:
+            known = self.sources[path] = _python_source(path) or b""
+        return known
+
     def words_of(self, path: str) -> frozenset[str]:
         known = self.words.get(path)
         if known is None:
-            source = _python_source(path)
-            known = self.words[path] = frozenset() if source is None else frozenset(
-                word.decode("ascii") for word in _WORD.findall(source))
+            known = self.words[path] = frozenset(word.decode("ascii") for word in _WORD.findall(self.source_of(path)))
         return known
+
+    def program_uses(self, program: str, absolute: str, name: str) -> bool:
+        """Whether a program imports the file `absolute` and uses its top-level definition
+        `name`: another file of the program names it, or may look it up by a computed name
+        (see `_looks_up_by_name`)."""
+        files = self.program_files(program)
+        return absolute in files and any(name in self.words_of(other) or _looks_up_by_name(self, other, absolute)
+                                         for other in files if other != absolute)
 
 
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
@@ -482,13 +496,8 @@ def cuda_initialised_before_using(path: str, name: str, store: Path | None = Non
         return None
     root = project_root(path)
     for program, initialising, line in facts.cuda_programs:
-        if program == absolute:
-            continue  # the file's own module level: the rule reads that itself
-        files = facts.program_files(program)
-        if absolute not in files:
-            continue
-        if any(name in facts.words_of(other) or _looks_up_by_name(facts, other, absolute)
-               for other in files if other != absolute):
+        # (The file's own module level is the rule's to read.)
+        if program != absolute and facts.program_uses(program, absolute, name):
             relative = os.path.relpath(program, root) if root is not None else program
             return initialising, line, "" if relative == initialising else relative
     return None
@@ -506,11 +515,7 @@ def cpu_mode_option_using(path: str, name: str, store: Path | None = None) -> Cp
         return None
     root = project_root(path)
     for program, option in facts.cpu_programs:
-        files = facts.program_files(program)
-        if absolute not in files:
-            continue
-        if any(name in facts.words_of(other) or _looks_up_by_name(facts, other, absolute)
-               for other in files if other != absolute):
+        if facts.program_uses(program, absolute, name):
             relative = "" if program == absolute or root is None else os.path.relpath(program, root)
             return replace(option, program=relative)
     return None
@@ -523,7 +528,7 @@ def _looks_up_by_name(facts: _ProjectFacts, path: str, target: str) -> bool:
     words = facts.words_of(path)
     if words.isdisjoint(_LOOKUP_WORDS):
         return False
-    source = _python_source(path) or b""
+    source = facts.source_of(path)
     if _COMPUTED_LOOKUP.search(source):
         return True
     looked_in = {match.group(1).decode("ascii").rpartition(".")[2] for match in _GETATTR.finditer(source)}
@@ -543,7 +548,7 @@ def _star_reach(facts: _ProjectFacts, module: str) -> set[str]:
         if current in found:
             continue
         found.add(current)
-        if _STAR_IMPORT.search(_python_source(current) or b""):
+        if _STAR_IMPORT.search(facts.source_of(current)):
             pending.extend(facts.imported.get(current, ()))
     return found
 
@@ -1314,8 +1319,6 @@ def _savers(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
     return tuple(found)
 
 
-_CUDA_INITIALISING = frozenset({"is_available", "init", "current_device", "set_device", "get_device_name",
-                                "get_device_properties", "get_device_capability", "synchronize", "mem_get_info"})
 # Modules whose calls run none of the project's code.
 _LIBRARY_ROOTS = frozenset({"torch", "torchvision", "numpy", "np", "os", "sys", "argparse", "random", "time", "math",
                             "json", "logging", "warnings", "pathlib", "datetime", "collections", "re", "pandas",
@@ -1333,6 +1336,9 @@ def _initialises_cuda_at(source: bytes, parsed: _ParsedOnce) -> int:
     tree = parsed.tree()
     if tree is None:
         return 0
+    # Imported here: a run the findings cache answers reads what was found from the store.
+    from torchdevlint.analysis.devices import CUDA_INITIALISING_FUNCTIONS
+
     imported: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] not in _LIBRARY_ROOTS):
@@ -1355,7 +1361,7 @@ def _initialises_cuda_at(source: bytes, parsed: _ParsedOnce) -> int:
     for call in calls:
         func = call.func
         dotted = ast.unparse(func)
-        if dotted.startswith("torch.cuda.") and dotted.rsplit(".", 1)[-1] in _CUDA_INITIALISING:
+        if dotted in CUDA_INITIALISING_FUNCTIONS:
             return call.lineno
         head = dotted.split(".", 1)[0].split("(", 1)[0]
         if head in imported:

@@ -103,8 +103,9 @@ class Rule:
     # A rule about the file's noqa comments themselves walks no code: once the other
     # rules' findings are known, the engine hands it the directives (`review_suppressions`).
     reviews_suppressions: ClassVar[bool] = False
-    # Its findings in one file depend on the project's other files (what they save, say): a
-    # cached result is keyed on those facts too (`FileContext.project_checkpoints`).
+    # It asks about the project's other files itself (what they save, say): `--show-settings`
+    # then prints what was found there. Every cached result is keyed on those facts, whatever
+    # the rules (the flow model reads them too: `RunSettings.project_facts`).
     reads_the_project: ClassVar[bool] = False
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []

@@ -9,7 +9,7 @@ that. Whitespace, comments and punctuation are skipped: no rule looks inside the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import libcst as cst
 
@@ -84,6 +84,16 @@ def descendants(node: cst.CSTNode, *, into_definitions: bool = True) -> Iterator
         # Exact type tests: isinstance on LibCST's ABCs is slow.
         if into_definitions or current is node or type(current) not in _DEFINITIONS:
             stack.extend(child_nodes(current))
+
+
+def top_level_definition(module: cst.Module, enclosing: Iterable[cst.CSTNode]) -> cst.FunctionDef | cst.ClassDef | None:
+    """The module-level function or class whose code a point is, given the nodes around it
+    outermost first; None at module level, in a definition nested in a statement (`if`), or
+    for a decorated one (a decorator may register it where a computed name finds it)."""
+    for node in enclosing:
+        if type(node) is cst.FunctionDef or type(node) is cst.ClassDef:
+            return node if not node.decorators and any(statement is node for statement in module.body) else None
+    return None
 
 
 def keyword_argument(call: cst.Call, name: str) -> cst.Arg | None:

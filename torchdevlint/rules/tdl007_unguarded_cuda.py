@@ -18,7 +18,7 @@ from torchdevlint.analysis.cuda_uses import (
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
 from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Off
-from torchdevlint.analysis.tree import is_main_guard
+from torchdevlint.analysis.tree import is_main_guard, top_level_definition
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -743,6 +743,8 @@ class UnguardedCuda(Rule):
     def setup(self) -> None:
         self._sites: list[_Site] = []
         self._program = self.context.shared(CudaProgram)
+        # Module-level definitions (by id) the file names outside their own code.
+        self._used_here: dict[int, bool] = {}
 
     # ---- reached in the CPU mode ---------------------------------------------------------
 
@@ -800,7 +802,7 @@ class UnguardedCuda(Rule):
                 continue  # a module without parameters or buffers (a loss): moving it touches no GPU
             reaching = elsewhere
             if elsewhere is not None:
-                definition = self._top_level_definition(site)
+                definition = top_level_definition(self.context.module, reversed(site.ancestors))
                 if definition is not None and not self._used_in_this_file(definition):
                     # Only a program that uses the class or function runs its code.
                     reaching = self.context.project_cpu_mode_using(definition.name.value)
@@ -817,22 +819,15 @@ class UnguardedCuda(Rule):
         return (f"CUDA is used unguarded in a program that falls back to the CPU ({runs} "
                 f"{chooses.format(elsewhere.file, elsewhere.line)}); it fails without a GPU")
 
-    @staticmethod
-    def _top_level_definition(site: _Site) -> cst.FunctionDef | cst.ClassDef | None:
-        """The module-level class or function whose code the use is, undecorated (a decorator
-        may register it where a computed name finds it); None at module level."""
-        if len(site.ancestors) < 2 or not isinstance(site.ancestors[-1], cst.Module):
-            return None
-        outermost = site.ancestors[-2] if len(site.ancestors) >= 2 else None
-        if not isinstance(outermost, (cst.FunctionDef, cst.ClassDef)) or outermost.decorators:
-            return None
-        return outermost
-
     def _used_in_this_file(self, definition: cst.FunctionDef | cst.ClassDef) -> bool:
         """The file names the definition outside its own code: then what runs it here may be
-        what the program uses."""
-        word = re.compile(rf"\b{re.escape(definition.name.value)}\b")
-        return len(word.findall(self.context.source)) > len(word.findall(self.context.code_for_node(definition)))
+        what the program uses. Asked once per definition (its code is rendered to count)."""
+        known = self._used_here.get(id(definition))
+        if known is None:
+            word = re.compile(rf"\b{re.escape(definition.name.value)}\b")
+            known = self._used_here[id(definition)] = \
+                len(word.findall(self.context.source)) > len(word.findall(self.context.code_for_node(definition)))
+        return known
 
     @staticmethod
     def _under_the_main_guard(site: _Site) -> bool:

@@ -9,6 +9,7 @@ import libcst as cst
 from torchdevlint.analysis.command_line import CommandLine, OptionKind
 from torchdevlint.analysis.cuda_initialisation import CudaInitialisation
 from torchdevlint.analysis.devices import integer_value, string_value
+from torchdevlint.analysis.tree import top_level_definition
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -304,7 +305,7 @@ class CudaVisibleDevicesLate(Rule):
             # Reported when the scope ends, unless it starts a process that inherits the setting.
             self._late.setdefault(id(self._cuda.owner()), []).append((site, _LATE))
         else:
-            definition = self._top_level_definition()
+            definition = top_level_definition(self.context.module, self.context.scopes())
             elsewhere = None if definition is None else \
                 self.context.project_cuda_initialised_before_using(definition.name.value)
             if elsewhere is not None:
@@ -313,14 +314,6 @@ class CudaVisibleDevicesLate(Rule):
                 message = (f"CUDA_VISIBLE_DEVICES is set after CUDA was initialised: {where}:{line} initialises it "
                            f"at module level, and {runs} runs this code later; it has no effect there")
                 self._late.setdefault(id(self._cuda.owner()), []).append((site, message))
-
-    def _top_level_definition(self) -> cst.FunctionDef | cst.ClassDef | None:
-        """The module-level function or class the point being visited is in, undecorated."""
-        scopes = self.context.scopes()
-        outermost = next((scope for scope in scopes if isinstance(scope, (cst.FunctionDef, cst.ClassDef))), None)
-        if outermost is None or outermost.decorators or outermost not in self.context.module.body:
-            return None
-        return outermost
 
     def _flush(self, scope: cst.CSTNode) -> None:
         sites = self._late.pop(id(scope), [])

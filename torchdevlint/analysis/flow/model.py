@@ -126,6 +126,8 @@ class FlowModel:
         self._project_module_classes = project_module_classes
         self._known_project_classes: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
         self._project_mover_names: dict[str, list[str]] = {}
+        # Origins (ids) whose host tensors meet device data or are returned (`host_data_reaches_a_device`).
+        self._origins_reaching_a_device: frozenset[int] | None = None
         # Class id -> whether its methods move what it is handed (`class_moves_what_it_is_handed`).
         self._class_movers: dict[int, bool] = {}
         # Of all those classes: each class name -> the `stem.Class` entries defining it, and the stems.
@@ -558,11 +560,14 @@ class FlowModel:
         """Whether the host tensor a call makes (its origin: a factory, a copy to the host)
         meets data on an accelerator somewhere in the file, or leaves a function as what it
         returns, where a caller may hand it to a model on one."""
-        key = id(made)
-        if any(key in found.host.value.origins for found in self.host_meetings()):
-            return True
-        return any(isinstance(flow.node, cst.FunctionDef) and flow.returns is not None
-                   and key in _all_origins(flow.returns) for flow in self.all_flows())
+        if self._origins_reaching_a_device is None:
+            # Gathered once: the host origins of every host meeting and of every function's return.
+            found = {origin for meeting in self.host_meetings() for origin in meeting.host.value.origins}
+            for flow in self.all_flows():
+                if isinstance(flow.node, cst.FunctionDef) and flow.returns is not None:
+                    found |= _all_origins(flow.returns)
+            self._origins_reaching_a_device = frozenset(found)
+        return id(made) in self._origins_reaching_a_device
 
     def saved_state_dicts(self) -> list[SavedStateDict]:
         """Every wrapped model's `state_dict()` that reaches `torch.save`, directly, inside a
