@@ -1323,3 +1323,74 @@ def test_a_device_tensor_handed_to_a_project_helper_that_calls_numpy_on_it(tmp_p
     assert [(item["line"], item["code"]) for item in found] == [(6, "TDL006"), (9, "TDL006")]
     assert found[0]["message"].startswith("scatter() calls .numpy() on this tensor")
     assert found[0]["fix"]["applicability"] == "unsafe"
+
+
+CHECKPOINT_HELPER = """
+import os
+import torch
+
+def save_checkpoint(states, is_best, output_dir, filename="checkpoint.pth.tar"):
+    torch.save(states, os.path.join(output_dir, filename))
+    if is_best and "state_dict" in states:
+        torch.save(states["state_dict"], os.path.join(output_dir, "model_best.pth.tar"))
+"""
+
+TRAINS_WRAPPED_SAVES_THROUGH_THE_HELPER = """
+import torch
+from torch import nn
+from utils.checkpoints import save_checkpoint
+
+def main(net, gpus, epochs, output_dir):
+    model = nn.DataParallel(net, device_ids=gpus).cuda()
+    for epoch in range(epochs):
+        save_checkpoint({
+            "epoch": epoch + 1,
+            "state_dict": model.state_dict(),
+        }, epoch == epochs - 1, output_dir)
+"""
+
+# The evaluation script loads the best weights into the bare model, and wraps it afterwards.
+VALIDATES_BARE = """
+import torch
+from torch import nn
+
+def main(net, gpus, weights):
+    net.load_state_dict(torch.load(weights))
+    model = nn.DataParallel(net, device_ids=gpus).cuda()
+    return model
+"""
+
+
+def test_a_wrapped_state_dict_handed_to_another_files_saver_is_reported(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"utils/__init__.py": "", "utils/checkpoints.py": CHECKPOINT_HELPER,
+                               "train.py": TRAINS_WRAPPED_SAVES_THROUGH_THE_HELPER, "valid.py": VALIDATES_BARE})
+    assert ("train.py", "TDL004", 10) in _lines(root, "TDL004")
+    # Where the project's reader loads into the wrapper, the prefixed keys are what it expects.
+    (root / "valid.py").write_text(textwrap.dedent(VALIDATES_BARE).replace(
+        "    net.load_state_dict(torch.load(weights))\n    model = nn.DataParallel(net, device_ids=gpus).cuda()\n",
+        "    model = nn.DataParallel(net, device_ids=gpus).cuda()\n    model.load_state_dict(torch.load(weights))\n"))
+    assert _lines(root, "TDL004") == []
+    # Unwrapped before it is handed: nothing to report.
+    (root / "valid.py").write_text(textwrap.dedent(VALIDATES_BARE))
+    (root / "train.py").write_text(textwrap.dedent(TRAINS_WRAPPED_SAVES_THROUGH_THE_HELPER).replace(
+        "model.state_dict()", "model.module.state_dict()"))
+    assert _lines(root, "TDL004") == []
+
+
+def test_a_repository_copied_without_git_is_one_project(tmp_path: Path) -> None:
+    from torchdevlint.project_scan import _root_of
+
+    # A GitHub zip: scripts in one folder, their library in another, the README above both.
+    repository = tmp_path / "pose"
+    for name in ("README.md", "requirements.txt", "lib/utils/checkpoints.py", "scripts/train.py"):
+        (repository / name).parent.mkdir(parents=True, exist_ok=True)
+        (repository / name).write_text("")
+    assert _root_of(repository / "scripts") == repository
+    # A folder of such copies with its own README: each copy is its own project.
+    (tmp_path / "README.md").write_text("")
+    other = tmp_path / "tutorial"
+    for name in ("README.md", "train.py"):
+        (other / name).parent.mkdir(parents=True, exist_ok=True)
+        (other / name).write_text("")
+    assert _root_of(other) == other
+    assert _root_of(repository / "scripts") == repository

@@ -31,6 +31,7 @@ from torchdevlint.project_scan import (
     numpy_parameters,
     path_target_of_code,
     project_root,
+    saved_parameters,
     saves_the_file,
     stateful_module_classes,
     strips_the_prefix,
@@ -139,6 +140,12 @@ class FileContext:
         parameter as it is -> those parameters (position, name); empty where the file is not
         on disk."""
         return numpy_parameters(self.path)
+
+    def project_saved_parameters(self) -> dict[str, tuple[tuple[int, str], ...]]:
+        """`stem.function` of the project's top-level functions that hand a parameter (or an
+        item of one) to `torch.save` as it is -> those parameters (position, name); empty
+        where the file is not on disk."""
+        return saved_parameters(self.path)
 
     def project_selects_a_gpu(self) -> bool:
         """Some file of a program this file is part of (this one included; read as the

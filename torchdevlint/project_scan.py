@@ -63,6 +63,9 @@ from torchdevlint.sourcefile import DEFAULT_EXCLUDES, store_json
 
 # A folder holding one of these is a project's root.
 _ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+# What a repository's top folder holds, in a copy without `.git` too (a GitHub zip, `git
+# archive`): weaker, since a subfolder may hold one as well (see `_root_of`).
+_REPOSITORY_FILES = (".gitignore", "requirements.txt", "README.md", "README.rst", "LICENSE", "LICENSE.md", "LICENSE.txt")
 # Beyond these the scan stops, and the project is taken to write device checkpoints: a root
 # this large is a home folder or a monorepo, where the answer would not be worth its cost.
 MAX_FILES = 5_000
@@ -212,6 +215,9 @@ class _Summary:
     # where no call of a name imported from outside the standard library and torch comes
     # before it at module level (which may run another file's code first); 0 where none.
     initialises_cuda_at: int = 0
+    # Its top-level functions' parameters that `torch.save` writes as they are, or an item of it
+    # (`torch.save(states['state_dict'], ...)`): `function:position:name` (see `_saved_parameters`).
+    saved_parameters: tuple[str, ...] = ()
 
     def to_json(self) -> list[object]:
         return [self.names_accelerator, [save.to_json() for save in self.saves], list(self.imports),
@@ -219,18 +225,18 @@ class _Summary:
                 self.loads_into_a_wrapper, list(self.module_classes), list(self.all_module_classes),
                 list(self.wrapped_handoffs), list(self.wrapping_tests_of_loads), self.cpu_fallback,
                 self.sets_default_device, list(self.numpy_parameters), list(self.movers), list(self.savers),
-                self.initialises_cuda_at]
+                self.initialises_cuda_at, list(self.saved_parameters)]
 
     @classmethod
     def from_json(cls, kept: list[object]) -> _Summary:
         (names_accelerator, saves, imports, cpu_options, test_code, path_names, selects_a_gpu, wrapped_load,
          module_classes, all_module_classes, wrapped_handoffs, wrapping_tests_of_loads, cpu_fallback,
-         sets_default_device, numpy_parameters, movers, savers, initialises_cuda_at) = kept
+         sets_default_device, numpy_parameters, movers, savers, initialises_cuda_at, saved_parameters) = kept
         assert isinstance(module_classes, list) and isinstance(all_module_classes, list)
         assert isinstance(wrapped_handoffs, list) and isinstance(wrapping_tests_of_loads, list)
         assert isinstance(saves, list) and isinstance(imports, list) and isinstance(cpu_options, list)
         assert isinstance(path_names, list) and isinstance(numpy_parameters, list) and isinstance(movers, list)
-        assert isinstance(savers, list)
+        assert isinstance(savers, list) and isinstance(saved_parameters, list)
         return cls(bool(names_accelerator), tuple(_Save.from_json(save) for save in saves),
                    tuple(str(name) for name in imports), tuple(int(line) for line in cpu_options), bool(test_code),
                    tuple((str(name), str(file_name)) for name, file_name in path_names), bool(selects_a_gpu),
@@ -239,7 +245,7 @@ class _Summary:
                    tuple(str(test) for test in wrapping_tests_of_loads), int(str(cpu_fallback)),
                    bool(sets_default_device), tuple(str(entry) for entry in numpy_parameters),
                    tuple(str(name) for name in movers), tuple(str(entry) for entry in savers),
-                   int(str(initialises_cuda_at)))
+                   int(str(initialises_cuda_at)), tuple(str(entry) for entry in saved_parameters))
 
 
 @dataclass(frozen=True)
@@ -269,6 +275,8 @@ class _ProjectFacts:
     wrapping_tests_of_loads: dict[str, frozenset[str]] = field(default_factory=dict)
     # `stem.function` -> the (position, name) of each parameter it calls `.numpy()` on.
     numpy_parameters: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
+    # `stem.function` -> the (position, name) of each parameter it hands `torch.save`.
+    saved_parameters: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
     # `stem.name` of the project's functions and classes that move what they are handed.
     movers: frozenset[str] = frozenset()
     # `stem.name:file_name` of the project's functions and classes that save checkpoints.
@@ -330,7 +338,7 @@ _GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
 _COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
 _STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 22
+_SUMMARY_FORMAT = 23
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -352,7 +360,10 @@ def project_root(path: str) -> Path | None:
     """The root of the project `path` belongs to: the closest folder above it holding
     `.git`, `pyproject.toml`, `setup.py` or `setup.cfg`; without one, the highest folder reached
     from the file's own through folders that hold Python files (a folder of projects holds
-    none). None for a path that is not a file on disk (standard input, an example)."""
+    none), or the folder above that where it holds a repository's top files and that folder
+    holds none (`pose_estimation/train.py` beside `lib/`, under a folder with a README and a
+    `requirements.txt`). None for a path that is not a file on disk (standard input, an
+    example)."""
     absolute = Path(os.path.abspath(path))
     if not absolute.is_file():
         return None
@@ -375,7 +386,15 @@ def _root_of(folder: Path) -> Path:
         if candidate == home or candidate.parent == candidate or not _holds_python(candidate):
             break
         root = candidate
+    above = root.parent
+    if above != home and above.parent != above and not _holds_any(root, _REPOSITORY_FILES) \
+            and _holds_any(above, _REPOSITORY_FILES):
+        return above
     return root
+
+
+def _holds_any(folder: Path, names: tuple[str, ...]) -> bool:
+    return any((folder / name).is_file() for name in names)
 
 
 def checkpoint_writing(path: str, store: Path | None = None) -> CheckpointWriting | None:
@@ -428,6 +447,14 @@ def numpy_parameters(path: str, store: Path | None = None) -> dict[str, tuple[tu
     and name; empty where there is none, or no project on disk."""
     facts = _facts(path, store)
     return {} if facts is None else facts.numpy_parameters
+
+
+def saved_parameters(path: str, store: Path | None = None) -> dict[str, tuple[tuple[int, str], ...]]:
+    """`stem.function` (`utils.save_checkpoint`) of the top-level functions of the project of
+    `path` that hand a parameter, or an item of one, to `torch.save` as it is -> each such
+    parameter's position and name; empty where there is none, or no project on disk."""
+    facts = _facts(path, store)
+    return {} if facts is None else facts.saved_parameters
 
 
 def stateful_module_classes(path: str, store: Path | None = None) -> frozenset[str]:
@@ -600,10 +627,13 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
             loading_files.setdefault(test, set()).add(os.path.relpath(path, root))
     wrapping_tests_of_loads = {test: frozenset(files) for test, files in loading_files.items()}
     numpy_parameters: dict[str, list[tuple[int, str]]] = {}
+    saved_parameters: dict[str, list[tuple[int, str]]] = {}
     for path, summary in summaries.items():
-        for numpied in () if summary.test_code else summary.numpy_parameters:
-            function, position, name = numpied.split(":")
-            numpy_parameters.setdefault(f"{Path(path).stem}.{function}", []).append((int(position), name))
+        for entries, gathered in ((summary.numpy_parameters, numpy_parameters),
+                                  (summary.saved_parameters, saved_parameters)):
+            for item in () if summary.test_code else entries:
+                function, position, name = item.split(":")
+                gathered.setdefault(f"{Path(path).stem}.{function}", []).append((int(position), name))
     cpu_programs: list[tuple[str, CpuModeOption]] = []
     cpu_mode = _cpu_mode(root, summaries, imported, cpu_programs)
     movers = frozenset(f"{Path(path).stem}.{name}" for path, summary in summaries.items()
@@ -620,6 +650,7 @@ def _project_facts(root: Path, store: Path | None) -> _ProjectFacts:
                          wrapped_handoffs=wrapped_handoffs, wrapping_tests_of_loads=wrapping_tests_of_loads,
                          default_device=_default_device(root, summaries, imported),
                          numpy_parameters={key: tuple(found) for key, found in numpy_parameters.items()},
+                         saved_parameters={key: tuple(found) for key, found in saved_parameters.items()},
                          cpu_programs=tuple(cpu_programs), imported=imported, movers=movers, cuda_programs=cuda_programs,
                          savers=frozenset(f"{Path(path).stem}.{entry}" for path, summary in summaries.items()
                                           if not summary.test_code for entry in summary.savers),
@@ -861,7 +892,8 @@ def _summary(file_path: str) -> _Summary:
                     wrapped_handoffs=_wrapped_handoffs(source, parsed),
                     wrapping_tests_of_loads=_wrapping_tests_of_loads(source, parsed),
                     numpy_parameters=_numpy_parameters(source, parsed), movers=_movers(source, parsed),
-                    savers=_savers(source, parsed), initialises_cuda_at=_initialises_cuda_at(source, parsed))
+                    savers=_savers(source, parsed), initialises_cuda_at=_initialises_cuda_at(source, parsed),
+                    saved_parameters=_saved_parameters(source, parsed))
     if test_code or b"save" not in source and b"add_argument" not in source:
         return read
     tree = parsed.tree()
@@ -1319,6 +1351,39 @@ def _savers(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _saved_parameters(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
+    """`function:position:name` for each parameter of a top-level function that the function
+    hands `torch.save` as it is, or an item of it (`def save_checkpoint(states, is_best,
+    output_dir)` with `torch.save(states['state_dict'], ...)`), and never rebinds: what a
+    caller hands that parameter is what the file holds."""
+    if b"torch.save" not in source:
+        return ()
+    tree = parsed.tree()
+    if tree is None:
+        return ()
+    found: list[str] = []
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        params = [arg.arg for arg in (*function.args.posonlyargs, *function.args.args)]
+        saved: set[str] = set()
+        rebound: set[str] = set()
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call) and node.args and ast.unparse(node.func) == "torch.save":
+                written = node.args[0]
+                if isinstance(written, ast.Subscript):
+                    written = written.value
+                if isinstance(written, ast.Name) and written.id in params:
+                    saved.add(written.id)
+            elif isinstance(node, ast.Assign):
+                rebound.update(name for target in node.targets for name in _bound_names(target))
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension, ast.NamedExpr)):
+                rebound.update(_bound_names(node.target))
+        found.extend(f"{function.name}:{position}:{name}" for position, name in enumerate(params)
+                     if name in saved and name not in rebound)
+    return tuple(found)
+
+
 # Modules whose calls run none of the project's code.
 _LIBRARY_ROOTS = frozenset({"torch", "torchvision", "numpy", "np", "os", "sys", "argparse", "random", "time", "math",
                             "json", "logging", "warnings", "pathlib", "datetime", "collections", "re", "pandas",
@@ -1736,6 +1801,7 @@ def project_facts(path: str, store: Path | None = None) -> str:
             f";handoffs={_digest(repr(sorted(wrapped_handoffs(path, store).items())))}"
             f";default-device={default_device};wrapping-tests-of-loads={_digest(repr(sorted(facts.wrapping_tests_of_loads.items())))}"
             f";numpy-parameters={_digest(repr(sorted(facts.numpy_parameters.items())))}"
+            f";saved-parameters={_digest(repr(sorted(facts.saved_parameters.items())))}"
             f";movers={_digest(','.join(sorted(facts.movers)))}"
             f";savers={_digest(','.join(sorted(facts.savers)))}"
             f";cuda-programs={_cuda_programs_key(facts, absolute)}")

@@ -7,8 +7,10 @@ from collections.abc import Iterator
 import libcst as cst
 
 from torchdevlint.analysis.brains import naming
+from torchdevlint.analysis.flow.results import Held
 from torchdevlint.analysis.flow.values import Kind, Wrapping
 from torchdevlint.analysis.names import dotted_name
+from torchdevlint.analysis.tree import argument_for
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -32,6 +34,10 @@ class DataParallelStateDictSave(Rule):
     project hands it a model that file bound to a wrapper (`model = DDP(model)` under `if
     args.distributed:`, then `save_model(epoch, model, ...)` imported from `utils/general.py`).
     Not where the function unwraps it first (`getattr(model, "module", model)`, `model.module`).
+    And the other way round: a checkpoint holding the wrapper's `state_dict()` handed to
+    another file's function that saves what it is handed, or an item of it
+    (`save_checkpoint({"state_dict": model.state_dict(), ...}, is_best, output_dir)` with
+    `torch.save(states["state_dict"], ...)` in `utils/checkpoints.py`).
 
     ## Why is this bad?
     A wrapper's state dict prefixes every key with `module.`. Loading the file into the bare
@@ -576,6 +582,12 @@ class DataParallelStateDictSave(Rule):
         # The models loaded into that are wrapped on some paths, which a fix must unwrap too;
         # None once one of them is out of reach (a helper's, or no name).
         self._loads_to_unwrap: list[cst.BaseExpression] | None = []
+        # Another file's functions that hand a parameter to `torch.save` (`stem.function` ->
+        # (position, name)), asked for at the first call that may be one; and the checkpoints
+        # this file hands them.
+        self._saving_helpers: dict[str, tuple[tuple[int, str], ...]] | None = None
+        self._saving_helper_names: frozenset[str] = frozenset()
+        self._handed_to_savers: list[cst.BaseExpression] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -584,6 +596,29 @@ class DataParallelStateDictSave(Rule):
         elif node.args and self._names_a_checkpoint_reader(func):
             for arg in node.args:
                 self._loaded_into(arg.value, unwrappable=False)
+        elif node.args:
+            self._handed_to_a_saver(node)
+
+    def _handed_to_a_saver(self, call: cst.Call) -> None:
+        """`save_checkpoint({'state_dict': model.state_dict(), ...}, is_best, output_dir)`, a
+        function of another file of the project that saves what it is handed (or an item of
+        it): the checkpoint is saved as this file made it."""
+        func = call.func
+        last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        if last is None or "save" not in last.lower():
+            return
+        if self._saving_helpers is None:
+            self._saving_helpers = self.context.project_saved_parameters()
+            self._saving_helper_names = frozenset(key.rsplit(".", 1)[-1] for key in self._saving_helpers)
+        if last not in self._saving_helper_names:
+            return
+        qualified = self.context.names.qualified_name(func)
+        if qualified is None or qualified.count(".") < 1:
+            return  # the file's own function: the flow reads its saves
+        for position, name in self._saving_helpers.get(".".join(qualified.split(".")[-2:]), ()):
+            arg = argument_for(call, position, name)
+            if arg is not None:
+                self._handed_to_savers.append(arg.value)
 
     def _loaded_into(self, model: cst.BaseExpression, *, unwrappable: bool, receiver: bool = False) -> None:
         value = self.context.flow.value_of(model)
@@ -624,11 +659,17 @@ class DataParallelStateDictSave(Rule):
                 or self.context.strips_the_wrapper_prefix():
             return
         applicability = Applicability.UNSAFE if self._loads_into is Wrapping.MAYBE else Applicability.SAFE
-        for saved in self.context.flow.saved_state_dicts():
-            if saved.wrapped_only_to_save:
-                continue  # the prefixed keys are what the wrapping is for
-            assert isinstance(saved.call.func, cst.Attribute)
-            receiver = saved.call.func.value
+        flow = self.context.flow
+        saved_calls = [saved.call for saved in flow.saved_state_dicts() if not saved.wrapped_only_to_save]
+        reported = {id(call) for call in saved_calls} | {id(saved.call) for saved in flow.saved_state_dicts()}
+        for checkpoint in self._handed_to_savers:
+            for call in flow.held_calls(flow.value_of(checkpoint), Held.WRAPPED_STATE_DICT):
+                if id(call) not in reported:
+                    reported.add(id(call))
+                    saved_calls.append(call)
+        for saved_call in saved_calls:
+            assert isinstance(saved_call.func, cst.Attribute)
+            receiver = saved_call.func.value
             value = self.context.flow.value_of(receiver)
             fix = self._fix(receiver, value.wrapping, applicability)
             if fix is not None and value.wrapped_when is not None \
@@ -637,7 +678,7 @@ class DataParallelStateDictSave(Rule):
                 # params.multi_gpu:` in train.py and demo.py): unwrapping the save here would
                 # break that load where the test holds, and the fix cannot edit that file.
                 fix = None
-            self.report(saved.call, fix=fix)
+            self.report(saved_call, fix=fix)
         handoffs = self.context.project_wrapped_handoffs()
         for statement in node.body if handoffs else ():
             if isinstance(statement, cst.FunctionDef) and statement.name.value in handoffs:
