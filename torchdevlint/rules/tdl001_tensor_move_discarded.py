@@ -136,6 +136,15 @@ class TensorMoveDiscarded(Rule):
         ),
         Valid(
             """
+            from model import *  # the project's model module, which imports torch itself
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = gwnet(device, num_nodes=207)
+            net.to(device)
+            """,
+            name="a-model-class-brought-by-a-star-import",
+        ),
+        Valid(
+            """
             import torch
             def step(batch, device):
                 batch.to(device)
@@ -463,6 +472,24 @@ class TensorMoveDiscarded(Rule):
                 return x + 1
             """,
             name="global-read-in-function-has-no-fix",
+        ),
+        Invalid(
+            """
+            from model import *  # brings torch and F with the model classes
+            def heatmap(net):
+                adjacency = F.softmax(F.relu(torch.mm(net.nodevec1, net.nodevec2)), dim=1)
+                adjacency.to(torch.device("cpu"))
+                return adjacency.cpu().detach().numpy()
+            """,
+            fixed="""
+            from model import *  # brings torch and F with the model classes
+            def heatmap(net):
+                adjacency = F.softmax(F.relu(torch.mm(net.nodevec1, net.nodevec2)), dim=1)
+                adjacency = adjacency.to(torch.device("cpu"))
+                return adjacency.cpu().detach().numpy()
+            """,
+            applicability=Applicability.UNSAFE,
+            name="functional-brought-by-a-star-import",
         ),
     ]
 

@@ -428,6 +428,27 @@ class LoadWithoutMapLocation(Rule):
         ),
         Valid(
             """
+            import argparse
+            import torch
+            import torch.nn as nn
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", default="cuda:0")
+            parser.add_argument("--save", default="./garage/metr")
+            args = parser.parse_args()
+            device = torch.device(args.device)
+            model = nn.Linear(8, 2).to(device)
+            history = []
+            for epoch in range(1, 11):
+                loss = model(torch.randn(4, 8, device=device)).pow(2).mean().item()
+                history.append(loss)
+                torch.save(model.state_dict(), args.save + "_epoch_" + str(epoch) + "_" + str(round(loss, 2)) + ".pth")
+            best = min(range(len(history)), key=history.__getitem__)
+            model.load_state_dict(torch.load(args.save + "_epoch_" + str(best + 1) + "_" + str(round(history[best], 2)) + ".pth"))
+            """,
+            name="the-best-epoch-file-this-run-saved-named-by-adding-strings",
+        ),
+        Valid(
+            """
             import os
             import torch
             import torch.nn as nn

@@ -13,8 +13,9 @@ def words(name: str) -> list[str]:
     return [word.lower() for word in _WORD.findall(name)]
 
 # What `from utils import *` brings where the module imported `torch` itself (a tutorial's
-# scripts sharing one helper module): names no other import of the file binds.
-STAR_IMPORTED_MODULES: dict[str, str] = {"torch": "torch", "nn": "torch.nn"}
+# scripts sharing one helper module): names no other import of the file binds, by the
+# conventional aliases (`import torch.nn.functional as F`).
+STAR_IMPORTED_MODULES: dict[str, str] = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional"}
 
 # Words in the text of a `device=` argument that make it a device variable (`device=dev`, `device=self.gpu`).
 DEVICE_VARIABLE_WORDS = ("device", "dev", "gpu", "cuda", "rank")

@@ -374,6 +374,10 @@ class CheckpointFiles:
             family = None if template is None else _family(_PERCENT_CONVERSION.sub(_as_placeholder, template))
             if family is not None:
                 return family
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            family = self._added_family(node, scope, arguments, depth, at)
+            if family is not None:
+                return family
         if isinstance(node, cst.BinaryOperation):
             left = self._key(node.left, scope, arguments, depth, at)
             right = self._key(node.right, scope, arguments, depth, at)
@@ -405,6 +409,36 @@ class CheckpointFiles:
                 return None
             return f"{function}({', '.join(key for key in keys if key is not None)})"
         return None
+
+    def _added_family(self, node: cst.BinaryOperation, scope: _Scope, arguments: _Arguments, depth: int,
+                      at: int | None) -> str | None:
+        """`args.save + "_epoch_" + str(i) + ".pth"`: a template, as an f-string's, where a part
+        is a number made text (`str(...)`) or cannot be told; None where the text has no
+        string part, or every part is known (then the sum itself is the key)."""
+        operands: list[cst.BaseExpression] = []
+        pending: list[cst.BaseExpression] = [node]
+        while pending:
+            current = pending.pop()
+            if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, cst.Add):
+                pending.extend((current.right, current.left))
+            else:
+                operands.append(current)
+        if not any(isinstance(operand, cst.SimpleString) for operand in operands):
+            return None
+        parts: list[str] = []
+        placeholders = False
+        for operand in operands:
+            if isinstance(operand, cst.SimpleString):
+                text = string_value(operand)
+                if text is None:
+                    return None
+                parts.append(text)
+                continue
+            key = None if isinstance(operand, cst.Call) and dotted_name(operand.func) == "str" \
+                else self._key(operand, scope, arguments, depth - 1, at)
+            placeholders = placeholders or key is None
+            parts.append("{}" if key is None else f"<{key}>")
+        return _family("".join(parts)) if placeholders else None
 
     def _name_key(self, name: str, scope: _Scope, arguments: _Arguments, depth: int,
                   at: int | None = None) -> str | None:

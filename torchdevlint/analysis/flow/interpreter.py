@@ -9,6 +9,7 @@ node; every place where tensors must be on one device is recorded as a `Meeting`
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -47,6 +48,7 @@ from torchdevlint.analysis.flow.values import (
     MODULE_DEVICE_PLACE,
     OTHER,
     SCALAR,
+    STAR_IMPORTED,
     SWITCHED_OFF,
     UNKNOWN,
     Kind,
@@ -100,6 +102,8 @@ _SETTING_KINDS = frozenset({Kind.UNKNOWN, Kind.SCALAR, Kind.DEVICE})
 _REFERENCE_ONLY = frozenset({Kind.REFERENCE})
 _ARRAY_OPERAND_KINDS = frozenset({Kind.OTHER, Kind.SCALAR})
 # Libraries whose attributes are their API, never the program's settings.
+# What a name bound nowhere in the file may still be, whatever it imports with `*`.
+_BUILTIN_NAMES = frozenset(dir(builtins))
 _LIBRARY_PREFIXES = ("torch", "numpy", "os", "sys", "jax", "tensorflow", "transformers", "lightning",
                      "pytorch_lightning", "accelerate", "deepspeed", "apex")
 
@@ -830,6 +834,10 @@ class Interpreter:
                 for local, star_module in naming.STAR_IMPORTED_MODULES.items():
                     if local not in env and self.oracle.outer_value(self.flow.node, local) is None:
                         self._set(local, reference(star_module), env)
+                # `from model import *`: the names bound nowhere else are that module's.
+                imported_from = reference(module) if module is not None and not node.relative else OTHER
+                earlier = env.get(STAR_IMPORTED)
+                env[STAR_IMPORTED] = imported_from if earlier is None or earlier == imported_from else OTHER
                 return env
             for alias in node.names:
                 imported = dotted_name(alias.name) or ""
@@ -1296,6 +1304,12 @@ class Interpreter:
             return outer
         if name in ("True", "False", "None"):
             return SCALAR
+        if name not in _BUILTIN_NAMES and not name.startswith("__"):
+            star = env.get(STAR_IMPORTED) or self.oracle.outer_value(self.flow.node, STAR_IMPORTED)
+            if star is not None and star.reference is not None:
+                return reference(f"{star.reference.qualified}.{name}")
+            if star is not None:
+                return OTHER
         return UNKNOWN
 
     def qualified(self, node: cst.BaseExpression, env: Env) -> str | None:

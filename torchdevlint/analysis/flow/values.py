@@ -381,6 +381,10 @@ DEFAULT_DEVICE = "<default device>"
 # An environment key present where the program's CPU mode cannot be (see `Value.in_cpu_mode`):
 # a branch its tests never take, code after `assert torch.cuda.is_available()`.
 CPU_MODE_UNREACHED = "<not reached in cpu mode>"
+# An environment key holding the module a body imports all names from (`from model import *`),
+# a reference to it, or OTHER where it imports from several: a name bound nowhere else is one
+# of that module's.
+STAR_IMPORTED = "<module imported with *>"
 
 
 def cuda_place(symbol: str, index: int | None) -> Place:
