@@ -264,12 +264,17 @@ class _Walk:
 
     def _loop(self, loop: cst.For | cst.While, spans: _Spans, later: tuple[cst.CSTNode, ...]) -> _Spans:
         calls = self.calls(loop)
-        trains = _trains(loop, calls, self.flow)
+        # Its own step, not a loop inside it, trains (a loop over devices or models, each
+        # trained a few steps, is no training loop: its step is the inner loop and what follows).
+        trains = _trains(loop, self._step_calls(loop), self.flow)
         # Each step's copy of its batch to the device waits for the step before: but what one
         # step leaves is nothing next to a training loop's span, so only a read of results
         # makes its body worth walking.
         if trains and not any(self._reads(call) for call in calls):
-            return spans  # timed as a whole, and adds no work (see `unsynchronised_readings`)
+            # Timed as a whole, and adds no work (see `unsynchronised_readings`); but a span it
+            # starts and leaves open (`start = time.time()` each step, read once the loop is
+            # done) holds the last step's queued work.
+            return self._started_in_training_loop(loop, calls, spans, later)
         header = self.calls(loop.iter) if isinstance(loop, cst.For) else self.calls(loop.test)
         if isinstance(loop, cst.For):
             spans = self._calls(header, loop, None, spans, later)
@@ -291,6 +296,26 @@ class _Walk:
         if loop.orelse is not None:
             after = self.block(_units(loop.orelse.body), after, later)
         return after
+
+    def _step_calls(self, loop: cst.For | cst.While) -> list[cst.Call]:
+        """The calls of a loop outside the loops nested in it."""
+        nested = {id(call) for node in _nested_loops(loop.body) for call in self.calls(node)}
+        return [call for call in self.calls(loop) if id(call) not in nested]
+
+    def _started_in_training_loop(self, loop: cst.For | cst.While, calls: list[cst.Call], spans: _Spans,
+                                  later: tuple[cst.CSTNode, ...]) -> _Spans:
+        """The spans around a training loop, with those its body starts as one step leaves
+        them. Its own per-step measurements are not judged (they come out right on average):
+        a walk of its own finds the spans, and what it found is dropped."""
+        if not any(self._is_reading(call) for call in calls):
+            return spans
+        probe = _Walk(self.flow, self.names, self._definitions)
+        probe.loops = (id(loop), *self.loops)
+        body = _units(loop.body)
+        step = probe.block(body, replace(spans, left_over=frozenset()), (*(unit for unit, _ in body), *later))
+        entry = dict(spans.open)
+        started = {name: pending for name, pending in step.open if name not in entry}
+        return replace(spans, open=tuple(sorted({**entry, **started}.items())))
 
     def _calls(self, calls: list[cst.Call], unit: cst.CSTNode, line: cst.SimpleStatementLine | None,
                spans: _Spans, later: tuple[cst.CSTNode, ...]) -> _Spans:
@@ -398,6 +423,19 @@ class _Walk:
 
 # A small statement or compound statement, and the line a statement can be put before it on.
 _Unit = tuple[cst.CSTNode, cst.SimpleStatementLine | None]
+
+
+def _nested_loops(node: cst.CSTNode) -> Iterator[cst.For | cst.While]:
+    """The outermost loops inside a node (not inside nested functions and classes)."""
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, _NESTED_SCOPES):
+            continue
+        if isinstance(current, (cst.For, cst.While)):
+            yield current
+            continue
+        stack.extend(child_nodes(current))
 
 
 def _units(body: Sequence[cst.BaseStatement] | cst.BaseSuite) -> list[_Unit]:

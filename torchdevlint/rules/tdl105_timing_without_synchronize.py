@@ -42,8 +42,12 @@ class TimingWithoutSynchronize(Rule):
     timing through CUDA events. A training loop (it calls `.backward()` or a function named
     for training, such as `train_one_epoch`, or iterates a DataLoader) is timed as a whole:
     CUDA queues only so far ahead, so what is unfinished at its end is a step's worth of a
-    long span. For the same reason per-step readings inside a training loop that never
-    waits come out right on average. A loop that waits every step (`loss.item()`) empties
+    long span; but a span started inside its step and read after it (`start = time.time()`
+    each step, `time.time() - start` once the loop is done, as a loop over devices that
+    trains each a few steps does) holds the last step's queued work, and is reported. A loop
+    whose own step trains is a training loop; one holding a training loop is not.
+    Per-step readings inside a training loop that never waits come out right on average,
+    since each step queues as long as the GPU takes to run one. A loop that waits every step (`loss.item()`) empties
     the queue, so there a per-step reading is right only where the wait is inside its span.
     A helper of the file that returns Python numbers (`loss, acc = evaluate(...)`) has
     waited for its work; one that returns nothing (`remember(y)`) has not, unless its own
@@ -503,6 +507,49 @@ class TimingWithoutSynchronize(Rule):
             applicability=Applicability.SAFE,
             count=2,
             name="per-step-readings-before-the-step-waits",
+        ),
+        Invalid(
+            """
+            import time
+            import torch
+            from torch import nn
+            model = nn.Linear(64, 10)
+            loss_fn = nn.CrossEntropyLoss()
+            for device in ["cpu", "cuda"]:
+                model.to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for step in range(4):
+                    x = torch.randn(32, 64, device=device)
+                    y = torch.randint(0, 10, (32,), device=device)
+                    start = time.time()
+                    loss = loss_fn(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                print(device, (time.time() - start) / 4)
+            """,
+            fixed="""
+            import time
+            import torch
+            from torch import nn
+            model = nn.Linear(64, 10)
+            loss_fn = nn.CrossEntropyLoss()
+            for device in ["cpu", "cuda"]:
+                model.to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for step in range(4):
+                    x = torch.randn(32, 64, device=device)
+                    y = torch.randint(0, 10, (32,), device=device)
+                    start = time.time()
+                    loss = loss_fn(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                if torch.cuda.is_available(): torch.cuda.synchronize()
+                print(device, (time.time() - start) / 4)
+            """,
+            applicability=Applicability.SAFE,
+            name="the-last-training-step-read-after-its-loop",
         ),
     ]
 
