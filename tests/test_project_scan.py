@@ -600,11 +600,16 @@ if __name__ == "__main__":
 def test_a_script_moving_only_where_there_is_a_gpu_runs_its_imports_on_the_cpu(tmp_path: Path) -> None:
     root = _project(tmp_path, {"memory.py": MEMORY_BANK, "train.py": GUARDS_ITS_MOVES})
     assert _lines(root, "TDL007") == [("memory.py", "TDL007", 15)]
-    # A script that also moves unguarded gives what it imports no CPU mode (its own move is
-    # reported in its file).
+    # A script that also moves unguarded fails its CPU mode there first, and in what it
+    # imports once that is mended: both are reported.
     (root / "train.py").write_text(textwrap.dedent(GUARDS_ITS_MOVES).replace(
         "    bank = MemoryBank(16)\n", "    bank = MemoryBank(16)\n    torch.zeros(1).cuda()\n"))
-    assert _lines(root, "TDL007") == [("train.py", "TDL007", 7)]
+    assert sorted(_lines(root, "TDL007")) == [("memory.py", "TDL007", 15), ("train.py", "TDL007", 7)]
+    # One that never moves under an availability check offers no CPU mode to what it imports.
+    (root / "train.py").write_text(textwrap.dedent(GUARDS_ITS_MOVES).replace(
+        "    if torch.cuda.is_available():\n        model.cuda()\n        bank.cuda()\n",
+        "    model.cuda()\n    bank.cuda()\n"))
+    assert _lines(root, "TDL007") == []
 
 
 def _lines(root: Path, select: str) -> list[tuple[str, str, int]]:

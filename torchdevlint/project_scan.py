@@ -196,8 +196,8 @@ class _Summary:
     # else "cpu"`, see `_CPU_FALLBACK`); 0 where there is none. Negative where the line is
     # indented (in a function, under a main guard): the choice of this file's own run, which
     # files importing it for a helper do not share. Where there is none, minus the line of an
-    # availability check guarding the file's moves, where every `.cuda()` of the file is under
-    # one (`if torch.cuda.is_available(): model.cuda()`: see `_guarded_moves_line`).
+    # availability check guarding a move of the file (`if torch.cuda.is_available():
+    # model.cuda()`: see `_guarded_moves_line`).
     cpu_fallback: int = 0
     # It changes where factories without `device=` put tensors, for the whole process
     # (`torch.set_default_tensor_type('torch.cuda.FloatTensor')`, `torch.set_default_device(...)`).
@@ -338,7 +338,7 @@ _GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
 _COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
 _STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 23
+_SUMMARY_FORMAT = 24
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -951,10 +951,10 @@ def _fallback_line(source: bytes) -> int:
 
 def _guarded_moves_line(source: bytes, parsed: _ParsedOnce) -> int:
     """The line of the first `if` testing `torch.cuda.is_available()` whose body calls
-    `.cuda()`, in a file (not test code) every `.cuda()` call of which is in the body of such
-    a test: a script that moves its model and data only where there is a GPU runs on the CPU
-    elsewhere, and so do the modules it imports. 0 where there is none, or a `.cuda()` call
-    is not so guarded."""
+    `.cuda()` (not in test code): a script that moves its model or data only where there is
+    a GPU means to run on the CPU elsewhere, and so do the modules it imports. Its own
+    unguarded `.cuda()` calls, if any, are that CPU mode's failures (TDL007 in its file), and
+    so are theirs: each fails a CPU run once the one before is mended. 0 where there is none."""
     if b"is_available" not in source or b".cuda(" not in source:
         return 0
     tree = parsed.tree()
@@ -969,8 +969,7 @@ def _guarded_moves_line(source: bytes, parsed: _ParsedOnce) -> int:
             if calls:
                 guarded |= calls
                 first = node.lineno if not first else min(first, node.lineno)
-    every = [node for node in ast.walk(tree) if _calls_cuda(node)]
-    return first if every and all(id(node) in guarded for node in every) else 0
+    return first
 
 
 def _calls_cuda(node: ast.AST) -> bool:

@@ -63,8 +63,9 @@ class UnguardedCuda(Rule):
     torch.cuda.is_available() else "cpu")`, the policy networks an RL script builds); a
     fallback at a module's top level reaches the scripts importing that module too, one in a
     function or under a main guard only what its own file imports. So does a script that
-    moves its model and data only under `if torch.cuda.is_available():`, every `.cuda()` of
-    the file guarded so (its own run reaches what it imports). The CPU mode of a script
+    moves its model or data under `if torch.cuda.is_available():` (its own run reaches what
+    it imports; an unguarded `.cuda()` of its own is reported in it, and the modules' fail
+    that CPU run once it is mended). The CPU mode of a script
     that imports a module does not reach the module's own demo under its main guard, which
     runs only when the module is the script. Nor a module-level class or function of the
     module that no file of that script's program names (a GPU prefetcher class only the
