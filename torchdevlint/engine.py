@@ -16,6 +16,7 @@ from typing import Protocol
 
 import libcst as cst
 
+from torchdevlint import legacy_syntax
 from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.flow.memory import FlowMemory
 from torchdevlint.analysis.flow.results import names_bound_by
@@ -480,6 +481,12 @@ def lint_source(
     try:
         module = parse(blanked.text)
     except cst.ParserSyntaxError:
+        legacy = [rule for rule in rule_classes if rule.reads_legacy_syntax]
+        found = _lint_legacy_syntax(blanked.text, path, rule_classes, legacy, options, honor_noqa=honor_noqa,
+                                    deadline=deadline, reviewers=reviewers, selected_codes=selected_codes) \
+            if legacy else None
+        if found is not None:
+            return _withheld_over_blanks(found, blanked)
         check_syntax(blanked.text, path, newer_syntax=False)  # LibCST cannot read it: not newer, wrong
         raise
     diagnostics = lint_module(module, blanked.text, path, rule_classes, options, honor_noqa=honor_noqa,
@@ -491,6 +498,55 @@ def lint_source(
         # parentheses on one node): code that runs nowhere, which only Python's parse tells.
         (syntax_check or check_syntax)(blanked.text, path)
     return _withheld_over_blanks(diagnostics, blanked)
+
+
+def _lint_legacy_syntax(source: str, path: str, rule_classes: Sequence[type[Rule]], legacy: Sequence[type[Rule]],
+                        options: Mapping[str, object] | None, *, honor_noqa: bool, deadline: Deadline | None,
+                        reviewers: Sequence[type[Rule]], selected_codes: frozenset[str]) -> list[Diagnostic] | None:
+    """A file that parses once its pre-Python-3.7 `async=` arguments are read as `non_blocking=`
+    (see `legacy_syntax`): linted so, its findings placed in the original text, with one
+    finding of each legacy rule per such argument. None where that does not make it parse."""
+    repair = legacy_syntax.repaired(source)
+    if repair is None:
+        return None
+    try:
+        module = cst.parse_module(repair.text)
+        check_syntax(repair.text, path, newer_syntax=False)
+    except (cst.ParserSyntaxError, InvalidSource):
+        return None
+    exemption = file_exemption(source)
+    lines = source_lines(source)
+    others = [rule for rule in rule_classes if rule not in legacy]
+    found = lint_module(module, repair.text, path, others, options, honor_noqa=honor_noqa, judge_syntax=False,
+                        deadline=deadline, reviewers=reviewers, selected_codes=selected_codes,
+                        exemption=exemption) if others else []
+    diagnostics = [_in_the_original(diagnostic, repair) for diagnostic in found]
+    for rule in legacy:
+        if exemption.covers(rule.code):
+            continue
+        for keyword in repair.keywords:
+            if honor_noqa and is_suppressed(lines[keyword.line - 1] if keyword.line - 1 < len(lines) else "", rule.code):
+                continue
+            end = keyword.offset + len(legacy_syntax.OLD_NAME)
+            fix = Fix(rule.fix_title or "", Applicability.SAFE,
+                      (Edit(keyword.offset, end, legacy_syntax.NEW_NAME),)) if keyword.renamed_by_pytorch else None
+            diagnostics.append(Diagnostic(rule.code, rule.slug, rule.message, path,
+                                          Location(keyword.line, keyword.column + 1),
+                                          Location(keyword.line, keyword.column + 1 + len(legacy_syntax.OLD_NAME)),
+                                          fix))
+    diagnostics.sort(key=lambda d: (d.start.line, d.start.column, d.code))
+    return diagnostics
+
+
+def _in_the_original(diagnostic: Diagnostic, repair: legacy_syntax.RepairedText) -> Diagnostic:
+    fix = diagnostic.fix
+    if fix is not None:
+        fix = replace(fix, edits=tuple(replace(edit, start=repair.original_offset(edit.start),
+                                               end=repair.original_offset(edit.end)) for edit in fix.edits))
+    return replace(diagnostic, fix=fix,
+                   start=replace(diagnostic.start,
+                                 column=repair.original_column(diagnostic.start.line, diagnostic.start.column)),
+                   end=replace(diagnostic.end, column=repair.original_column(diagnostic.end.line, diagnostic.end.column)))
 
 
 def _withheld_over_blanks(diagnostics: list[Diagnostic], blanked: BlankedSource) -> list[Diagnostic]:

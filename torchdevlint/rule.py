@@ -103,6 +103,10 @@ class Rule:
     # A rule about the file's noqa comments themselves walks no code: once the other
     # rules' findings are known, the engine hands it the directives (`review_suppressions`).
     reviews_suppressions: ClassVar[bool] = False
+    # A rule about syntax an older Python allowed (`x.cuda(async=True)`) walks no code: where
+    # that syntax alone stops the file from parsing, the engine reads it as meant and reports
+    # each such place (see `legacy_syntax`).
+    reads_legacy_syntax: ClassVar[bool] = False
     # It asks about the project's other files itself (what they save, say): `--show-settings`
     # then prints what was found there. Every cached result is keyed on those facts, whatever
     # the rules (the flow model reads them too: `RunSettings.project_facts`).

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.names import NameResolver
 from torchdevlint.analysis.tree import descendants
 
@@ -186,9 +187,19 @@ def mentions_any(node: cst.CSTNode, words: tuple[str, ...], *, strings: bool = F
             text = current.value
         elif strings and type(current) is cst.SimpleString:
             text = string_value(current)
-        if text is not None and any(word in text.lower() for word in words):
+        if text is not None and any(_holds_word(text, word) for word in words):
             return True
     return False
+
+
+def _holds_word(text: str, word: str) -> bool:
+    lowered = text.lower()
+    if word not in lowered:
+        return False
+    whole = naming.WHOLE_DEVICE_WORDS.get(word)
+    if whole is None:
+        return True
+    return any(part in whole or word == "rank" and part.endswith("rank") for part in naming.words(text))
 
 
 def asks_for_gpu(node: cst.CSTNode, names: NameResolver) -> bool:

@@ -58,6 +58,9 @@ def probe() -> int:
 def _error_info(error: BaseException, path: str) -> ErrorInfo:
     trace = tuple(frame.lineno for frame in traceback.extract_tb(error.__traceback__)
                   if frame.filename == path and frame.lineno is not None)
+    if isinstance(error, SyntaxError) and error.lineno is not None and error.filename in (path, os.path.basename(path)):
+        # The program did not compile: no frame of it ran, and the error names its line.
+        trace += (error.lineno,)
     kind, message = type(error).__name__, str(error)
     if isinstance(error, KeyError) and len(error.args) == 1:
         message = repr(error.args[0])

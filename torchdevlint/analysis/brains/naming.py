@@ -76,6 +76,13 @@ def turns_the_gpu_on(name_words: set[str]) -> bool:
 # distributed run (`if dist.is_initialized():`, `world_size > 1`) counts too: multi-process
 # training code is written for NCCL, which needs GPUs.
 DEVICE_CONTEXT_WORDS = ("cuda", "gpu", "device", "accel", "cpu", "avail", "mps", "xpu", "dist", "world_size", "rank")
+# Of those, the ones other words hold (`distill`, `distance`, `ranking`, `timestamps`): they
+# count only as words of their own, or (a rank) at the end of one (`localrank`).
+WHOLE_DEVICE_WORDS: dict[str, frozenset[str]] = {
+    "dist": frozenset({"dist", "distributed"}),
+    "mps": frozenset({"mps"}),
+    "rank": frozenset({"rank", "ranks"}),
+}
 
 # Words of the receiver of a `.step(action)` call that make it a simulated environment (gym's
 # `env.step`, `envs.step`): what it is handed must be on the host, every step.
