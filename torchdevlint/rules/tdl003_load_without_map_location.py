@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -59,7 +60,10 @@ class LoadWithoutMapLocation(Rule):
     several GPUs everything lands on the saving process's GPU.
 
     ## Not reported
-    Not reported when the same run of the program wrote the file earlier: a script
+    Not reported where the program reads what it loaded as host data, `.numpy()` on a name
+    the load bound (`image, label = torch.load(path)`, then `image.numpy()`): `.numpy()`
+    refuses a GPU tensor, so the file holds host tensors.
+    Nor when the same run of the program wrote the file earlier: a script
     that saves its best weights during training and reloads them to evaluate, or a notebook
     cell that reads what an earlier cell saved. The saving device is then the loading one.
     The save and the load must name the same file (the same literal, constant, `args.save`
@@ -449,6 +453,17 @@ class LoadWithoutMapLocation(Rule):
         ),
         Valid(
             """
+            import io
+            import requests
+            import torch
+            image, label = torch.load("data/validation_example.pt")
+            payload = io.BytesIO(image.numpy().tobytes())
+            requests.post("http://localhost:8000/predict", files={"blob": payload})
+            """,
+            name="what-was-loaded-is-read-as-host-data",
+        ),
+        Valid(
+            """
             import os
             import torch
             import torch.nn as nn
@@ -833,6 +848,8 @@ class LoadWithoutMapLocation(Rule):
             return  # the device that saved it is the one loading it
         if not flow.reached_in_cpu_mode(node, self.context.ancestors(node)):
             return  # only where the program has chosen the GPU (`if args.cuda:`)
+        if self._read_as_host_data(node):
+            return  # what the file holds is host data: a GPU did not save it
         keyword = next((arg for arg in node.args if arg.keyword is not None and arg.keyword.value == "map_location"), None)
         if keyword is not None and not (isinstance(keyword.value, cst.Name) and keyword.value.value == "None"):
             return
@@ -872,28 +889,40 @@ class LoadWithoutMapLocation(Rule):
     def _moved_later(self, node: cst.Call) -> bool:
         """`model = torch.load(f)`, and later in the same body `model.to(device)` (or
         `.cuda()`): the program puts what it loaded where it computes, wherever it was mapped."""
+        return any(type(current.func) is cst.Attribute and current.func.attr.value in torch_api.PLACING_METHODS
+                   and type(current.func.value) is cst.Name
+                   for current in self._later_calls_on_what_was_loaded(node))
+
+    def _read_as_host_data(self, node: cst.Call) -> bool:
+        """`im, label = torch.load(path)`, then `im.numpy()` in the same body, with no copy to the
+        host: the program knows the file holds host tensors (`.numpy()` refuses any other), so
+        no GPU saved them."""
+        return any(type(current.func) is cst.Attribute and current.func.attr.value == "numpy"
+                   for current in self._later_calls_on_what_was_loaded(node))
+
+    def _later_calls_on_what_was_loaded(self, node: cst.Call) -> Iterator[cst.Call]:
+        """The calls of a method of a name `name = torch.load(...)` (or `a, b = ...`) binds, in
+        the statements after it in the same body."""
         ancestors = self.context.ancestors(node)
         assign = ancestors[0] if ancestors else None
         if type(assign) is not cst.Assign:
-            return False
+            return
         names = {name.value for target in assign.targets for name in target_names(target.target)}
         body = next((a for a in ancestors if isinstance(a, (cst.FunctionDef, cst.Module))), None)
         if body is None:
-            return False
+            return
         statements = body.body.body if isinstance(body, cst.FunctionDef) and isinstance(body.body, cst.IndentedBlock) \
             else body.body if isinstance(body, cst.Module) else ()
         holding = next((index for index, statement in enumerate(statements) if statement in ancestors), None)
         if holding is None:
-            return False
+            return
         stack: list[cst.CSTNode] = list(statements[holding + 1:])
         while stack:
             current = stack.pop()
             if type(current) is cst.Call and type(current.func) is cst.Attribute \
-                    and current.func.attr.value in torch_api.PLACING_METHODS \
                     and type(current.func.value) is cst.Name and current.func.value.value in names:
-                return True
+                yield current
             stack.extend(child_nodes(current))
-        return False
 
     def _read_on_the_host(self, node: cst.Call) -> bool:
         """`torch.load(path).numpy()`: what was loaded is read on the host at once."""
