@@ -114,6 +114,17 @@ def _self_attribute(node: cst.BaseExpression, self_name: str | None) -> str | No
     return None
 
 
+# A Module's own override of how it moves (`def to(self, device)`), which moves an attribute
+# along with its parameters (`self.action_scale = self.action_scale.to(device)`).
+_MOVING_OVERRIDES = frozenset({"to", "cuda", "_apply"})
+
+
+def _moves_itself(value: cst.BaseExpression, name: str, self_name: str | None) -> bool:
+    """`self.<name>.to(...)` / `.cuda(...)`: the attribute moved where it is asked."""
+    return type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value in ("to", "cuda") \
+        and _self_attribute(value.func.value, self_name) == name
+
+
 class ModuleAttributes:
     def __init__(self, context: AttributeWalkContext) -> None:
         self.context = context
@@ -156,7 +167,8 @@ class ModuleAttributes:
             return
         if where[0] != "__init__" or name in current.tensor_attributes:
             current.assigned_elsewhere.add(name)
-            if where[0] != "__init__" and self._placed_on_module_device(node.value):
+            if where[0] != "__init__" and (self._placed_on_module_device(node.value)
+                                           or where[0] in _MOVING_OVERRIDES and _moves_itself(node.value, name, where[1])):
                 current.rebuilt_on_module_device.add(name)
             return
         if not current.module_initialised:

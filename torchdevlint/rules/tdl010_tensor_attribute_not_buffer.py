@@ -31,6 +31,9 @@ class TensorAttributeNotBuffer(Rule):
     (`self.mean.to(x.device)`, `.item()`, `float(self.low)`, `self.alpha is not None`), and placeholders that a method
     rebuilds where the module's data is (`self.grid = self._make_grid(nx, ny).to(x.device)`,
     `self.means = self.means.type_as(boxes)`, also of its `.data`): the module keeps them on the right device itself.
+    Nor attributes the module's own override of `to`, `cuda` or `_apply` moves with it
+    (`def to(self, device): self.action_scale = self.action_scale.to(device); return
+    super().to(device)`).
 
     ## Fix safety
     Safe: `register_buffer(..., persistent=False)` makes the tensor follow the module's moves
@@ -203,6 +206,25 @@ class TensorAttributeNotBuffer(Rule):
                     return x + self.grid
             """,
             name="a-placeholder-rebuilt-on-the-inputs-device",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class DeterministicPolicy(nn.Module):
+                def __init__(self, inputs, actions, low, high):
+                    super().__init__()
+                    self.mean = nn.Linear(inputs, actions)
+                    self.action_scale = torch.FloatTensor((high - low) / 2.0)
+                    self.action_bias = torch.FloatTensor((high + low) / 2.0)
+                def forward(self, state):
+                    return torch.tanh(self.mean(state)) * self.action_scale + self.action_bias
+                def to(self, device):
+                    self.action_scale = self.action_scale.to(device)
+                    self.action_bias = self.action_bias.to(device)
+                    return super().to(device)
+            """,
+            name="moved-by-the-modules-own-to",
         ),
         Valid(
             """
