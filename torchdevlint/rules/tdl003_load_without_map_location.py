@@ -74,7 +74,9 @@ class LoadWithoutMapLocation(Rule):
     loads. A resume that loads before the script saves anything is still reported. Nor a
     cache the program builds where it is missing (`if os.path.exists(path): corpus =
     torch.load(path)` with `else:` building it and saving it to that path): whichever machine
-    reads it wrote it. Nor a load after a call, earlier in the same body, of a function or
+    reads it wrote it. Weights loaded so straight into a model (`net.load_state_dict(
+    torch.load(path))`, trained and saved on the other side) are still reported: a
+    checkpoint travels between machines as a cache does not. Nor a load after a call, earlier in the same body, of a function or
     class of another file of the project that saves a file of the name the load reads (an
     `EarlyStopping` instance saving `path + '/' + 'checkpoint.pth'`, called each epoch, and
     the best checkpoint reloaded after the loop).
@@ -749,6 +751,36 @@ class LoadWithoutMapLocation(Rule):
             """,
             applicability=Applicability.SAFE,
             name="saved-by-another-run-of-the-same-script",
+        ),
+        Invalid(
+            """
+            import os
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = nn.Linear(8, 2).to(device)
+            path = "models/linear-100.pkl"
+            if os.path.isfile(path):
+                net.load_state_dict(torch.load(path))
+            else:
+                train(net)
+                torch.save(net.state_dict(), path)
+            """,
+            fixed="""
+            import os
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = nn.Linear(8, 2).to(device)
+            path = "models/linear-100.pkl"
+            if os.path.isfile(path):
+                net.load_state_dict(torch.load(path, map_location="cpu"))
+            else:
+                train(net)
+                torch.save(net.state_dict(), path)
+            """,
+            applicability=Applicability.SAFE,
+            name="weights-trained-where-missing-travel-between-machines",
         ),
         Invalid(
             """

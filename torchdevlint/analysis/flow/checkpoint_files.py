@@ -231,9 +231,15 @@ class CheckpointFiles:
         """The load reads a cache the program writes itself where it is missing: it runs on
         the side of an existence test of its file (`if os.path.exists(path):`) whose other
         side saves that file. Whichever machine runs it wrote the file (or an earlier run of
-        it did, there)."""
+        it did, there). Not weights loaded straight into a model, which travel."""
         at = self._order.get(id(load)) if scope is self._module else None
         path = self._path_up(load)
+        if any(isinstance(holder, cst.Call) and isinstance(holder.func, cst.Attribute)
+               and holder.func.attr.value == "load_state_dict" and any(arg.value is load for arg in holder.args)
+               for holder in path[1:3]):
+            # Weights loaded into a model (`net.load_state_dict(torch.load(path))`): a checkpoint,
+            # which is carried from machine to machine as a cache is not.
+            return False
         for child, ancestor in zip(path, path[1:], strict=False):
             if not isinstance(ancestor, cst.If):
                 continue
