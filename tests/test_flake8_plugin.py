@@ -67,6 +67,10 @@ def test_flake8_reports_what_the_cli_reports(path: Path, both_on_fixtures) -> No
     from_flake8, from_cli = both_on_fixtures
     mine = sorted(f for f in from_flake8 if f[0] == path.name)
     expected = sorted(f for f in from_cli if f[0] == path.name)
+    if not _compiles(path.read_text()):
+        # flake8 reports a file Python cannot compile as E999 and runs no plugin on it (the
+        # CLI reads PyTorch 0.3's `async=` as meant: TDL038 and the rest come from it alone).
+        expected = []
     assert mine == expected
     assert from_cli, "the fixtures hold findings"
 
@@ -181,3 +185,11 @@ def test_same_positions_with_bom_crlf_tabs_and_non_ascii(tmp_path: Path) -> None
     assert [(name, row, col) for name, row, col, _, _ in from_flake8] == [
         ("bom.py", 1, 15), ("crlf.py", 3, 13), ("tabs.py", 4, 2),
     ]
+
+
+def _compiles(source: str) -> bool:
+    try:
+        compile(source, "<fixture>", "exec")
+    except SyntaxError:
+        return False
+    return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -72,10 +73,21 @@ def _all_positions(source: str) -> tuple[dict[int, CodeRange], dict[int, CodeRan
     return result
 
 
+def _parses(path: Path) -> bool:
+    try:
+        compile(path.read_text(), str(path), "exec")
+    except SyntaxError:
+        return False  # PyTorch 0.3's `async=` (TDL038's fixture): linted from a renamed copy
+    return True
+
+
+_PARSING_FIXTURES = [path for path in sorted(FIXTURES.glob("*.py")) if _parses(path)]
+
+
 @pytest.mark.parametrize(
     "source",
-    [TRICKY, TRICKY.replace("\n", "\r\n"), *(p.read_text() for p in sorted(FIXTURES.glob("*.py")))],
-    ids=["tricky", "tricky-crlf", *(p.stem for p in sorted(FIXTURES.glob("*.py")))],
+    [TRICKY, TRICKY.replace("\n", "\r\n"), *(p.read_text() for p in _PARSING_FIXTURES)],
+    ids=["tricky", "tricky-crlf", *(p.stem for p in _PARSING_FIXTURES)],
 )
 def test_every_walked_node_has_the_providers_position(source: str) -> None:
     expected, fast = _all_positions(source)

@@ -267,7 +267,8 @@ def ends_block(body: cst.BaseSuite) -> bool:
 
 def is_device_test(test: cst.CSTNode, names: NameResolver) -> bool:
     """A test about the device: it names one (`use_cuda`, `args.gpu`, `"cpu"`) or asks for one."""
-    return mentions_any(test, naming.DEVICE_CONTEXT_WORDS, strings=True) or asks_for_gpu(test, names)
+    return mentions_any(test, naming.DEVICE_CONTEXT_WORDS, strings=True, whole_words=naming.WHOLE_DEVICE_WORDS) \
+        or asks_for_gpu(test, names)
 
 
 # The kinds of ancestor that `kept_for_the_gpu` looks at.
@@ -307,7 +308,7 @@ def kept_for_the_gpu(node: cst.CSTNode, ancestors: Sequence[cst.CSTNode], names:
                 return True
             # Named for the GPU (`def to_cuda(x)`): kept for it, unless the file itself calls
             # it where the CPU mode goes (`print(get_gpu_name())`).
-            if mentions_any(ancestor.name, naming.DEVICE_CONTEXT_WORDS) and not (
+            if mentions_any(ancestor.name, naming.DEVICE_CONTEXT_WORDS, whole_words=naming.WHOLE_DEVICE_WORDS) and not (
                     isinstance(ancestor, cst.FunctionDef) and flow.called_in_cpu_mode(ancestor)):
                 return True
         elif isinstance(ancestor, (cst.Decorator, cst.Param)):

@@ -8,13 +8,13 @@ does not spell out is unknown.
 
 from __future__ import annotations
 
+import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.names import NameResolver
 from torchdevlint.analysis.tree import descendants
 
@@ -178,28 +178,35 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     return [current for current in subnodes(node) if type(current) is cst.Call]
 
 
-def mentions_any(node: cst.CSTNode, words: tuple[str, ...], *, strings: bool = False) -> bool:
+def mentions_any(node: cst.CSTNode, words: tuple[str, ...], *, strings: bool = False,
+                 whole_words: Mapping[str, frozenset[str]] | None = None) -> bool:
     """Does a name (or, with `strings`, a string literal) in the expression contain one of the
-    words? `use_cuda`, `args.gpu`, `x.is_cuda`, `device.type == "cpu"`: tests about devices."""
+    words? `use_cuda`, `args.gpu`, `x.is_cuda`, `device.type == "cpu"`: tests about devices.
+    A word of `whole_words` counts only where a word of the name is one of its spellings (or,
+    for a spelling `*word`, ends with the word: `localrank`): `dist` is not in `distill`."""
     for current in subnodes(node):
         text: str | None = None
         if type(current) is cst.Name:
             text = current.value
         elif strings and type(current) is cst.SimpleString:
             text = string_value(current)
-        if text is not None and any(_holds_word(text, word) for word in words):
+        if text is not None and any(_holds_word(text, word, whole_words) for word in words):
             return True
     return False
 
 
-def _holds_word(text: str, word: str) -> bool:
-    lowered = text.lower()
-    if word not in lowered:
+_NAME_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def _holds_word(text: str, word: str, whole_words: Mapping[str, frozenset[str]] | None) -> bool:
+    if word not in text.lower():
         return False
-    whole = naming.WHOLE_DEVICE_WORDS.get(word)
-    if whole is None:
+    spellings = whole_words.get(word) if whole_words is not None else None
+    if spellings is None:
         return True
-    return any(part in whole or word == "rank" and part.endswith("rank") for part in naming.words(text))
+    # `*rank` in the spellings: any word ending so (`localrank`).
+    return any(part in spellings or f"*{word}" in spellings and part.endswith(word)
+               for part in (found.lower() for found in _NAME_WORD.findall(text)))
 
 
 def asks_for_gpu(node: cst.CSTNode, names: NameResolver) -> bool:

@@ -77,11 +77,11 @@ def turns_the_gpu_on(name_words: set[str]) -> bool:
 # training code is written for NCCL, which needs GPUs.
 DEVICE_CONTEXT_WORDS = ("cuda", "gpu", "device", "accel", "cpu", "avail", "mps", "xpu", "dist", "world_size", "rank")
 # Of those, the ones other words hold (`distill`, `distance`, `ranking`, `timestamps`): they
-# count only as words of their own, or (a rank) at the end of one (`localrank`).
+# count only as words of their own, or (a rank) at the end of one (`*rank`: `localrank`).
 WHOLE_DEVICE_WORDS: dict[str, frozenset[str]] = {
     "dist": frozenset({"dist", "distributed"}),
     "mps": frozenset({"mps"}),
-    "rank": frozenset({"rank", "ranks"}),
+    "rank": frozenset({"rank", "ranks", "*rank"}),
 }
 
 # Words of the receiver of a `.step(action)` call that make it a simulated environment (gym's

@@ -280,7 +280,7 @@ def _mentions_the_device(test: cst.BaseExpression) -> bool:
     """A test that reads a device, a GPU setting or the CPU mode (`args.cuda`, `x.is_cuda`,
     `device.type == "cpu"`, `torch.cuda.is_available()`): its sides are meant to place data
     differently."""
-    return mentions_any(test, naming.DEVICE_CONTEXT_WORDS, strings=True)
+    return mentions_any(test, naming.DEVICE_CONTEXT_WORDS, strings=True, whole_words=naming.WHOLE_DEVICE_WORDS)
 
 
 def _moved_then_called(value: Value) -> Value | None:
