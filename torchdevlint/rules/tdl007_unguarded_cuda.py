@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from torchdevlint.analysis.cuda_uses import (
     CudaUse,
     UseKind,
     cuda_uses,
+    device_variable_use,
     kept_for_the_gpu,
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
@@ -103,7 +105,10 @@ class UnguardedCuda(Rule):
     `torch.cuda.device(n)`; seeding, `empty_cache` and memory counters do not fail), and
     `x.pin_memory()`, which a CPU-only build refuses ("Cannot access accelerator device when
     none is available"; a batch class's own `pin_memory()` method is called only where the
-    DataLoader pins).
+    DataLoader pins). So is a function's own device variable bound to CUDA in its body and
+    handed to its factories or moves (`device = torch.device("cuda")`, then
+    `torch.arange(n, device=device)`), reported where it is bound; not a device parameter the
+    function replaces (`if device.type == "cpu": device = torch.device("cuda:0")`).
 
     Not reached by the CPU mode: a branch its tests do not take (`if use_cuda:`, the
     `else` of `if args.cpu:`, `x.cuda() if use_cuda else x`, `use_cuda and x.cuda()`), code
@@ -503,6 +508,19 @@ class UnguardedCuda(Rule):
             """,
             name="counting-the-gpus-chooses-how-many-not-the-cpu",
         ),
+        Valid(
+            """
+            import torch
+
+            def load_engine(path, device):
+                if device.type == "cpu":
+                    device = torch.device("cuda:0")  # the engine runs on a GPU only
+                return torch.zeros(1, device=device), path
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            """,
+            name="a-device-handed-in-and-replaced",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -739,6 +757,26 @@ class UnguardedCuda(Rule):
             count=2,
             name="a-gpu-setting-from-a-config-module",
         ),
+        Invalid(
+            """
+            import argparse
+            import torch
+
+            def neighbour_index(x, k):
+                batch = x.size(0)
+                idx = x.topk(k, dim=-1)[1]
+                device = torch.device("cuda")
+                base = torch.arange(0, batch, device=device).view(-1, 1, 1) * x.size(1)
+                return (idx + base).view(-1)
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--no_cuda", action="store_true")
+            args = parser.parse_args()
+            device = torch.device("cuda" if not args.no_cuda and torch.cuda.is_available() else "cpu")
+            print(neighbour_index(torch.randn(2, 8, 8).to(device), 3))
+            """,
+            name="a-helper-hard-codes-its-own-device",
+        ),
     ]
 
     def setup(self) -> None:
@@ -773,6 +811,27 @@ class UnguardedCuda(Rule):
             moved = node.func.value if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("cuda", "to") \
                 else None
             self._add(use.node, self._fix(use), node, alias=use.kind is UseKind.ALIAS_CALL, moved=moved)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        """`device = torch.device("cuda")` inside a function whose factories or moves then use
+        it (`torch.arange(n, device=device)`): CUDA hard-coded where the program chose its
+        device elsewhere."""
+        if len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
+            return
+        use = device_variable_use(node, self.context.names)
+        if use is None:
+            return
+        ancestors = self.context.ancestors(node)
+        # A statement of the function's own body (line, block, function), on every path through it.
+        function = ancestors[2] if len(ancestors) > 2 and type(ancestors[2]) is cst.FunctionDef else None
+        if function is None:
+            return
+        name = node.targets[0].target.value
+        if any(param.name.value == name for param in (*function.params.posonly_params, *function.params.params,
+                                                      *function.params.kwonly_params)):
+            return  # a device handed in, replaced (`if device.type == "cpu": device = ...` for TensorRT)
+        if _places_with(function, name):
+            self._add(use.node, None, node)
 
     def _fix(self, use: CudaUse) -> PendingFix | None:
         device = self._program.fallback_device_variable()
@@ -848,3 +907,29 @@ class UnguardedCuda(Rule):
         if self.context.names.qualified_name(node.func, among=(torch_api.CUDA_DEVICE_CONTEXT,)) is None:
             return False
         return isinstance(self.context.flow.value_of(node.args[0].value).in_cpu_mode, Off)
+
+
+def _places_with(function: cst.FunctionDef, name: str) -> bool:
+    """The function makes or moves tensors with the device `name` (`device=name`, `.to(name)`)."""
+    for node in _own_nodes(function):
+        if type(node) is not cst.Call:
+            continue
+        for position, arg in enumerate(node.args):
+            if type(arg.value) is not cst.Name or arg.value.value != name:
+                continue
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword == "device" or keyword is None and position == 0 and type(node.func) is cst.Attribute \
+                    and node.func.attr.value in ("to", "cuda"):
+                return True
+    return False
+
+
+def _own_nodes(function: cst.FunctionDef) -> Iterator[cst.CSTNode]:
+    """The nodes of a function's own body (not of functions or classes defined in it)."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        yield node
+        stack.extend(node.children)
