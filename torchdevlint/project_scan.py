@@ -54,7 +54,7 @@ import re
 import stat
 import time
 import warnings
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -1186,9 +1186,21 @@ def _strips_the_prefix(source: bytes, parsed: _ParsedOnce) -> bool:
 def _numpy_parameters(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
     """`function:position:name` for each parameter of a top-level function that the function
     calls `.numpy()` on as it is (`X.numpy()`, `x.data.numpy()`, `x.detach().numpy()`): a
-    helper (a plotting one, most often) that fails when handed a tensor on a GPU."""
+    helper (a plotting one, most often) that fails when handed a tensor on a GPU. Not one it
+    gives another value first, perhaps on the host (`X = X.cpu()`); `X = X.numpy()` is the
+    conversion itself."""
     if b".numpy()" not in source:
         return ()
+    return _parameters_read_as_they_are(
+        parsed, _numpied_root,
+        rebinds=lambda node: not (_numpied_root(node.value) is not None and len(node.targets) == 1))
+
+
+def _parameters_read_as_they_are(parsed: _ParsedOnce, read: Callable[[ast.AST], str | None], *,
+                                 rebinds: Callable[[ast.Assign], bool] = lambda node: True) -> tuple[str, ...]:
+    """`function:position:name` for each parameter of a top-level function that `read` finds
+    read (the name it gives back for a node) and that the function never binds again (an
+    assignment `rebinds` counts, a loop or `with` target, an augmented assignment)."""
     tree = parsed.tree()
     if tree is None:
         return ()
@@ -1197,21 +1209,20 @@ def _numpy_parameters(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
         if not isinstance(function, ast.FunctionDef):
             continue
         params = [arg.arg for arg in (*function.args.posonlyargs, *function.args.args)]
-        numpied: set[str] = set()
-        rebound: set[str] = set()  # given another value first, perhaps on the host (`X = X.cpu()`)
+        used: set[str] = set()
+        rebound: set[str] = set()
         for node in ast.walk(function):
-            root = _numpied_root(node)
+            root = read(node)
             if root is not None:
-                if root in params:
-                    numpied.add(root)
-            elif isinstance(node, ast.Assign) and not (_numpied_root(node.value) is not None and len(node.targets) == 1):
+                used.add(root)
+            elif isinstance(node, ast.Assign) and rebinds(node):
                 rebound.update(name for target in node.targets for name in _bound_names(target))
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension, ast.NamedExpr)):
                 rebound.update(_bound_names(node.target))
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 rebound.update(_bound_names(node.optional_vars))
         found.extend(f"{function.name}:{position}:{name}" for position, name in enumerate(params)
-                     if name in numpied and name not in rebound)
+                     if name in used and name not in rebound)
     return tuple(found)
 
 
@@ -1357,30 +1368,17 @@ def _saved_parameters(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
     caller hands that parameter is what the file holds."""
     if b"torch.save" not in source:
         return ()
-    tree = parsed.tree()
-    if tree is None:
-        return ()
-    found: list[str] = []
-    for function in tree.body:
-        if not isinstance(function, ast.FunctionDef):
-            continue
-        params = [arg.arg for arg in (*function.args.posonlyargs, *function.args.args)]
-        saved: set[str] = set()
-        rebound: set[str] = set()
-        for node in ast.walk(function):
-            if isinstance(node, ast.Call) and node.args and ast.unparse(node.func) == "torch.save":
-                written = node.args[0]
-                if isinstance(written, ast.Subscript):
-                    written = written.value
-                if isinstance(written, ast.Name) and written.id in params:
-                    saved.add(written.id)
-            elif isinstance(node, ast.Assign):
-                rebound.update(name for target in node.targets for name in _bound_names(target))
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension, ast.NamedExpr)):
-                rebound.update(_bound_names(node.target))
-        found.extend(f"{function.name}:{position}:{name}" for position, name in enumerate(params)
-                     if name in saved and name not in rebound)
-    return tuple(found)
+    return _parameters_read_as_they_are(parsed, _saved_root)
+
+
+def _saved_root(node: ast.AST) -> str | None:
+    """`torch.save(states, ...)`, `torch.save(states["state_dict"], ...)`: the name saved."""
+    if not (isinstance(node, ast.Call) and node.args and ast.unparse(node.func) == "torch.save"):
+        return None
+    written = node.args[0]
+    if isinstance(written, ast.Subscript):
+        written = written.value
+    return written.id if isinstance(written, ast.Name) else None
 
 
 # Modules whose calls run none of the project's code.

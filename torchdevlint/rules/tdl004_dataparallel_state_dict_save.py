@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import libcst as cst
 
 from torchdevlint.analysis.brains import naming
 from torchdevlint.analysis.flow.results import Held
 from torchdevlint.analysis.flow.values import Kind, Wrapping
 from torchdevlint.analysis.names import dotted_name
-from torchdevlint.analysis.tree import argument_for
+from torchdevlint.analysis.tree import argument_for, descendants
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -735,19 +733,8 @@ def _names_training_state(node: cst.BaseExpression) -> bool:
     return name is not None and bool(set(naming.words(name.rsplit(".", 1)[-1])) & naming.TRAINING_STATE_WORDS)
 
 
-def _own_nodes(function: cst.FunctionDef) -> Iterator[cst.CSTNode]:
-    """The nodes of a function's own body (not of functions or classes defined in it)."""
-    stack: list[cst.CSTNode] = [function.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        yield node
-        stack.extend(node.children)
-
-
 def _calls_in(function: cst.FunctionDef) -> list[cst.Call]:
-    return [node for node in _own_nodes(function) if isinstance(node, cst.Call)]
+    return [node for node in descendants(function.body, into_definitions=False) if isinstance(node, cst.Call)]
 
 
 def _state_dict_calls(function: cst.FunctionDef, name: str) -> list[cst.Call] | None:
@@ -755,7 +742,7 @@ def _state_dict_calls(function: cst.FunctionDef, name: str) -> list[cst.Call] | 
     (`model.module`, `getattr(model, "module", model)`, `hasattr(model, "module")`); None where
     it does either."""
     found: list[cst.Call] = []
-    for node in _own_nodes(function):
+    for node in descendants(function.body, into_definitions=False):
         if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
             target = node.target
             if isinstance(target, cst.Name) and target.value == name:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,7 +19,7 @@ from torchdevlint.analysis.cuda_uses import (
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
 from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Off
-from torchdevlint.analysis.tree import is_main_guard, top_level_definition
+from torchdevlint.analysis.tree import descendants, is_main_guard, top_level_definition
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -911,7 +910,7 @@ class UnguardedCuda(Rule):
 
 def _places_with(function: cst.FunctionDef, name: str) -> bool:
     """The function makes or moves tensors with the device `name` (`device=name`, `.to(name)`)."""
-    for node in _own_nodes(function):
+    for node in descendants(function.body, into_definitions=False):
         if type(node) is not cst.Call:
             continue
         for position, arg in enumerate(node.args):
@@ -922,14 +921,3 @@ def _places_with(function: cst.FunctionDef, name: str) -> bool:
                     and node.func.attr.value in ("to", "cuda"):
                 return True
     return False
-
-
-def _own_nodes(function: cst.FunctionDef) -> Iterator[cst.CSTNode]:
-    """The nodes of a function's own body (not of functions or classes defined in it)."""
-    stack: list[cst.CSTNode] = [function.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        yield node
-        stack.extend(node.children)
