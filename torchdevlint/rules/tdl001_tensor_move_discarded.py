@@ -58,7 +58,9 @@ class TensorMoveDiscarded(Rule):
     `model.to(device)` is fine and is never reported; nor are objects whose `.to` works in
     place (Hugging Face `BatchEncoding`, torchmetrics metrics) or values of unknown kind. A
     value of unknown kind (a parameter, a loader's batch) that the same function calls a
-    Tensor-only method on (`batch.view(...)`, `batch.size(0)`, `batch.numel()`) is a Tensor.
+    Tensor-only method on (`batch.view(...)`, `batch.size(0)`, `batch.numel()`), or hands a
+    model as a positional input (`model(src, src_mask)`; not `save_model(net, path)`), is a
+    Tensor.
     In a notebook, `.cpu()` ending its cell (`y_preds.cpu()`) is not reported: Jupyter shows
     the tensor, which is the point; a move to the device there is.
 
@@ -490,6 +492,37 @@ class TensorMoveDiscarded(Rule):
             """,
             applicability=Applicability.UNSAFE,
             name="functional-brought-by-a-star-import",
+        ),
+        Invalid(
+            """
+            import torch
+            from masks import make_masks
+            def train_epoch(model, batches, optimizer, device):
+                for batch in batches:
+                    src = batch.src.to(device)
+                    src_mask, trg_mask = make_masks(src)
+                    src_mask.to(device)
+                    trg_mask.to(device)
+                    loss = model(src, src_mask, trg_mask).mean()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            from masks import make_masks
+            def train_epoch(model, batches, optimizer, device):
+                for batch in batches:
+                    src = batch.src.to(device)
+                    src_mask, trg_mask = make_masks(src)
+                    src_mask = src_mask.to(device)
+                    trg_mask = trg_mask.to(device)
+                    loss = model(src, src_mask, trg_mask).mean()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            applicability=Applicability.UNSAFE,
+            count=2,
+            name="model-inputs-of-unknown-kind-are-tensors",
         ),
     ]
 

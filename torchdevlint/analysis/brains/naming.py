@@ -33,6 +33,13 @@ MODEL_NAME_WORDS = ("model", "net", "encoder", "decoder", "classifier", "backbon
 BUILDER_VERBS = frozenset({"build", "create", "make", "get", "load", "init", "setup", "construct", "prepare",
                            "define", "instantiate", "new", "from", "fetch"})
 
+# `save_model(net, path)`, `train_model(model, loader)`: first words of functions that do
+# something with a model they are handed, not models themselves.
+MODEL_HANDLING_VERBS = frozenset({"save", "train", "test", "eval", "evaluate", "run", "fit", "predict", "export",
+                                  "show", "plot", "log", "print", "summarize", "summary", "freeze", "update",
+                                  "copy", "compute", "check", "validate", "infer", "count", "wrap", "convert",
+                                  "to", "set", "apply", "register", "profile", "benchmark", "visualize"})
+
 # `resnet_block(dim, dim)`, `net_fn(...)`: a name ending so makes a part of a model (often a
 # `partial` of a class), or is some other callable: what it returns is no model's output.
 PART_MAKER_NOUNS = frozenset({"block", "blocks", "layer", "layers", "fn", "fun", "func", "function", "factory",

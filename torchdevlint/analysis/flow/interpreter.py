@@ -2450,8 +2450,15 @@ def _named_like_a_model(node: cst.BaseExpression) -> bool:
         and name.rsplit("_", 1)[-1] not in naming.PART_MAKER_NOUNS
 
 
+def _names_an_action(node: cst.BaseExpression) -> bool:
+    """`save_model`, `train_net`: a function doing something with a model, not the model."""
+    words = naming.words((dotted_name(node) or "").rsplit(".", 1)[-1])
+    return bool(words) and words[0] in naming.MODEL_HANDLING_VERBS
+
+
 def names_used_as_tensors(scope: cst.CSTNode) -> frozenset[str]:
-    """Names the body (not its nested functions) calls a Tensor-only method on."""
+    """Names the body (not its nested functions) calls a Tensor-only method on, or hands a
+    model as a positional input (`preds = model(src, src_mask)`: a model takes tensors)."""
     found: set[str] = set()
     stack: list[cst.CSTNode] = list(scope.body.body if isinstance(scope, cst.FunctionDef) else
                                     scope.body if isinstance(scope, cst.Module) else [])
@@ -2465,6 +2472,9 @@ def names_used_as_tensors(scope: cst.CSTNode) -> frozenset[str]:
             func = node.func
             if type(func) is cst.Attribute and type(func.value) is cst.Name and func.attr.value in torch_api.TENSOR_ONLY_METHODS:
                 found.add(func.value.value)
+            elif _named_like_a_model(func) and not _names_an_action(func):
+                found.update(arg.value.value for arg in node.args
+                             if type(arg.value) is cst.Name and arg.keyword is None and not arg.star)
         stack.extend(child_nodes(node))
     return frozenset(found)
 
