@@ -83,3 +83,4 @@ def test_another_functions_async_argument_is_reported_without_a_fix() -> None:
     assert rule is not None
     found = lint_source("import torch\nbatch = torch.zeros(3)\nsend(batch, async=True)\n", "send.py", [rule])
     assert [(d.code, d.start.line, d.fix) for d in found] == [("TDL038", 3, None)]
+    assert "PyTorch" not in found[0].message

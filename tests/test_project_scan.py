@@ -1399,3 +1399,38 @@ def test_a_repository_copied_without_git_is_one_project(tmp_path: Path) -> None:
         (other / name).write_text("")
     assert _root_of(other) == other
     assert _root_of(repository / "scripts") == repository
+
+
+SAVES_HOST_COPIES_OF_ITS_WEIGHTS = """
+import torch
+from torch import nn
+
+decoder = nn.Linear(4, 4).cuda()
+for step in range(10):
+    if step % 5 == 4:
+        state_dict = decoder.state_dict()
+        for key in state_dict.keys():
+            state_dict[key] = state_dict[key].to(torch.device("cpu"))
+        torch.save(state_dict, "decoder_iter_{:d}.pth".format(step + 1))
+"""
+
+LOADS_THE_DECODER = """
+import torch
+from torch import nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+decoder = nn.Linear(4, 4)
+decoder.load_state_dict(torch.load("decoder_iter_10.pth"))
+decoder.to(device)
+"""
+
+
+def test_a_state_dict_whose_entries_are_copied_to_the_host_is_a_host_checkpoint(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"train.py": SAVES_HOST_COPIES_OF_ITS_WEIGHTS, "test.py": LOADS_THE_DECODER})
+    assert _codes(root, "test.py") == []
+    writing = checkpoint_writing(str(root / "test.py"))
+    assert writing is not None and not writing.device_saves
+    # Saved as it is, on the GPU: the load is reported.
+    (root / "train.py").write_text(textwrap.dedent(SAVES_HOST_COPIES_OF_ITS_WEIGHTS).replace(
+        '            state_dict[key] = state_dict[key].to(torch.device("cpu"))\n', "            pass\n"))
+    assert _codes(root, "test.py") == [("test.py", "TDL003")]

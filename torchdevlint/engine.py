@@ -530,7 +530,8 @@ def _lint_legacy_syntax(source: str, path: str, rule_classes: Sequence[type[Rule
             end = keyword.offset + len(legacy_syntax.OLD_NAME)
             fix = Fix(rule.fix_title or "", Applicability.SAFE,
                       (Edit(keyword.offset, end, legacy_syntax.NEW_NAME),)) if keyword.renamed_by_pytorch else None
-            diagnostics.append(Diagnostic(rule.code, rule.slug, rule.message, path,
+            message = rule.message if keyword.renamed_by_pytorch else legacy_syntax.OTHER_CALLEE_MESSAGE
+            diagnostics.append(Diagnostic(rule.code, rule.slug, message, path,
                                           Location(keyword.line, keyword.column + 1),
                                           Location(keyword.line, keyword.column + 1 + len(legacy_syntax.OLD_NAME)),
                                           fix))

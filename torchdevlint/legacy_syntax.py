@@ -18,6 +18,9 @@ NEW_NAME = "non_blocking"
 # The methods whose `async` argument PyTorch 0.4 renamed `non_blocking`: only there is the
 # rename the fix (another function's `async=` is read the same way, but not rewritten).
 RENAMED_IN = frozenset({"cuda", "to", "copy_", "type"})
+# Another function's `async=` (the project's own `ReplayWrapper(..., async=True)`): a syntax
+# error too, but its new name is that function's to choose.
+OTHER_CALLEE_MESSAGE = "`async=` is a syntax error since Python 3.7: rename this argument where its function is defined"
 
 
 @dataclass(frozen=True)

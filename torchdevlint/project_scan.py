@@ -338,7 +338,7 @@ _GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
 _COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
 _STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 24
+_SUMMARY_FORMAT = 25
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -1702,6 +1702,8 @@ class _SaveFinder(ast.NodeVisitor):
         self._save_names: set[str] = set()
         # The innermost function's parameters and assignments (name -> assigned values).
         self._functions: list[tuple[frozenset[str], dict[str, list[ast.expr]]]] = []
+        # And the names whose entries it sets to host copies (`sd[k] = sd[k].cpu()`).
+        self._host_entries: list[set[str]] = []
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -1733,8 +1735,14 @@ class _SaveFinder(ast.NodeVisitor):
                 for name in _bound_names(statement.target):
                     assigned.setdefault(name, []).append(statement.iter)
         self._functions.append((parameters, assigned))
+        self._host_entries.append(_host_entries(node))
         self.generic_visit(node)
         self._functions.pop()
+        self._host_entries.pop()
+
+    def visit_Module(self, node: ast.Module) -> None:
+        self._host_entries.append(_host_entries(node))
+        self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -1745,7 +1753,9 @@ class _SaveFinder(ast.NodeVisitor):
             saved = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "obj"), None)
             path = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "f"), None)
             if saved is not None:
-                self.saves.append(_Save(node.lineno, self._from_outside(saved), _host_copy(saved) or _host_data(saved),
+                host = _host_copy(saved) or _host_data(saved) or isinstance(saved, ast.Name) \
+                    and bool(self._host_entries) and saved.id in self._host_entries[-1]
+                self.saves.append(_Save(node.lineno, self._from_outside(saved), host,
                                         PathTarget() if path is None else path_target(path)))
         elif isinstance(func, ast.Attribute) and func.attr == "add_argument":
             self.options.append(node)
@@ -1850,7 +1860,24 @@ def _host_copy(saved: ast.expr) -> bool:
     if isinstance(saved, (ast.DictComp, ast.ListComp)):
         return _host_copy(saved.value if isinstance(saved, ast.DictComp) else saved.elt)
     while isinstance(saved, ast.Call) and isinstance(saved.func, ast.Attribute):
-        if saved.func.attr == "cpu":
+        if saved.func.attr == "cpu" or saved.func.attr == "to" and _names_the_cpu(saved):
             return True
         saved = saved.func.value
     return False
+
+
+def _host_entries(body: ast.AST) -> set[str]:
+    """Names whose entries the body sets to host copies (`state_dict[key] =
+    state_dict[key].to(torch.device("cpu"))`, in a loop over its keys): saved, they hold host
+    tensors."""
+    return {target.value.id for statement in ast.walk(body) if isinstance(statement, ast.Assign)
+            and _host_copy(statement.value)
+            for target in statement.targets if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)}
+
+
+def _names_the_cpu(move: ast.Call) -> bool:
+    """`.to("cpu")`, `.to(torch.device("cpu"))`, `.to(device="cpu")`."""
+    target = move.args[0] if move.args else next((k.value for k in move.keywords if k.arg == "device"), None)
+    if isinstance(target, ast.Call) and target.args:
+        target = target.args[0]  # torch.device("cpu")
+    return isinstance(target, ast.Constant) and target.value == "cpu"

@@ -101,7 +101,8 @@ class LoadWithoutMapLocation(Rule):
     code around the file), and each of its Python files and notebooks is read for `torch.save`.
     A save may hold GPU tensors where its file names an accelerator or a device anywhere, or
     where it saves what its function was handed (a trainer saving `self.model`) in a project
-    that names one; not where what it saves passed through `.cpu()` (`net.cpu().state_dict()`). Where no save may, or there is none, the files the project loads were
+    that names one; not where what it saves passed through `.cpu()` (`net.cpu().state_dict()`), or had each entry
+    copied to the host first (`state_dict[key] = state_dict[key].to(torch.device("cpu"))`). Where no save may, or there is none, the files the project loads were
     written elsewhere (released weights, another framework's weights converted on the CPU),
     and nothing in the code says what device saved them. Saves in test code do not count. Code
     that is not in a file on disk (standard input without `--stdin-filename`) is reported as
