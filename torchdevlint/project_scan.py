@@ -338,7 +338,7 @@ _GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
 _COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
 _STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 25
+_SUMMARY_FORMAT = 26
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -992,8 +992,12 @@ def _loads_into_a_wrapper(source: bytes, parsed: _ParsedOnce) -> bool:
     tree = parsed.tree()
     if tree is None:
         return False
+    # Every block: a function's, and a main guard's or any other statement's (`if __name__ ==
+    # "__main__": model = DataParallel(model)`, then `model.load_state_dict(...)`).
     bodies: list[list[ast.stmt]] = [tree.body]
-    bodies.extend(node.body for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    bodies.extend(block for node in ast.walk(tree) if isinstance(node, ast.stmt)
+                  for block in (getattr(node, "body", None), getattr(node, "orelse", None))
+                  if isinstance(block, list) and block)
     for body in bodies:
         wrapped: set[str] = set()
         for statement in body:

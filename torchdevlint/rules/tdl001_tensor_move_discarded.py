@@ -148,6 +148,18 @@ class TensorMoveDiscarded(Rule):
         Valid(
             """
             import torch
+            from .utils.resnet_utils import myResnet
+            class Loader:
+                def __init__(self, backbone):
+                    self.my_resnet = myResnet(backbone)
+                    self.my_resnet.cuda()
+                    self.my_resnet.eval()
+            """,
+            name="a-model-maker-another-module-gives",
+        ),
+        Valid(
+            """
+            import torch
             def step(batch, device):
                 batch.to(device)
             """,

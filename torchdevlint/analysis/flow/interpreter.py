@@ -104,6 +104,7 @@ _ARRAY_OPERAND_KINDS = frozenset({Kind.OTHER, Kind.SCALAR})
 # Libraries whose attributes are their API, never the program's settings.
 # What a name bound nowhere in the file may still be, whatever it imports with `*`.
 _BUILTIN_NAMES = frozenset(dir(builtins))
+_OTHER_ONLY = frozenset({Kind.OTHER})
 _LIBRARY_PREFIXES = ("torch", "numpy", "os", "sys", "jax", "tensorflow", "transformers", "lightning",
                      "pytorch_lightning", "accelerate", "deepspeed", "apex")
 
@@ -1628,9 +1629,11 @@ class Interpreter:
     def _unknown_call(self, node: cst.Call, callee_node: cst.BaseExpression, callee: Value,
                       arguments: list[Value]) -> Value:
         name = (dotted_name(callee_node) or "").rsplit(".", 1)[-1].lower()
-        if _named_like_a_model(callee_node) and not self._constructor_parameter(callee_node):
+        if _named_like_a_model(callee_node) and not self._constructor_parameter(callee_node) \
+                and callee.kinds != _OTHER_ONLY:
             # `model(x)` with `model` made where we cannot see: a module, where it was moved
-            # (`model = Net().to(device)`) or else wherever its inputs are.
+            # (`model = Net().to(device)`) or else wherever its inputs are. Not a name another
+            # module gives (`resnet_face18(...)` from `import *`): a maker of models.
             return self._module_call(node, Value(frozenset({Kind.MODULE}), callee.places), arguments)
         if callee.kinds == _UNKNOWN_ONLY and callee.places is not None:
             # Moved to a device and then called (`vgg = Vgg16().to(device)`, `vgg(x)`): a module.
