@@ -1434,3 +1434,33 @@ def test_a_state_dict_whose_entries_are_copied_to_the_host_is_a_host_checkpoint(
     (root / "train.py").write_text(textwrap.dedent(SAVES_HOST_COPIES_OF_ITS_WEIGHTS).replace(
         '            state_dict[key] = state_dict[key].to(torch.device("cpu"))\n', "            pass\n"))
     assert _codes(root, "test.py") == [("test.py", "TDL003")]
+
+
+SAVES_THE_WRAPPED_MODEL = """
+import torch
+from torch.nn import DataParallel
+
+def save_model(model, path):
+    torch.save(model.state_dict(), path)
+
+if __name__ == "__main__":
+    model = DataParallel(torch.nn.Linear(4, 4)).cuda()
+    save_model(model, "face.pth")
+"""
+
+TESTS_IN_A_MAIN_GUARD = """
+import torch
+from torch.nn import DataParallel
+
+if __name__ == "__main__":
+    model = torch.nn.Linear(4, 4)
+    model = DataParallel(model)
+    model.load_state_dict(torch.load("face.pth"))
+"""
+
+
+def test_a_wrapped_load_in_a_main_guard_makes_prefixed_checkpoints_the_projects_format(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"train.py": SAVES_THE_WRAPPED_MODEL, "test.py": TESTS_IN_A_MAIN_GUARD})
+    assert ("train.py", "TDL004") not in _codes(root)
+    (root / "test.py").write_text(textwrap.dedent(TESTS_IN_A_MAIN_GUARD).replace("    model = DataParallel(model)\n", ""))
+    assert ("train.py", "TDL004") in _codes(root)
