@@ -165,6 +165,11 @@ class ModuleAttributes:
         name = _self_attribute(node.targets[0].target, where[1])
         if name is None:
             return
+        if where[0] == "__init__" and name in current.tensor_attributes and self._made_as_parameter(node.value):
+            # `self.pix = torch.stack(...)`, then `self.pix = nn.Parameter(torch.cat([self.pix, ...]))`:
+            # a step on the way to a Parameter, which follows the module.
+            del current.tensor_attributes[name]
+            return
         if where[0] != "__init__" or name in current.tensor_attributes:
             current.assigned_elsewhere.add(name)
             if where[0] != "__init__" and (self._placed_on_module_device(node.value)

@@ -467,6 +467,15 @@ class LoadWithoutMapLocation(Rule):
         ),
         Valid(
             """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            train_data = torch.load("mnist/train_data.pt").reshape(60000, 784).numpy()
+            train_labels = torch.load("mnist/train_label.pt").numpy()
+            """,
+            name="a-load-read-at-once-as-host-data",
+        ),
+        Valid(
+            """
             import os
             import torch
             import torch.nn as nn
@@ -927,9 +936,20 @@ class LoadWithoutMapLocation(Rule):
                    for current in self._later_calls_on_what_was_loaded(node))
 
     def _read_as_host_data(self, node: cst.Call) -> bool:
-        """`im, label = torch.load(path)`, then `im.numpy()` in the same body, with no copy to the
-        host: the program knows the file holds host tensors (`.numpy()` refuses any other), so
-        no GPU saved them."""
+        """`im, label = torch.load(path)`, then `im.numpy()` in the same body, or
+        `torch.load(path).reshape(n, -1).numpy()`, with no copy to the host: the program knows
+        the file holds host tensors (`.numpy()` refuses any other), so no GPU saved them."""
+        current: cst.CSTNode = node
+        while True:
+            attribute = self.context.parent(current)
+            call = self.context.parent(attribute) if type(attribute) is cst.Attribute else None
+            if type(attribute) is not cst.Attribute or type(call) is not cst.Call or call.func is not attribute:
+                break
+            if attribute.attr.value == "numpy":
+                return True
+            if attribute.attr.value in torch_api.PLACING_METHODS:
+                break
+            current = call
         return any(type(current.func) is cst.Attribute and current.func.attr.value == "numpy"
                    for current in self._later_calls_on_what_was_loaded(node))
 

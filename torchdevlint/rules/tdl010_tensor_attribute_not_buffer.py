@@ -230,6 +230,22 @@ class TensorAttributeNotBuffer(Rule):
             """
             import torch
             import torch.nn as nn
+            class BackprojectDepth(nn.Module):
+                def __init__(self, batch, height, width):
+                    super().__init__()
+                    self.ones = nn.Parameter(torch.ones(batch, 1, height * width), requires_grad=False)
+                    self.pix = torch.stack([torch.arange(width * height * 1.0), torch.arange(width * height * 1.0)], 0)
+                    self.pix = nn.Parameter(torch.cat([self.pix.unsqueeze(0).repeat(batch, 1, 1), self.ones], 1),
+                                            requires_grad=False)
+                def forward(self, depth):
+                    return depth.view(depth.size(0), 1, -1) * self.pix
+            """,
+            name="a-step-on-the-way-to-a-parameter",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
 
 
             class Decoder(nn.Module):

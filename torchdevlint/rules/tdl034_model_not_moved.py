@@ -210,6 +210,29 @@ class ModelNotMoved(Rule):
             """,
             name="an-attribute-moved-by-another-method",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class Vocoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.rnn = nn.GRU(4, 8, batch_first=True)
+                def generate(self, x):
+                    device = next(self.parameters()).device
+                    cell = self.gru_cell(self.rnn)
+                    h = torch.zeros(x.size(0), 8, device=device)
+                    return cell(x.to(device), h)
+                def gru_cell(self, gru):
+                    cell = nn.GRUCell(gru.input_size, gru.hidden_size)
+                    cell.weight_hh.data = gru.weight_hh_l0.data
+                    cell.weight_ih.data = gru.weight_ih_l0.data
+                    cell.bias_hh.data = gru.bias_hh_l0.data
+                    cell.bias_ih.data = gru.bias_ih_l0.data
+                    return cell
+            """,
+            name="a-layer-given-the-models-own-tensors",
+        ),
     ]
 
     INVALID = [

@@ -879,7 +879,27 @@ class Interpreter:
         for other in [k for k in env if "." in k and k.startswith(prefix)]:
             del env[other]
 
+    def _module_given_a_tensor(self, target: cst.Attribute, value: Value, env: Env) -> None:
+        """`cell.weight_hh.data = gru.weight_hh_l0.data`: a module of this body whose parameter
+        (or its data) is replaced by a tensor holds it, where it is; after the module was made
+        on the host, it is where its new tensors are."""
+        root: cst.BaseExpression = target.value
+        depth = 1
+        while type(root) is cst.Attribute:
+            root, depth = root.value, depth + 1
+        if type(root) is not cst.Name or root.value == self.self_name:
+            return
+        if not value.is_tensor_like and target.attr.value != "data" and depth < 2:
+            return  # `net.mode = state`: no tensor of it replaced
+        module = env.get(root.value)
+        places = value.places if value.is_tensor_like else None
+        if module is None or not module.is_module_like or module.places == places:
+            return
+        env[root.value] = replace(module, places=places)
+
     def _bind(self, target: cst.BaseExpression, value: Value, env: Env) -> None:
+        if type(target) is cst.Attribute and (value.is_tensor_like or value.kinds == _UNKNOWN_ONLY):
+            self._module_given_a_tensor(target, value, env)
         key = place_key(target)
         if key is not None:
             self._set(key, value, env)
