@@ -1464,3 +1464,46 @@ def test_a_wrapped_load_in_a_main_guard_makes_prefixed_checkpoints_the_projects_
     assert ("train.py", "TDL004") not in _codes(root)
     (root / "test.py").write_text(textwrap.dedent(TESTS_IN_A_MAIN_GUARD).replace("    model = DataParallel(model)\n", ""))
     assert ("train.py", "TDL004") in _codes(root)
+
+
+SAMPLES_ON_THE_GPU = """
+import torch
+from torch import nn
+
+def sample(generator, n, device):
+    return generator(torch.randn(n, 8).to(device))
+
+if __name__ == "__main__":
+    device = "cuda"
+    generator = nn.Linear(8, 8).to(device)
+    generator.load_state_dict(torch.load("checkpoint/train_step-7.model"))
+    print(sample(generator, 4, device))
+"""
+
+PREDICTS_WITH_A_FALLBACK = """
+import torch
+from torch import nn
+from generate import sample
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+generator = nn.Linear(8, 8).to(device)
+print(sample(generator, 2, device))
+"""
+
+TRAINS_ON_THE_GPU = """
+import torch
+from torch import nn
+
+model = nn.Linear(8, 8).cuda()
+torch.save(model.state_dict(), "checkpoint/train_step-7.model")
+"""
+
+
+def test_a_scripts_own_gpu_only_run_is_not_the_cpu_mode_of_a_program_importing_its_helpers(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"generate.py": SAMPLES_ON_THE_GPU, "predict.py": PREDICTS_WITH_A_FALLBACK,
+                               "train.py": TRAINS_ON_THE_GPU})
+    assert _lines(root, "TDL003") == []
+    # The same load outside the main guard runs in the importing program's CPU mode.
+    (root / "generate.py").write_text(textwrap.dedent(SAMPLES_ON_THE_GPU).replace(
+        'if __name__ == "__main__":\n', "def main():\n"))
+    assert [(path, code) for path, code, _ in _lines(root, "TDL003")] == [("generate.py", "TDL003")]

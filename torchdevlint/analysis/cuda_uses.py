@@ -391,6 +391,7 @@ class CudaProgram:
         # Every CUDA use seen, and (once asked at the end) those the program cannot avoid.
         self._cuda_uses: list[UnavoidableCudaUse] = []
         self._hard_coded: list[UnavoidableCudaUse] | None = None
+        self._own_run_hard_coded: list[UnavoidableCudaUse] | None = None
 
     # ---- questions -----------------------------------------------------------------------
 
@@ -444,8 +445,15 @@ class CudaProgram:
             self._hard_coded = self._unavoidable_cuda_uses()
         return self._hard_coded
 
-    def _unavoidable_cuda_uses(self) -> list[UnavoidableCudaUse]:
-        if not self._cuda_uses or self.shows_cpu_mode or self.cpu_mode_elsewhere is not None:
+    def hard_coded_cuda_in_its_own_run(self) -> list[UnavoidableCudaUse]:
+        """As `hard_coded_cuda`, for the file run as a script (its main guard), whatever CPU mode
+        another program that imports it has: that program does not run the guard's code."""
+        if self._own_run_hard_coded is None:
+            self._own_run_hard_coded = self._unavoidable_cuda_uses(own_run=True)
+        return self._own_run_hard_coded
+
+    def _unavoidable_cuda_uses(self, *, own_run: bool = False) -> list[UnavoidableCudaUse]:
+        if not self._cuda_uses or self.shows_cpu_mode or self.cpu_mode_elsewhere is not None and not own_run:
             return []  # TDL007's: a CPU mode reaches them
         if any(self._context.imports.imports_from(package) for package in torch_api.DISTRIBUTED_PACKAGES):
             # Written for several GPU processes (NCCL, Horovod): portable by another road (the backend).

@@ -14,7 +14,7 @@ from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.analysis.local_names import function_bindings, target_names
 from torchdevlint.analysis.test_code import is_test_code
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.tree import child_nodes, is_main_guard
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -93,12 +93,16 @@ class LoadWithoutMapLocation(Rule):
     on the first GPU loads, and on a machine without one it fails at its first CUDA use
     anyway. Once TDL203's fix gives the program a CPU mode, its loads are reported too. A
     distributed program's loads are still reported: each of its processes would put the
-    checkpoint on the saving process's GPU.
+    checkpoint on the saving process's GPU. So for a file's own run as a script: a load under
+    its main guard, where the guard's code hard-codes CUDA, is not reported because another
+    program that imports the file for its helpers has a CPU mode (`predict.py` importing
+    `sample` from a GPU-only `generate.py`): that program never runs the guard.
 
     Nor in a project none of whose code writes a checkpoint that may hold GPU tensors, unless
     `include-outside-checkpoints` is set. The project is the closest folder above the file
     holding `.git`, `pyproject.toml`, `setup.py` or `setup.cfg` (without one, the folders of
-    code around the file), and each of its Python files and notebooks is read for `torch.save`.
+    code around the file, or the folder above them that holds a repository's `README`,
+    `LICENSE`, `requirements.txt` or `.gitignore`, as a GitHub zip does), and each of its Python files and notebooks is read for `torch.save`.
     A save may hold GPU tensors where its file names an accelerator or a device anywhere, or
     where it saves what its function was handed (a trainer saving `self.model`) in a project
     that names one; not where what it saves passed through `.cpu()` (`net.cpu().state_dict()`), or had each entry
@@ -838,6 +842,8 @@ class LoadWithoutMapLocation(Rule):
     def setup(self) -> None:
         self._program = self.context.shared(CudaProgram)
         self._found: list[tuple[cst.Call, PendingFix | None]] = []
+        # The loads found under the file's main guard (by id).
+        self._under_main_guard: set[int] = set()
 
     def leave_Module(self, node: cst.Module) -> None:
         if self._found and (self._needs_a_gpu() or not self._project_may_have_saved_them()):
@@ -849,7 +855,21 @@ class LoadWithoutMapLocation(Rule):
                 # A program with no CPU mode, in one process: it runs only on a GPU machine, whose
                 # first GPU is there, and fails on any other before its loads matter.
                 continue
+            if self._program.cpu_mode_elsewhere is not None and id(call) in self._under_main_guard \
+                    and self._program.hard_coded_cuda_in_its_own_run():
+                # The file run as a script, GPU-only (`device = "cuda"` under its main guard):
+                # the program importing it for its helpers, with a CPU mode, never runs this.
+                continue
             self.report(call, fix=fix)
+
+    def _under_the_main_guard(self, call: cst.Call) -> bool:
+        """In the body of `if __name__ == "__main__":` (asked while the walk is at the call)."""
+        inner: cst.CSTNode = call
+        for ancestor in self.context.ancestors(call):
+            if isinstance(ancestor, cst.If) and ancestor.body is inner and is_main_guard(ancestor.test):
+                return True
+            inner = ancestor
+        return False
 
     def _project_may_have_saved_them(self) -> bool:
         """Some file of the project saves what may hold accelerator tensors; or the file has
@@ -900,6 +920,8 @@ class LoadWithoutMapLocation(Rule):
             if keyword is None:
                 return
         self._found.append((node, self._fix(node, keyword)))
+        if self._under_the_main_guard(node):
+            self._under_main_guard.add(id(node))
 
     def _fix(self, node: cst.Call, keyword: cst.Arg | None) -> PendingFix | None:
         into_load_state_dict = self._flows_into_load_state_dict(node)
