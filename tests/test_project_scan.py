@@ -1507,3 +1507,29 @@ def test_a_scripts_own_gpu_only_run_is_not_the_cpu_mode_of_a_program_importing_i
     (root / "generate.py").write_text(textwrap.dedent(SAMPLES_ON_THE_GPU).replace(
         'if __name__ == "__main__":\n', "def main():\n"))
     assert [(path, code) for path, code, _ in _lines(root, "TDL003")] == [("generate.py", "TDL003")]
+
+
+MOVES_WHAT_IT_IS_HANDED_IN_A_LOOP = """
+def to_device(device, *modules):
+    return [module.to(device) for module in modules]
+"""
+
+TRAINS_A_POLICY = """
+import torch
+from torch import nn
+from utils import *
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+policy = nn.Linear(4, 2)
+to_device(device, policy)
+for step in range(3):
+    states = torch.randn(8, 4).to(device)
+    actions = policy(states)
+"""
+
+
+def test_a_helper_moving_each_module_it_is_handed_moves_the_model(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"utils.py": MOVES_WHAT_IT_IS_HANDED_IN_A_LOOP, "train.py": TRAINS_A_POLICY})
+    assert _lines(root, "TDL034") == []
+    (root / "utils.py").write_text("def to_device(device, *modules):\n    return list(modules)\n")
+    assert [(path, code) for path, code, _ in _lines(root, "TDL034")] == [("train.py", "TDL034")]

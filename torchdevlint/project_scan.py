@@ -338,7 +338,7 @@ _GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
 _COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
 _STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 26
+_SUMMARY_FORMAT = 27
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -1452,8 +1452,15 @@ def _movers(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
 
     def moves(function: ast.FunctionDef | ast.AsyncFunctionDef, through_self: bool) -> bool:
         args = function.args
-        names = {arg.arg for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+        names = {arg.arg for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs,
+                                     *((args.vararg,) if args.vararg else ()))}
         self_name = args.args[0].arg if through_self and args.args else None
+        # `def to_device(device, *models): return [m.to(device) for m in models]`: what a
+        # loop over a parameter takes from it is handed too.
+        for loop in ast.walk(function):
+            if isinstance(loop, (ast.For, ast.comprehension)) and isinstance(loop.iter, ast.Name) \
+                    and loop.iter.id in names and loop.iter.id != self_name:
+                names.update(_bound_names(loop.target))
         for call in ast.walk(function):
             if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in ("to", "cuda")):
                 continue

@@ -81,7 +81,10 @@ class UnguardedCuda(Rule):
     chooses between one GPU and several, not between a GPU and the CPU), nor a GPU setting
     whose side without the GPU calls `.cuda()` itself (`if n_gpu > 1 and gpu_train: net =
     DataParallel(net).cuda()` / `else: net = net.cuda()`: both sides run on the GPU), nor one
-    whose only side hands the setting on (`if args.gpus: config.GPUS = args.gpus`). Nor a GPU setting
+    whose only side hands the setting on or reports it (`if args.gpus: config.GPUS =
+    args.gpus`, `if args.gpu is not None: print(...)`), nor a test whether one GPU index was
+    given (`if args.gpu is not None:`, as in PyTorch's ImageNet example: the other way is the
+    default GPU, or all of them through DataParallel). Nor a GPU setting
     tested in a method of a model class (`if self.cuda:` of a layer built with `cuda=True`,
     `if next(self.parameters()).is_cuda:`): that is the model working wherever it is put, not
     the program choosing the CPU; a demo under `if __name__ == "__main__":` of such a module
@@ -519,6 +522,26 @@ class UnguardedCuda(Rule):
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             """,
             name="a-device-handed-in-and-replaced",
+        ),
+        Valid(
+            """
+            import argparse
+            import torch
+            import torch.nn as nn
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gpu", default=None, type=int, help="GPU id to use.")
+            args = parser.parse_args()
+            if args.gpu is not None:
+                print("Use GPU: {} for training".format(args.gpu))
+            model = nn.DataParallel(nn.Linear(8, 2)).cuda()
+            for images, target in [(torch.randn(4, 8), torch.zeros(4, dtype=torch.long))]:
+                if args.gpu is not None:
+                    images = images.cuda(args.gpu, non_blocking=True)
+                target = target.cuda(args.gpu, non_blocking=True)
+                loss = nn.functional.cross_entropy(model(images), target)
+            """,
+            name="a-gpu-index-chosen-or-all-gpus-used",
         ),
     ]
     INVALID = [

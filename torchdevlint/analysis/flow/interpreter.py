@@ -197,7 +197,8 @@ def _container_module(positional: Sequence[Value], keywords: Mapping[str, Value]
 
 def _only_copies_settings(side: cst.CSTNode | None) -> bool:
     """A branch whose every statement assigns a name, an attribute or an item a name, an
-    attribute, an item or a literal (`config.GPUS = args.gpus`): it hands a setting on."""
+    attribute, an item or a literal (`config.GPUS = args.gpus`), or prints or logs
+    (`print("Use GPU: {}".format(args.gpu))`): it hands a setting on, or reports it."""
     if side is None or type(side) is cst.If or type(side) is cst.Else:
         return False
     statements = side.body if isinstance(side, (cst.IndentedBlock, cst.SimpleStatementSuite)) else ()
@@ -208,10 +209,30 @@ def _only_copies_settings(side: cst.CSTNode | None) -> bool:
             return False
         smalls = statement.body if type(statement) is cst.SimpleStatementLine else [statement]
         for small in smalls:
+            if type(small) is cst.Expr and _reports(small.value):
+                continue
             if type(small) is not cst.Assign or not isinstance(
                     small.value, (cst.Name, cst.Attribute, cst.Subscript, cst.SimpleString, cst.Integer)):
                 return False
     return True
+
+
+def _asks_for_a_gpu_index(test: cst.BaseExpression) -> bool:
+    """`if args.gpu is not None:`: whether one GPU was named, the default one (or all of them,
+    through DataParallel) being the other way, as in PyTorch's ImageNet example; not the CPU."""
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    return isinstance(target.operator, (cst.Is, cst.IsNot)) and type(target.comparator) is cst.Name \
+        and target.comparator.value == "None"
+
+
+def _reports(node: cst.BaseExpression) -> bool:
+    """`print(...)`, `logger.info(...)`, `logging.warning(...)`: a call that only tells."""
+    if type(node) is not cst.Call:
+        return False
+    name = (dotted_name(node.func) or "").rsplit(".", 1)[-1]
+    return name in ("print", "info", "warning", "warn", "debug", "log")
 
 
 def _moves_to_cuda_itself(side: cst.CSTNode | None) -> bool:
@@ -559,7 +580,7 @@ class Interpreter:
         if falls_back or cpu_mode.names_the_cpu_mode(test):
             self.flow.cpu_mode_tests[id(test)] = carries_on
         elif cpu_mode.names_a_gpu_setting(test) and not _moves_to_cuda_itself(cpu_side) \
-                and not (cpu_side is None and _only_copies_settings(gpu_side)):
+                and not (cpu_side is None and _only_copies_settings(gpu_side)) and not _asks_for_a_gpu_index(test):
             # (`if args.gpus: config.GPUS = args.gpus`, with nothing on the other side: a setting
             # handed on, no way chosen for the CPU.)
             # (`if n_gpu > 1 and gpu_train: net = DataParallel(net).cuda()` / `else: net =
