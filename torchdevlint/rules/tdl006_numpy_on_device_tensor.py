@@ -210,6 +210,32 @@ class NumpyOnDeviceTensor(Rule):
     INVALID = [
         Invalid(
             """
+            import numpy as np
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(16, 4).to(device)
+            loss = model(torch.randn(8, 16, device=device)).pow(2).mean()
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if np.isnan(grad_norm):
+                print("grad norm was NaN - skipping")
+            """,
+            fixed="""
+            import numpy as np
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(16, 4).to(device)
+            loss = model(torch.randn(8, 16, device=device)).pow(2).mean()
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if np.isnan(grad_norm.cpu()):
+                print("grad norm was NaN - skipping")
+            """,
+            applicability=Applicability.SAFE,
+            name="the-gradient-norm-clipping-returns-is-on-the-models-device",
+        ),
+        Invalid(
+            """
             import matplotlib.pyplot as plt
             import numpy as np
             import torch

@@ -76,6 +76,8 @@ def function_op(qualified: str) -> TorchOp | None:
         entry = torch_ops.FUNCTIONS.get(last)
     elif head == "torch.nn.functional":
         entry = torch_ops.FUNCTIONAL.get(last) or torch_ops.FUNCTIONS.get(last)
+    elif head in ("torch.nn.utils", "torch.nn.utils.clip_grad"):
+        entry = torch_ops.NN_UTILS.get(last)
     else:
         return None
     return None if entry is None else _decode(entry)

@@ -1310,6 +1310,12 @@ FUNCTIONAL: dict[str, str] = {
     'upsample_nearest': 't',
 }
 
+NN_UTILS: dict[str, str] = {
+    'clip_grad_norm': 't',
+    'clip_grad_norm_': 't',
+    'clip_grad_value_': '0',
+}
+
 # Every operator of native_functions.yaml by its ATen base name (`add`, `add_`,
 # `_log_softmax`), with how CUDA checks its Tensor arguments: X, I or N as above.
 OPERATORS: dict[str, str] = {

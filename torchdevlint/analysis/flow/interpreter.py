@@ -2452,11 +2452,14 @@ _COMPUTE_BY_TYPE: dict[type, Callable[[Interpreter, Any, Env], Value]] = {
 
 
 def _tensor_operands(node: cst.BaseExpression, value: Value) -> list[Operand]:
-    """The tensors an argument passes: itself, or the known elements of a tuple or list."""
+    """The tensors an argument passes: itself, the known elements of a tuple or list, or what
+    an iterator of tensors yields."""
     if value.is_tensor_like:
         return [Operand(node, value)]
     if value.kinds != {Kind.CONTAINER}:
-        return []
+        # `model.parameters()`: an iterator of the model's tensors.
+        element = value.item("*") if value.items is not None else None
+        return [Operand(node, element)] if element is not None and element.is_tensor_like else []
     if value.items is not None:
         elements: Sequence[cst.BaseElement | cst.BaseDictElement] | None = (
             node.elements if isinstance(node, (cst.List, cst.Tuple, cst.Dict)) else None
