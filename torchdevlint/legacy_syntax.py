@@ -45,31 +45,27 @@ class RepairedText:
 
     def original_offset(self, offset: int) -> int:
         """An offset into the repaired text, as an offset into the original."""
-        shift = len(NEW_NAME) - len(OLD_NAME)
-        moved = 0
-        for keyword in self.keywords:
-            repaired_start = keyword.offset + moved
-            if offset <= repaired_start:
-                break
-            if offset < repaired_start + len(NEW_NAME):
-                return keyword.offset + min(offset - repaired_start, len(OLD_NAME))
-            moved += shift
-        return offset - moved
+        return _before_renames(offset, [keyword.offset for keyword in self.keywords])
 
     def original_column(self, line: int, column: int) -> int:
         """A 1-based column of a line of the repaired text, as a column of the original."""
-        shift = len(NEW_NAME) - len(OLD_NAME)
-        moved = 0
-        for keyword in self.keywords:
-            if keyword.line != line:
-                continue
-            repaired_start = keyword.column + 1 + moved
-            if column <= repaired_start:
-                break
-            if column < repaired_start + len(NEW_NAME):
-                return keyword.column + 1 + min(column - repaired_start, len(OLD_NAME))
-            moved += shift
-        return column - moved
+        return _before_renames(column, [keyword.column + 1 for keyword in self.keywords if keyword.line == line])
+
+
+def _before_renames(position: int, starts: list[int]) -> int:
+    """A position in the renamed text, in the original one, given where each renamed word
+    starts in the original (in order): a position inside a renamed word is its start's, or
+    as far into it as the old word goes."""
+    shift = len(NEW_NAME) - len(OLD_NAME)
+    moved = 0
+    for start in starts:
+        renamed_start = start + moved
+        if position <= renamed_start:
+            break
+        if position < renamed_start + len(NEW_NAME):
+            return start + min(position - renamed_start, len(OLD_NAME))
+        moved += shift
+    return position - moved
 
 
 def repaired(text: str) -> RepairedText | None:

@@ -8,14 +8,13 @@ does not spell out is unknown.
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
 
-from torchdevlint.analysis.names import NameResolver
+from torchdevlint.analysis.names import NameResolver, identifier_words
 from torchdevlint.analysis.tree import descendants
 
 # Device types that are not the host: a tensor there cannot become a NumPy array, and code
@@ -195,9 +194,6 @@ def mentions_any(node: cst.CSTNode, words: tuple[str, ...], *, strings: bool = F
     return False
 
 
-_NAME_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
-
-
 def _holds_word(text: str, word: str, whole_words: Mapping[str, frozenset[str]] | None) -> bool:
     if word not in text.lower():
         return False
@@ -206,7 +202,7 @@ def _holds_word(text: str, word: str, whole_words: Mapping[str, frozenset[str]] 
         return True
     # `*rank` in the spellings: any word ending so (`localrank`).
     return any(part in spellings or f"*{word}" in spellings and part.endswith(word)
-               for part in (found.lower() for found in _NAME_WORD.findall(text)))
+               for part in identifier_words(text))
 
 
 def asks_for_gpu(node: cst.CSTNode, names: NameResolver) -> bool:

@@ -6,12 +6,20 @@ several times the parse; imports are all torch names ever need.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Container, Iterator, Mapping
 from typing import Protocol
 
 import libcst as cst
 
 from torchdevlint.analysis.tree import child_nodes
+
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def identifier_words(name: str) -> list[str]:
+    """The lower-case words of a name or option (`--useGPU` -> use, gpu; `no_cuda` -> no, cuda)."""
+    return [word.lower() for word in _WORD.findall(name)]
 
 # Calls after which nothing in the block runs: builtins, and functions by qualified name.
 EXIT_BUILTINS: frozenset[str] = frozenset({"exit", "quit"})

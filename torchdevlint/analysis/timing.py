@@ -171,6 +171,7 @@ class _Walk:
         self._calls_in: dict[int, list[cst.Call]] = {}
         self._answers: dict[tuple[str, int], bool] = {}
         self._subtractions: dict[tuple[int, str], str | None] = {}
+        self._step_calls_of: dict[int, list[cst.Call]] = {}
 
     def calls(self, unit: cst.CSTNode) -> list[cst.Call]:
         """The calls a node evaluates itself (not those of nested functions and classes)."""
@@ -298,9 +299,12 @@ class _Walk:
         return after
 
     def _step_calls(self, loop: cst.For | cst.While) -> list[cst.Call]:
-        """The calls of a loop outside the loops nested in it."""
-        nested = {id(call) for node in _nested_loops(loop.body) for call in self.calls(node)}
-        return [call for call in self.calls(loop) if id(call) not in nested]
+        """The calls of a loop outside the loops nested in it (found once: loops run twice)."""
+        found = self._step_calls_of.get(id(loop))
+        if found is None:
+            nested = {id(call) for node in _nested_loops(loop.body) for call in self.calls(node)}
+            found = self._step_calls_of[id(loop)] = [call for call in self.calls(loop) if id(call) not in nested]
+        return found
 
     def _started_in_training_loop(self, loop: cst.For | cst.While, calls: list[cst.Call], spans: _Spans,
                                   later: tuple[cst.CSTNode, ...]) -> _Spans:

@@ -169,6 +169,16 @@ def ends_notebook_cell(module: cst.Module, statement: cst.BaseStatement) -> bool
     return False
 
 
+def under_main_guard(node: cst.CSTNode, ancestors: Iterable[cst.CSTNode]) -> bool:
+    """In the body of `if __name__ == "__main__":` (`ancestors`: the node's, nearest first)."""
+    inner = node
+    for ancestor in ancestors:
+        if type(ancestor) is cst.If and ancestor.body is inner and is_main_guard(ancestor.test):
+            return True
+        inner = ancestor
+    return False
+
+
 def is_main_guard(test: cst.BaseExpression) -> bool:
     """`__name__ == "__main__"` (either way round): code under it runs when the file is the
     program, not when it is imported."""

@@ -14,7 +14,7 @@ from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.analysis.local_names import function_bindings, target_names
 from torchdevlint.analysis.test_code import is_test_code
-from torchdevlint.analysis.tree import child_nodes, is_main_guard
+from torchdevlint.analysis.tree import child_nodes, under_main_guard
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -862,14 +862,6 @@ class LoadWithoutMapLocation(Rule):
                 continue
             self.report(call, fix=fix)
 
-    def _under_the_main_guard(self, call: cst.Call) -> bool:
-        """In the body of `if __name__ == "__main__":` (asked while the walk is at the call)."""
-        inner: cst.CSTNode = call
-        for ancestor in self.context.ancestors(call):
-            if isinstance(ancestor, cst.If) and ancestor.body is inner and is_main_guard(ancestor.test):
-                return True
-            inner = ancestor
-        return False
 
     def _project_may_have_saved_them(self) -> bool:
         """Some file of the project saves what may hold accelerator tensors; or the file has
@@ -920,7 +912,7 @@ class LoadWithoutMapLocation(Rule):
             if keyword is None:
                 return
         self._found.append((node, self._fix(node, keyword)))
-        if self._under_the_main_guard(node):
+        if under_main_guard(node, self.context.ancestors(node)):
             self._under_main_guard.add(id(node))
 
     def _fix(self, node: cst.Call, keyword: cst.Arg | None) -> PendingFix | None:

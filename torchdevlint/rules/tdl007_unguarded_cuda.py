@@ -19,7 +19,7 @@ from torchdevlint.analysis.cuda_uses import (
 )
 from torchdevlint.analysis.devices import LEGACY_CUDA_TENSOR_TYPES
 from torchdevlint.analysis.flow.values import ANYWHERE_PLACE, Off
-from torchdevlint.analysis.tree import descendants, is_main_guard, top_level_definition
+from torchdevlint.analysis.tree import descendants, top_level_definition, under_main_guard
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -878,7 +878,7 @@ class UnguardedCuda(Rule):
                     continue
             if self._device_switched_off(site.node):
                 continue
-            if elsewhere is not None and self._under_the_main_guard(site):
+            if elsewhere is not None and under_main_guard(site.visited, site.ancestors):
                 continue  # a module's own demo: it runs when the file is the script, not when imported
             if site.moved is not None and flow.value_of(site.moved).places == _ANYWHERE_ONLY:
                 continue  # a module without parameters or buffers (a loss): moving it touches no GPU
@@ -910,16 +910,6 @@ class UnguardedCuda(Rule):
             known = self._used_here[id(definition)] = \
                 len(word.findall(self.context.source)) > len(word.findall(self.context.code_for_node(definition)))
         return known
-
-    @staticmethod
-    def _under_the_main_guard(site: _Site) -> bool:
-        """In the body of `if __name__ == "__main__":`."""
-        inner = site.visited
-        for ancestor in site.ancestors:
-            if isinstance(ancestor, cst.If) and ancestor.body is inner and is_main_guard(ancestor.test):
-                return True
-            inner = ancestor
-        return False
 
     def _device_switched_off(self, node: cst.CSTNode) -> bool:
         """`with torch.cuda.device(args.gpu_index):` where the CPU mode sets the index to -1

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 
-_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+from torchdevlint.analysis.names import identifier_words
 
 
 def words(name: str) -> list[str]:
     """The lower-case words of a name or option (`--useGPU` -> use, gpu; `no_cuda` -> no, cuda)."""
-    return [word.lower() for word in _WORD.findall(name)]
+    return identifier_words(name)
 
 # What `from utils import *` brings where the module imported `torch` itself (a tutorial's
 # scripts sharing one helper module): names no other import of the file binds, by the
