@@ -16,6 +16,11 @@ from torchdevlint.analysis.devices import ACCELERATOR_TYPES
 
 
 class Kind(Enum):
+    # Members are singletons: hashing them by identity (C code) rather than by name (Enum's
+    # Python `__hash__`) is a tenth of an editor keystroke's analysis, which hashes kinds in
+    # every set test.
+    __hash__ = object.__hash__
+
     TENSOR = "tensor"
     # What calling a module returns: a tensor or a structure of tensors, where the module is.
     MODEL_OUTPUT = "model output"
@@ -38,6 +43,8 @@ class Kind(Enum):
 
 
 class PlaceKind(Enum):
+    __hash__ = object.__hash__  # see Kind
+
     HOST = "host"
     # A device the code names: a literal, a device variable, `x.device`.
     DEVICE = "device"
@@ -83,6 +90,8 @@ class Off(Enum):
     """A GPU setting switched off, where the code does not say how: False, None, 0 or -1, no
     device ids. As a test it is false; `is None`, `< 0`, `== -1` hold; `>= 0` does not."""
 
+    __hash__ = object.__hash__  # see Kind
+
     OFF = "off"
 
 
@@ -92,6 +101,8 @@ ModeConstant = bool | int | str | Off
 
 
 class Wrapping(Enum):
+    __hash__ = object.__hash__  # see Kind
+
     NO = "no"
     MAYBE = "maybe"
     YES = "yes"
