@@ -215,3 +215,39 @@ def test_printf_style_names_are_templates_and_a_bare_one_is_keyed_by_its_argumen
         net.load_state_dict(torch.load("%s.pt" % other))
         """
     ) == [True, False, True, False]
+
+
+def test_the_newest_file_a_glob_lists_after_the_loop_saved_the_files_it_matches() -> None:
+    # A notebook's last cells: checkpoints written in the loop, then the newest reloaded.
+    assert _loads_written_earlier(
+        """
+        import glob, os
+        import torch
+        def save_checkpoint(state, file_name):
+            torch.save(state, file_name)
+        for step in range(3):
+            save_checkpoint({"G": G.state_dict()}, "ckpt/gan{:06d}.pth.tar".format(step))
+        newest = sorted(glob.glob(os.path.join("ckpt", "*.pth.tar")))[-1]
+        state = torch.load(newest)
+        for epoch in range(3):
+            torch.save(net.state_dict(), os.path.join(args.out, f"epoch_{epoch}.pt"))
+        torch.load(max(glob.glob(os.path.join(args.out, "*.pt")), key=os.path.getmtime))
+        """
+    ) == [True, True]
+
+
+def test_a_glob_of_other_files_or_read_before_the_save_is_no_round_trip() -> None:
+    assert _loads_written_earlier(
+        """
+        import glob, os
+        import torch
+        found = sorted(glob.glob(os.path.join(args.out, "*.pt")))
+        if found:
+            net.load_state_dict(torch.load(found[-1]))  # a resume: an earlier run's file
+        for epoch in range(3):
+            torch.save(net.state_dict(), os.path.join(args.out, f"epoch_{epoch}.pt"))
+        torch.load(sorted(glob.glob("pretrained/*.pt"))[0])
+        torch.load(sorted(glob.glob(os.path.join(args.out, "*.pth")))[-1])
+        torch.load(sorted(glob.glob(os.path.join(args.other, "*.pt")))[-1])
+        """
+    ) == [False, False, False, False]

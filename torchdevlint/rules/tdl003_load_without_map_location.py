@@ -68,7 +68,9 @@ class LoadWithoutMapLocation(Rule):
     cell that reads what an earlier cell saved. The saving device is then the loading one.
     The save and the load must name the same file (the same literal, constant, `args.save`
     attribute, or `os.path.join` of those; or one module-level name assigned once, in no loop,
-    whatever folder it joins; or a parameter the function never rebinds, within one call), and
+    whatever folder it joins; or a parameter the function never rebinds, within one call; or
+    a file a glob lists, `sorted(glob.glob(os.path.join("ckpt", "*.pt")))[-1]`, where the
+    saved path matches the glob, `f"ckpt/epoch_{epoch}.pt"` saved in the loop), and
     the save must run first: earlier in the same
     body, in a same-file function called earlier, or before every call of the function that
     loads. A resume that loads before the script saves anything is still reported. Nor a

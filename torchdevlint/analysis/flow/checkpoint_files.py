@@ -14,12 +14,16 @@ this run?" from the syntax alone:
   excludes the load (`if train: save … else: load`); or when an earlier call in that body
   runs a same-file function that saves (at most three calls deep); or when the load is in a
   function every same-file call of which comes after such a save.
+- A load of a file a glob lists (`sorted(glob.glob(os.path.join("ckpt", "*.pt")))[-1]`)
+  reads one the program wrote where an earlier save's path matches the glob
+  (`f"ckpt/epoch_{epoch}.pt"`, saved in the loop before it).
 - A cache the program builds where it is missing (`if os.path.exists(p): x = torch.load(p)`
   / `else: x = build(); torch.save(x, p)`) is written by whichever machine reads it.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -276,10 +280,11 @@ class CheckpointFiles:
         body = self._bodies[id(scope)]
         for save in body.saves:
             path = saved_path(save)
-            if path is not None and self._precedes(save, node) and self._file_key(save, path, scope, {}) == key:
+            if path is not None and self._precedes(save, node) and _names_the_file(self._file_key(save, path, scope, {}), key):
                 return True
         for call in body.calls:
-            if self._precedes(call, node) and key in self._written_by_call(call, scope, depth, visiting):
+            if self._precedes(call, node) and any(
+                    _names_the_file(written, key) for written in self._written_by_call(call, scope, depth, visiting)):
                 return True
         if isinstance(scope, cst.FunctionDef) and self._written_by_the_constructor(scope, key):
             return True
@@ -305,7 +310,7 @@ class CheckpointFiles:
             return False
         for save in self._bodies[id(init)].saves:
             path = saved_path(save)
-            if path is None or self._file_key(save, path, init, {}) != key:
+            if path is None or not _names_the_file(self._file_key(save, path, init, {}), key):
                 continue
             # Unconditional in `__init__`: no `if`, loop or `try` between the save and the body.
             if not any(isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.TryStar, cst.Match))
@@ -400,6 +405,21 @@ class CheckpointFiles:
             if template is None or any(arg.keyword is not None or arg.star for arg in node.args):
                 return None
             return _family(re.sub(r"\{[^{}]*\}", "{}", template))
+        if isinstance(node, cst.Subscript) or isinstance(node, cst.Call) and dotted_name(node.func) in _PICKS:
+            # `sorted(glob.glob(pattern))[-1]`, `max(glob.glob(pattern), key=os.path.getmtime)`.
+            pattern = _globbed_pattern(node.value if isinstance(node, cst.Subscript) else node.args[0].value
+                                       if node.args else None)
+            if pattern is None:
+                return None
+            globbed = self._path_text(pattern, scope, arguments, depth, at)
+            return None if globbed is None or not _GLOB_CHARACTERS.search(globbed[0]) else f"glob({globbed[0]!r})"
+        if isinstance(node, cst.Call) and dotted_name(node.func) in _PATH_JOINS:
+            # One key for the file however its path is spelt (`os.path.join("ckpt", f"e{i}.pt")`,
+            # `"ckpt/e{}.pt".format(i)`), so that a glob of the folder can be matched with it.
+            path_text = self._path_text(node, scope, arguments, depth, at)
+            if path_text is not None:
+                joined, placeholders = path_text
+                return _family(joined) if placeholders else repr(joined) if "<" not in joined else f"path({joined!r})"
         if isinstance(node, cst.Call):
             function = dotted_name(node.func)
             if function is None or function == "open":
@@ -415,6 +435,34 @@ class CheckpointFiles:
                 return None
             return f"{function}({', '.join(key for key in keys if key is not None)})"
         return None
+
+    def _path_text(self, node: cst.BaseExpression, scope: _Scope, arguments: _Arguments, depth: int,
+                   at: int | None) -> tuple[str, bool] | None:
+        """A path's text, `{}` for each part a template leaves open, and whether there is one:
+        the parts of `os.path.join(...)` joined by `/`; a part the text cannot give (a folder
+        `args.out`) is its key in angle brackets. None where a part cannot be told at all."""
+        if isinstance(node, cst.Call) and dotted_name(node.func) in _PATH_JOINS:
+            if not node.args or any(arg.keyword is not None or arg.star for arg in node.args):
+                return None
+            parts = [self._path_text(arg.value, scope, arguments, depth, at) for arg in node.args]
+            if any(part is None for part in parts):
+                return None
+            texts = [part for part in parts if part is not None]
+            return "/".join(text.rstrip("/") for text, _ in texts[:-1]) + ("/" if len(texts) > 1 else "") + texts[-1][0], \
+                any(placeholders for _, placeholders in texts)
+        if isinstance(node, cst.SimpleString):
+            value = string_value(node)
+            return None if value is None or "<" in value else (value, False)
+        key = self._key(node, scope, arguments, depth - 1, at)
+        if key is None:
+            return None
+        template = _FAMILY_KEY.fullmatch(key)
+        if template is not None:
+            return cast(str, ast.literal_eval(template.group(1))), True
+        if key.startswith(("'", '"')):
+            value = ast.literal_eval(key)
+            return (value, False) if isinstance(value, str) and "<" not in value else None
+        return f"<{key}>", False
 
     def _added_family(self, node: cst.BinaryOperation, scope: _Scope, arguments: _Arguments, depth: int,
                       at: int | None) -> str | None:
@@ -767,6 +815,46 @@ def _family(template: str) -> str | None:
     if len(template.replace("{}", "").strip(" ./_-")) < 3:
         return None
     return f"family({re.sub(r'[0-9]+', '{}', template)!r})"
+
+
+# Functions that join a path's parts, and those that pick one file of a glob's list.
+_PATH_JOINS = frozenset({"os.path.join", "osp.join", "path.join"})
+_PICKS = frozenset({"max", "min", "sorted"})
+_GLOBS = frozenset({"glob.glob", "glob.iglob", "glob"})
+_GLOB_CHARACTERS = re.compile(r"[*?]")
+_FAMILY_KEY = re.compile(r"family\((.*)\)")
+_QUOTED_PATH_KEY = re.compile(r"(?:family|path)\((.*)\)|('.*'|\".*\")")
+
+
+def _globbed_pattern(listing: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """The pattern of `glob.glob(pattern)`, also as `sorted(...)` of it."""
+    while isinstance(listing, cst.Call) and dotted_name(listing.func) == "sorted" and listing.args:
+        listing = listing.args[0].value
+    if not isinstance(listing, cst.Call) or dotted_name(listing.func) not in _GLOBS or not listing.args:
+        return None
+    first = listing.args[0]
+    return first.value if first.keyword is None and not first.star else None
+
+
+def _names_the_file(saved: str | None, loaded: str) -> bool:
+    """Whether a save's path key names a file a load's key reads: the same key, or a glob
+    the saved path (a template's open parts taken as any text) matches."""
+    if saved is None:
+        return False
+    if saved == loaded:
+        return True
+    if not loaded.startswith("glob("):
+        return False
+    found = _QUOTED_PATH_KEY.fullmatch(saved)
+    if found is None:
+        return False
+    text = ast.literal_eval(found.group(1) or found.group(2))
+    pattern = ast.literal_eval(loaded[len("glob("):-1])
+    if not isinstance(text, str) or not isinstance(pattern, str) or "[" in pattern:
+        return False
+    # A file name's `*` and `?` stop at a folder; `{}`, a part the save leaves open, is any name.
+    expression = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(expression, text.replace("{}", "0")) is not None
 
 
 def _takes_self(function: cst.FunctionDef) -> bool:
