@@ -776,3 +776,45 @@ def test_a_method_run_while_the_class_collects_its_attributes_is_not_kept_as_fin
         """
     )
     assert [value.wrapping.name for value in values] == ["MAYBE", "MAYBE"]
+
+
+def test_a_loss_helper_called_from_a_training_function_is_where_this_call_s_model_is() -> None:
+    # `train(model, ...)` seen with its model unknown hands `loss_func` the output of a model
+    # "wherever it is"; called from the script with a model on the host (or the device), the
+    # helper's result is there too, not on "the module's device".
+    source = """
+        import torch
+        import torch.nn.functional as F
+
+        class Regression(torch.nn.Module):
+            def __init__(self, features):
+                super().__init__()
+                self.linear = torch.nn.Linear(features, 1)
+
+            def forward(self, x):
+                return self.linear(x).view(-1)
+
+        def loss_func(yhat, y):
+            return torch.mean((yhat - y) ** 2)
+
+        def train(model, x, y, epochs):
+            cost = []
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                loss = F.mse_loss(model.forward(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                with torch.no_grad():
+                    yhat = model.forward(x)
+                    cost.append(loss_func(yhat, y))
+            return cost
+
+        x, y = torch.randn(10, 3){move}, torch.randn(10){move}
+        model = Regression(x.size(1)){move}
+        probe(train(model, x, y, 20))
+    """
+    on_host, = _probes(source.format(move=""))
+    on_device, = _probes(source.format(move=".cuda()"))
+    assert on_host.on_host
+    assert on_device.on_accelerator

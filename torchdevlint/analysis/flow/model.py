@@ -1353,6 +1353,8 @@ class FlowModel:
                 result = self._with_devices_passed(result, target, call, arguments)
         if receiver is not None and receiver.places is not None:
             result = _substitute_module_device(result, receiver.places)
+        elif receiver is None and target.owner is None:
+            result = _placed_by_these_arguments(result, arguments)
         return result
 
     def _with_devices_passed(self, result: Value, target: _Definition, call: cst.Call,
@@ -1813,6 +1815,34 @@ def _substitute_parameter_devices(value: Value, devices: Mapping[str, Place]) ->
     places = frozenset(devices.get(place.symbol, place) if place.kind is PlaceKind.DEVICE else place
                        for place in value.places)
     return value if places == value.places else replace(value, places=places)
+
+
+# Kinds of argument that carry no data of a model's: they say nothing of where its result is.
+_NO_MODEL_DATA = frozenset({Kind.DEVICE, Kind.DATALOADER, Kind.DATASET, Kind.SCALAR, Kind.MEMORY_BUFFER,
+                            Kind.REFERENCE, Kind.OTHER})
+
+
+def _placed_by_these_arguments(result: Value, arguments: Sequence[Value]) -> Value:
+    """A plain function's result "on the module's device": where the models and the model
+    outputs it is handed are, as its summary saw them at other calls (a caller's run with its
+    own parameters unknown: `loss_func(model(x), y)` in a `train(model, x, y)` seen as
+    declared). Where this call hands it only data whose places are known, none on a module's
+    device, the result is where those are."""
+    if not _mentions_module_device(result):
+        return result
+    places: set[Place] = set()
+    for argument in arguments:
+        if argument.kinds and argument.kinds <= _NO_MODEL_DATA:
+            continue
+        if argument.places is None or MODULE_DEVICE_PLACE in argument.places:
+            return result
+        places |= argument.places
+    return _substitute_module_device(result, frozenset(places)) if places else result
+
+
+def _mentions_module_device(value: Value) -> bool:
+    return value.places is not None and MODULE_DEVICE_PLACE in value.places or any(
+        _mentions_module_device(item) for _, item in value.items or ())
 
 
 def _substitute_module_device(value: Value, places: frozenset[Place]) -> Value:
