@@ -59,6 +59,7 @@ RULE_INDEX: tuple[RuleEntry, ...] = (
     RuleEntry("TDL036", "module-of-a-model-wrapped-on-some-paths", True, None),
     RuleEntry("TDL037", "optimizer-state-loaded-before-move", True, None),
     RuleEntry("TDL038", "async-keyword-argument", True, None),
+    RuleEntry("TDL039", "device-index-of-a-host-tensor", True, None),
     RuleEntry("TDL101", "dataloader-starves-gpu", False, None),
     RuleEntry("TDL102", "non-blocking-without-pinned-memory", True, None),
     RuleEntry("TDL103", "host-sync-in-loop", False, None),

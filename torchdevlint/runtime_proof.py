@@ -100,6 +100,8 @@ OPTIMIZER_STATE_ELSEWHERE = re.compile(
 INVALID_DEVICE_ORDINAL = re.compile(r"invalid device ordinal")
 # Two ranks whose NCCL communicators share one GPU (NCCL checks it when it sets them up).
 DUPLICATE_GPU = re.compile(r"Duplicate GPU detected")
+# `x.get_device()` of a tensor on the CPU (-1) given as a device.
+NEGATIVE_DEVICE_INDEX = re.compile(r"Device index must not be negative")
 # PyTorch 0.3's `async=` argument on Python 3.7 or later: the file does not compile.
 ASYNC_KEYWORD = re.compile(r"SyntaxError: invalid syntax")
 PREFIXED_STATE_DICT = re.compile(
