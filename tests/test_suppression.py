@@ -27,6 +27,29 @@ def check_json(tmp_path: Path, *args: str) -> list[tuple[int, str]]:
     return findings(result.stdout)
 
 
+# ---- code the author says fails on purpose ------------------------------------------------
+
+
+def test_a_line_a_comment_says_fails_on_purpose_is_not_reported(tmp_path: Path) -> None:
+    # A teaching notebook shows the error: the finding is what the author demonstrates.
+    (tmp_path / "lesson.py").write_text(
+        "import torch\n"
+        "x = torch.zeros(3)\n"
+        "x.cuda()  # this will error? no: it is thrown away\n"
+        "x.cuda()  # not in place\n"
+        "# Note: this will error, the tensor is on the GPU\n"
+        "# (NumPy only reads host memory)\n"
+        "x.cuda().numpy()\n"
+        "\n"
+        "# will raise an error below\n"
+        "\n"
+        "x.cuda()\n"
+        "s = '# this will fail'; x.cuda()\n"
+    )
+    assert check_json(tmp_path, "--select", "TDL001,TDL006", "lesson.py") == [(4, "TDL001"), (11, "TDL001"),
+                                                                               (12, "TDL001")]
+
+
 # ---- file-level exemptions ---------------------------------------------------------------
 
 def test_a_file_level_noqa_turns_off_every_rule_or_the_named_ones(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from torchdevlint.suppression import (
     NO_EXEMPTION,
     FileExemption,
     SuppressionReview,
+    expected_failure_lines,
     file_exemption,
     is_suppressed,
     mentions_noqa,
@@ -370,6 +371,8 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
     # A finding's noqa directive may sit on a later line (after a backslash continuation or a
     # multi-line string); the map is made only for files that mention noqa.
     moved = (noqa_lines(source) or {}) if honor_noqa and mentions_noqa(source) else {}
+    # Lines a comment says fail on purpose ("# this will error"): what the author shows.
+    shown_failing = expected_failure_lines(source)
     diagnostics: list[Diagnostic] = []
     seen: set[tuple[str, int, int]] = set()
     # A rule may attach one fix to many findings (TDL203 routes every CUDA literal through one
@@ -382,7 +385,7 @@ def _diagnostics(reports: Sequence[Report], module: cst.Module, source: str, pat
         start = Location(code_range.start.line, code_range.start.column + 1)
         end = Location(code_range.end.line, code_range.end.column + 1)
         key = (report.rule.code, start.line, start.column)
-        if key in seen:
+        if key in seen or start.line in shown_failing:
             continue
         seen.add(key)
         noqa_line = moved.get(start.line, start.line)

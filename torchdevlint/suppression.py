@@ -235,6 +235,38 @@ def _comments(source: str) -> Iterable[tuple[int, int, str]]:
     return _tokens(source).comments
 
 
+# A comment saying the code beside or below it fails on purpose, as teaching notebooks show
+# an error: "(this will error)", "will raise an error", "this fails: the model is on the GPU".
+_EXPECTED_FAILURE = re.compile(
+    r"\b(?:will|would|should|going to|this)\s+(?:error|fail|raise|throw|crash)(?:s)?\b"
+    r"|\bwill\s+(?:cause|give|throw|raise)\s+(?:an?\s+)?error\b"
+    r"|\berrors?\s+out\b|\bexpected\s+to\s+fail\b",
+    re.IGNORECASE)
+
+
+def expected_failure_lines(source: str) -> frozenset[int]:
+    """Lines the author marked as failing on purpose, by a comment at their end or on the
+    lines just above them: their findings are what the author shows, not a bug to report."""
+    if _EXPECTED_FAILURE.search(source) is None:
+        return frozenset()
+    lines = source_lines(source)
+    found: set[int] = set()
+    for line, column, text in _comments(source):
+        if _EXPECTED_FAILURE.search(text) is None:
+            continue
+        if lines[line - 1][:column].strip():
+            found.add(line)  # at the end of the line it is about
+            continue
+        # A comment line above a statement: the next line of code, past the block's other
+        # comment lines (a blank line ends the block).
+        below = line + 1
+        while below <= len(lines) and lines[below - 1].lstrip().startswith("#"):
+            below += 1
+        if below <= len(lines) and lines[below - 1].strip():
+            found.add(below)
+    return frozenset(found)
+
+
 @dataclass(frozen=True)
 class NoqaDirective:
     """A `# noqa: CODES` in a comment; columns are 0-based code points within its line."""
