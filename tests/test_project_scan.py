@@ -525,6 +525,39 @@ def test_a_checkpoint_another_files_helper_saved_earlier_in_the_body_is_not_repo
     assert _lines(root, "TDL003") == [("exp.py", "TDL003", 10)]
 
 
+SAVES_WHERE_IT_IS_TOLD = """
+from pathlib import Path
+import torch
+
+def save_model(model, target_dir, model_name):
+    target_dir_path = Path(target_dir)
+    target_dir_path.mkdir(parents=True, exist_ok=True)
+    model_save_path = target_dir_path / model_name
+    torch.save(obj=model.state_dict(), f=model_save_path)
+"""
+
+NOTEBOOK_SAVES_THEN_RELOADS = """
+import torch
+from helpers import utils
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = make_model().to(device)
+weights = "classifier_20_percent.pth"
+utils.save_model(model=model, target_dir="models", model_name=weights)
+utils.save_model(model, "models", "baseline.pth")
+reloaded = make_model()
+reloaded.load_state_dict(torch.load("models/classifier_20_percent.pth"))
+reloaded.load_state_dict(torch.load("models/baseline.pth"))
+reloaded.load_state_dict(torch.load("models/other.pth"))
+"""
+
+
+def test_a_file_another_files_helper_saved_under_the_name_it_was_handed_is_not_reported(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"helpers/__init__.py": "", "helpers/utils.py": SAVES_WHERE_IT_IS_TOLD,
+                               "notebook.py": NOTEBOOK_SAVES_THEN_RELOADS})
+    # The two files the helper was handed were written earlier in the run; another was not.
+    assert _lines(root, "TDL003") == [("notebook.py", "TDL003", 11)]
+
+
 ACQUIRES_A_DEVICE = """
 import os
 import torch

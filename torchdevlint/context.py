@@ -216,7 +216,8 @@ class FileContext:
                                    lambda: (stateful_module_classes(self.path), module_classes(self.path),
                                             movers(self.path)),
                                    lambda: default_device_elsewhere(self.path) is not None,
-                                   lambda qualified, path_code: saves_the_file(self.path, qualified, path_code))
+                                   lambda qualified, path_code, arguments: saves_the_file(self.path, qualified, path_code,
+                                                                                          arguments))
         return self._flow
 
     def enclosing_scope(self, node: cst.CSTNode) -> Scope:

@@ -54,7 +54,7 @@ import re
 import stat
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -472,10 +472,13 @@ def movers(path: str, store: Path | None = None) -> frozenset[str]:
     return frozenset() if facts is None else facts.movers
 
 
-def saves_the_file(path: str, qualified: str, path_code: str, store: Path | None = None) -> bool:
+def saves_the_file(path: str, qualified: str, path_code: str, arguments: Sequence[tuple[str, str]] = (),
+                   store: Path | None = None) -> bool:
     """Whether the function or class `qualified` (`utils.tools.EarlyStopping`) of another file
     of the project of `path` saves a checkpoint of the file `path_code` names
-    (`path + '/' + 'checkpoint.pth'`): a run that calls it before a load of that file wrote it."""
+    (`path + '/' + 'checkpoint.pth'`): a run that calls it before a load of that file wrote it.
+    `arguments` are the call's, (position or keyword, code): a function that saves to the file
+    a parameter names (`save_model(model, target_dir, model_name)`) saves the one it is handed."""
     facts = _facts(path, store)
     if facts is None or not facts.savers:
         return False
@@ -483,11 +486,26 @@ def saves_the_file(path: str, qualified: str, path_code: str, store: Path | None
     parts = qualified.split(".")
     if not file_name or len(parts) < 2:
         return False
-    if f"{parts[-2]}.{parts[-1]}:{file_name}" in facts.savers:
+    saver = f"{parts[-2]}.{parts[-1]}"
+    if not any(entry.partition(":")[0] == saver for entry in facts.savers):
+        # Re-exported by a package (`from utils import EarlyStopping`): a name one file defines.
+        defining = {entry.partition(":")[0] for entry in facts.savers
+                    if entry.partition(":")[0].endswith(f".{parts[-1]}")}
+        if len(defining) != 1:
+            return False
+        saver = defining.pop()
+    if f"{saver}:{file_name}" in facts.savers:
         return True
-    # Re-exported by a package (`from utils import EarlyStopping`): a name one file defines.
-    defining = {entry.partition(":")[0] for entry in facts.savers if entry.partition(":")[0].endswith(f".{parts[-1]}")}
-    return len(defining) == 1 and f"{defining.pop()}:{file_name}" in facts.savers
+    given = dict(arguments)
+    for entry in facts.savers:
+        name, _, written = entry.partition(":")
+        if name != saver or not written.startswith("@"):
+            continue
+        parameter, _, position = written[1:].partition("@")
+        code = given.get(parameter, given.get(position))
+        if code is not None and path_target_of_code(code).file_name == file_name:
+            return True
+    return False
 
 
 def module_classes(path: str, store: Path | None = None) -> frozenset[str]:
@@ -1361,8 +1379,31 @@ def _savers(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:
                 name = path_target(saved).file_name if saved is not None else ""
                 if name:
                     names.add(name)
+                elif saved is not None and function is node:
+                    named_by = _file_name_parameter(saved, function, assigned)
+                    if named_by:
+                        names.add(named_by)
         found.extend(f"{node.name}:{name}" for name in sorted(names))
     return tuple(found)
+
+
+def _file_name_parameter(saved: ast.expr, function: ast.FunctionDef | ast.AsyncFunctionDef,
+                         assigned: dict[str, ast.expr]) -> str:
+    """`@name@position` where the file name of a saved path is a parameter of the top-level
+    function, never rebound (`target_dir_path / model_name`, `os.path.join(folder,
+    file_name)`); "" otherwise."""
+    last: ast.expr | None = None
+    if isinstance(saved, ast.BinOp) and isinstance(saved.op, ast.Div):
+        last = saved.right
+    elif isinstance(saved, ast.Call) and saved.args and not saved.keywords and isinstance(saved.func, ast.Attribute) \
+            and saved.func.attr == "join":
+        last = saved.args[-1]
+    if not isinstance(last, ast.Name) or last.id in assigned:
+        return ""
+    parameters = [argument.arg for argument in (*function.args.posonlyargs, *function.args.args)]
+    if last.id not in parameters:
+        return ""
+    return f"@{last.id}@{parameters.index(last.id)}"
 
 
 def _saved_parameters(source: bytes, parsed: _ParsedOnce) -> tuple[str, ...]:

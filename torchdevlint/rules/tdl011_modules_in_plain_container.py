@@ -63,7 +63,9 @@ class ModulesInPlainContainer(Rule):
     on the first GPU run), `model.parameters()` does not list them (the optimizer never
     trains them), and the state dict does not save them.
 
-    Lists of modules that are registered elsewhere (`[self.conv1, self.conv2]`), or one by one
+    Lists of modules that are registered elsewhere (`[self.conv1, self.conv2]`, or items of
+    the list handed to a registered `nn.Sequential(self.noisy[0], nn.ReLU(), self.noisy[1])`,
+    the list kept to reach them by index), or one by one
     in a loop over the container (`for i, m in enumerate(self.layers): self.add_module(f"l{i}",
     m)`, or their parameters handed to a method of the module, `self.register_parameter(...)`
     or a helper of its own), are fine, and
@@ -89,6 +91,25 @@ class ModulesInPlainContainer(Rule):
     requires_any_text = ("__init__",)
 
     VALID = [
+        Valid(
+            """
+            import torch.nn as nn
+
+            class NoisyDQN(nn.Module):
+                def __init__(self, features, actions):
+                    super().__init__()
+                    self.noisy_layers = [nn.Linear(features, 512), nn.Linear(512, actions)]
+                    self.head = nn.Sequential(self.noisy_layers[0], nn.ReLU(), self.noisy_layers[1])
+
+                def forward(self, x):
+                    return self.head(x)
+
+                def reset_noise(self):
+                    for layer in self.noisy_layers:
+                        nn.init.normal_(layer.weight, std=0.01)
+            """,
+            name="items-handed-to-a-registered-sequential",
+        ),
         Valid(
             """
             import torch.nn as nn

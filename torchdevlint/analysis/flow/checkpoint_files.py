@@ -64,6 +64,9 @@ def _is_structural(node_type: type) -> bool:
     return structural
 
 
+# Whether a function or class of another file (by qualified name), called with these arguments
+# ((position or keyword, code), ...), saves a file of the name a path's code names.
+_SavedElsewhere = Callable[[str, str, tuple[tuple[str, str], ...]], bool]
 # A parameter's argument at the call being followed, and the body that call is in.
 _Arguments = dict[str, tuple[cst.BaseExpression, _Scope]]
 
@@ -119,7 +122,7 @@ class CheckpointFiles:
     # ---- the one question --------------------------------------------------------------
 
     def written_before(self, load: cst.Call, qualified_name: _QualifiedName,
-                       saved_elsewhere: Callable[[str, str], bool] | None = None) -> bool:
+                       saved_elsewhere: _SavedElsewhere | None = None) -> bool:
         """Whether this run of the program saved the file `load` reads before it reads it.
         `qualified_name` is the model's (passed, not kept: a model holding a method of itself
         would be a cycle only the garbage collector frees); `saved_elsewhere` says whether a
@@ -206,7 +209,7 @@ class CheckpointFiles:
 
     def _saved_by_another_file_before(self, load: cst.Call, path: cst.BaseExpression, scope: _Scope,
                                       qualified_name: _QualifiedName,
-                                      saved_elsewhere: Callable[[str, str], bool]) -> bool:
+                                      saved_elsewhere: _SavedElsewhere) -> bool:
         """An earlier call in the load's body runs a function or class of another file of the
         project that saves a file of the name the load reads (`early_stopping(loss, model,
         path)`, an `EarlyStopping` instance whose method saves `path + '/' + 'checkpoint.pth'`,
@@ -227,9 +230,23 @@ class CheckpointFiles:
                 if len(bound) == 1 and isinstance(bound[0], cst.Call):
                     callee = bound[0].func  # an instance, called: its class's code runs
             qualified = qualified_name(scope, callee)
-            if qualified is not None and not qualified.startswith("torch.") and saved_elsewhere(qualified, path_code):
+            arguments = tuple((arg.keyword.value if arg.keyword is not None else str(position),
+                               self._module.code_for_node(self._bound_once_in(body, arg.value)))
+                              for position, arg in enumerate(call.args) if not arg.star)
+            if qualified is not None and not qualified.startswith("torch.") and saved_elsewhere(qualified, path_code,
+                                                                                                 arguments):
                 return True
         return False
+
+    @staticmethod
+    def _bound_once_in(body: _Body, value: cst.BaseExpression) -> cst.BaseExpression:
+        """What a name the body binds once stands for (`model_path = "best.pth"`); the
+        expression itself otherwise."""
+        if isinstance(value, cst.Name):
+            bound = body.bindings.get(value.value, [])
+            if len(bound) == 1 and bound[0] is not None:
+                return bound[0]
+        return value
 
     def _built_where_missing(self, load: cst.Call, scope: _Scope, key: str) -> bool:
         """The load reads a cache the program writes itself where it is missing: it runs on

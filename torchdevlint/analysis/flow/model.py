@@ -112,7 +112,8 @@ class FlowModel:
                  memory: FlowMemory | None = None,
                  project_module_classes: Callable[[], tuple[frozenset[str], frozenset[str], frozenset[str]]] | None = None,
                  project_default_device: Callable[[], bool] | None = None,
-                 project_saves_the_file: Callable[[str, str], bool] | None = None) -> None:
+                 project_saves_the_file: Callable[[str, str, tuple[tuple[str, str], ...]], bool] | None = None
+                 ) -> None:
         self.module = module
         # Whether a function or class of another file of the project (by qualified name) saves
         # the file a path's code names (see `project_scan.saves_the_file`).
@@ -888,8 +889,9 @@ class FlowModel:
 
     def attributes_handed_to_modules(self, method: cst.FunctionDef) -> frozenset[str]:
         """The attributes of `self` that a method hands to a call making a module
-        (`nn.Sequential(*self.layers)`, `nn.ModuleList(self.blocks)`), nested functions
-        included: a container kept there is registered after all."""
+        (`nn.Sequential(*self.layers)`, `nn.ModuleList(self.blocks)`), or hands the items of
+        (`nn.Sequential(self.noisy[0], nn.ReLU(), self.noisy[1])`), nested functions included:
+        a container kept there is registered after all."""
         params = method.params.params
         if not params:
             return frozenset()
@@ -901,9 +903,10 @@ class FlowModel:
             if type(node) is cst.FunctionDef:
                 scope = node
             elif type(node) is cst.Call:
-                handed = [arg.value.attr.value for arg in node.args
-                          if isinstance(arg.value, cst.Attribute) and isinstance(arg.value.value, cst.Name)
-                          and arg.value.value.value == self_name]
+                handed = [attribute.attr.value for arg in node.args
+                          if isinstance(attribute := arg.value.value if type(arg.value) is cst.Subscript else arg.value,
+                                        cst.Attribute)
+                          and isinstance(attribute.value, cst.Name) and attribute.value.value == self_name]
                 flow = self.flow_for(scope) if handed else None
                 if flow is not None and flow.values.get(id(node), UNKNOWN).is_module_like:
                     found.update(handed)
