@@ -450,3 +450,56 @@ def test_python_builtins_of_tensors_give_tensors_and_of_numbers_numbers() -> Non
     assert summed.is_tensor_like and summed.on_accelerator
     assert biggest.is_tensor_like and absolute.is_tensor_like and rounded.is_tensor_like
     assert counted.kinds == {Kind.SCALAR} and length.kinds == {Kind.SCALAR}
+
+
+def test_a_class_of_another_library_given_a_forward_is_a_module() -> None:
+    # espnet's E2E, directly, through a class of the file or a star import: its sub-modules
+    # are where the model is, not on the host; torch's autograd Function is no Module.
+    in_method, through_the_file, star_imported, function = kinds_of(
+        """
+        import torch
+        from espnet.nets.e2e_asr_transformer import E2E
+        from espnet.nets.transformer.encoder import *
+
+        class Discriminator(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(4, 1)
+            def forward(self, x):
+                return self.fc(x)
+
+        class Adapted(E2E):
+            def __init__(self):
+                super().__init__()
+                self.critic = Discriminator()
+            def forward(self, x):
+                probe(self.critic(x))
+
+        class Plain(E2E):
+            def recognize(self, x):
+                return x
+
+        class Domain(Plain):
+            def __init__(self):
+                super().__init__()
+                self.critic = Discriminator()
+            def forward(self, x):
+                probe(self.critic(x))
+
+        class CustomEncoder(Encoder):
+            def __init__(self):
+                super().__init__()
+                self.critic = Discriminator()
+            def forward(self, x):
+                probe(self.critic(x))
+
+        class Reverse(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                probe(Discriminator()(x))
+                return x
+        """
+    )
+    for value in (in_method, through_the_file, star_imported):
+        assert not value.on_host and value.may_be_on_accelerator
+    assert function.on_host

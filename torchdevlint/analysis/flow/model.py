@@ -61,7 +61,7 @@ from torchdevlint.analysis.flow.values import (
     tensor,
 )
 from torchdevlint.analysis.local_names import rebound_parameters
-from torchdevlint.analysis.names import ImportTable, dotted_name, module_import_table
+from torchdevlint.analysis.names import ImportTable, dotted_name, module_bound_names, module_import_table
 from torchdevlint.analysis.tree import child_nodes, descendants, first_argument, is_main_guard
 from torchdevlint.budget import Deadline, NoDeadline
 
@@ -102,6 +102,8 @@ class _ClassSummary:
     skipped: frozenset[int] = frozenset()
     collecting: bool = False
     class_level: dict[str, Value] = field(default_factory=dict)
+    # A base, or a base's base in the file, is a class of another library than torch.
+    library_base: bool = False
 
 
 class FlowModel:
@@ -118,6 +120,8 @@ class FlowModel:
         # Whether a function or class of another file of the project (by qualified name) saves
         # the file a path's code names (see `project_scan.saves_the_file`).
         self._project_saves_the_file = project_saves_the_file
+        # Names the module's body binds (read on first need).
+        self._module_bound: set[str] | None = None
         # Whether another file of the program changes the default device (see
         # `project_scan.default_device_elsewhere`), asked once where it matters.
         self._project_default_device = project_default_device
@@ -1067,6 +1071,11 @@ class FlowModel:
             return False
         return function.name.value in self._uses().called_only_on_self
 
+    def _bound_by_module(self) -> set[str]:
+        if self._module_bound is None:
+            self._module_bound = module_bound_names(self.module)
+        return self._module_bound
+
     def _uses(self) -> NameUses:
         if self._name_uses is None:
             self._name_uses = name_uses(self.module, self._memory.statement_name_uses if self._memory else None)
@@ -1665,6 +1674,7 @@ class FlowModel:
         """Whether a base makes the class an `nn.Module`: torch's, a same-file Module class, or
         (with `other_files`) a Module class of another file of the project."""
         flow = self._flows.get(id(enclosing)) or self._running.get(id(enclosing)) or self._flow(enclosing)
+        library_base = False
         for base in node.bases:
             if base.keyword is not None:
                 continue
@@ -1675,11 +1685,14 @@ class FlowModel:
                 imported = self._imported_from(base.value) if other_files else None
                 if imported is not None and self._in_project_classes(imported, stateful=False):
                     return True
+                # `class CustomEncoder(Encoder)` after `from espnet...encoder import *`.
+                library_base = library_base or self._star_imported_from_a_library(base.value)
                 continue
             if reference.definition is not None:
                 base_summary = self._class(reference.definition)
                 if base_summary is not None and base_summary.is_module:
                     return True
+                library_base = library_base or base_summary is not None and base_summary.library_base
                 continue
             qualified = reference.qualified
             if qualified in torch_api.MODULE_BASE_CLASSES or torch_api.is_module_constructor(qualified) \
@@ -1687,7 +1700,23 @@ class FlowModel:
                     or other_files and self._in_project_classes(qualified, stateful=False):
                 # (Also a Module class of another file of the project: `class LSTMDecoder(Decoder)`.)
                 return True
-        return False
+            library_base = library_base or _library_model_base(qualified)
+        summary = self._classes.get(id(node))
+        if summary is not None:
+            summary.library_base = library_base
+        # A class of another library (espnet's `E2E`, directly or through a class of the file)
+        # that the class gives a `forward`: a Module, as only a Module's `forward` is called so.
+        return library_base and any(type(item) is cst.FunctionDef and item.name.value == "forward"
+                                    for item in node.body.body)
+
+    def _star_imported_from_a_library(self, base: cst.BaseExpression) -> bool:
+        """A name the file binds nowhere, where it star-imports from another library than torch."""
+        if not isinstance(base, cst.Name) or base.value in self._bound_by_module():
+            return False
+        return any(isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar)
+                   and _library_model_base(f"{dotted_name(small.module) if small.module else ''}.{base.value}")
+                   for statement in self.module.body if isinstance(statement, cst.SimpleStatementLine)
+                   for small in statement.body)
 
     def _self_value(self, class_id: int) -> Value:
         summary = self._class(class_id)
@@ -1772,6 +1801,14 @@ class FlowModel:
 
 def _operand_values(meeting: Meeting | None) -> tuple[Value, ...] | None:
     return None if meeting is None else tuple(operand.value for operand in meeting.operands)
+
+
+def _library_model_base(qualified: str) -> bool:
+    """A base class imported from another library than torch (whose classes the brain knows)
+    or Python's own: `espnet.nets.pytorch_backend.e2e_asr_transformer.E2E`."""
+    root = qualified.partition(".")[0]
+    return "." in qualified and root not in ("torch", "builtins", "abc", "typing", "collections", "enum",
+                                              "dataclasses", "numpy", "object")
 
 
 def _computed_from_unplaced_inputs(result: Value, arguments: Sequence[Value]) -> bool:
