@@ -21,6 +21,9 @@ def _converts_to_numpy(qualified: str) -> bool:
         or qualified.startswith(torch_api.CONVERTS_ARGUMENTS_TO_NUMPY)
 
 
+_MAKES_AXES = torch_api.MATPLOTLIB_AXES | torch_api.MATPLOTLIB_FIGURE_AND_AXES
+
+
 class NumpyOnDeviceTensor(Rule):
     """
     ## What it does
@@ -32,7 +35,9 @@ class NumpyOnDeviceTensor(Rule):
     finds the implicit conversions that fail the same way: such a tensor passed to
     `np.array`, `np.asarray`, `np.transpose` and the other NumPy functions that make arrays of
     their arguments (but not those that call the tensor's own method, such as `np.squeeze`), or
-    to a matplotlib function (`plt.scatter(x[:, 0], x[:, 1])`, `plt.imshow(image)`), and `.numpy()` in a
+    to a matplotlib function or Axes method (`plt.scatter(x[:, 0], x[:, 1])`, `plt.imshow(image)`,
+    `ax.plot(...)` on the Axes of `fig, ax = plt.subplots()`), also as an item of a list or tuple
+    written there (`plt.plot([x_min, x_max], [y_min, y_max])` of 0-dim tensors), and `.numpy()` in a
     module's `forward` of data where the module is (`h.data.numpy()`), which fails once the
     model is on a GPU. Also finds a list of such tensors handed to those conversions: the
     accuracy curve of an evaluation helper that adds up `(predictions == labels).sum()` from
@@ -208,6 +213,35 @@ class NumpyOnDeviceTensor(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import matplotlib.pyplot as plt
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            weights = torch.randn(2, device=device)
+            x_min, x_max = -2, 2
+            y_min = -(weights[0] * x_min) / weights[1]
+            y_max = -(weights[0] * x_max) / weights[1]
+            fig, ax = plt.subplots(1, 2)
+            ax[0].plot([x_min, x_max], [y_min, y_max])
+            """,
+            fixed="""
+            import matplotlib.pyplot as plt
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            weights = torch.randn(2, device=device)
+            x_min, x_max = -2, 2
+            y_min = -(weights[0] * x_min) / weights[1]
+            y_max = -(weights[0] * x_max) / weights[1]
+            fig, ax = plt.subplots(1, 2)
+            ax[0].plot([x_min, x_max], [y_min.cpu(), y_max.cpu()])
+            """,
+            applicability=Applicability.SAFE,
+            count=2,
+            name="a-decision-boundary-drawn-from-device-weights-on-axes",
+        ),
         Invalid(
             """
             import numpy as np
@@ -638,6 +672,8 @@ class NumpyOnDeviceTensor(Rule):
         # The project's helpers that call `.numpy()` on a parameter, by their last name (read
         # once, where a call's name matches one).
         self._numpy_helpers: dict[str, tuple[tuple[int, str], ...]] | None = None
+        # Names the file binds to matplotlib Axes (see `visit_Assign`).
+        self._axes: set[str] = set()
         self._numpy_helper_names: set[str] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -649,6 +685,9 @@ class NumpyOnDeviceTensor(Rule):
         if self._check_helper_call(node):
             return
         qualified = self.context.names.qualified_name(node.func, among=_converts_to_numpy)
+        axes_method = qualified is None and self._axes_method(node) is not None
+        if axes_method:
+            qualified = self._axes_method(node)
         if qualified is None:
             return
         positional: list[cst.Arg] = []
@@ -660,12 +699,46 @@ class NumpyOnDeviceTensor(Rule):
         positions = torch_api.numpy_converted_arguments(qualified)
         converted = positional if positions is None else [positional[index] for index in positions
                                                            if index < len(positional)]
-        name = qualified.replace("numpy.", "np.").replace("matplotlib.pyplot.", "plt.")
+        name = self.context.code_for_node(node.func) if axes_method else \
+            qualified.replace("numpy.", "np.").replace("matplotlib.pyplot.", "plt.")
         for arg in converted:
+            if isinstance(arg.value, (cst.List, cst.Tuple)):
+                # `plt.plot([x_min, x_max], [y_min, y_max])`: each item is converted.
+                for element in arg.value.elements:
+                    if not isinstance(element, cst.StarredElement):
+                        self._check(element.value, element.value, f"{name}() converts a tensor that is on a GPU to "
+                                                                  "NumPy; copy it to the host with .cpu() first")
+                continue
             if self._check_collection(arg.value, name):
                 continue
             self._check(arg.value, arg.value, f"{name}() converts a tensor that is on a GPU to NumPy; "
                                               "copy it to the host with .cpu() first")
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        # `fig, ax = plt.subplots(...)`, `ax = plt.gca()`: names of Axes (see `_axes_method`).
+        if not isinstance(node.value, cst.Call) or len(node.targets) != 1:
+            return
+        made = self.context.names.qualified_name(node.value.func, among=_MAKES_AXES)
+        target = node.targets[0].target
+        if made in torch_api.MATPLOTLIB_AXES and isinstance(target, cst.Name):
+            self._axes.add(target.value)
+        elif made in torch_api.MATPLOTLIB_FIGURE_AND_AXES and isinstance(target, (cst.Tuple, cst.List)) \
+                and len(target.elements) == 2 and isinstance(target.elements[1].value, cst.Name):
+            self._axes.add(target.elements[1].value.value)
+
+    def _axes_method(self, call: cst.Call) -> str | None:
+        """`ax.plot(...)`, `axes[0, 1].imshow(...)` on Axes the file made with pyplot: the
+        pyplot function of the same name, which converts its arguments alike."""
+        func = call.func
+        if not self._axes or not isinstance(func, cst.Attribute):
+            return None
+        root = func.value
+        while isinstance(root, cst.Subscript):
+            root = root.value
+        if not isinstance(root, cst.Name) or root.value not in self._axes:
+            return None
+        qualified = f"matplotlib.pyplot.{func.attr.value}"
+        return qualified if _converts_to_numpy(qualified) else None
 
     def _check_helper_call(self, call: cst.Call) -> bool:
         """`show_scatterplot(X, colors)`, a function of another file of the project that calls

@@ -181,6 +181,12 @@ FROM_NUMPY: frozenset[str] = frozenset({"torch.from_numpy", "torch.tensor", "tor
 # Libraries whose functions convert every tensor argument to a NumPy array (through
 # `Tensor.__array__`, which calls `.numpy()`).
 CONVERTS_ARGUMENTS_TO_NUMPY: tuple[str, ...] = ("matplotlib.",)
+# pyplot calls that give Axes, whose plotting methods convert as pyplot's functions of the same
+# name do (`fig, ax = plt.subplots()`, then `ax.plot(x, y)`): the one Axes, or the figure and
+# the Axes (or an array of them) as the second item.
+MATPLOTLIB_AXES: frozenset[str] = frozenset({"matplotlib.pyplot.gca", "matplotlib.pyplot.axes",
+                                             "matplotlib.pyplot.subplot"})
+MATPLOTLIB_FIGURE_AND_AXES: frozenset[str] = frozenset({"matplotlib.pyplot.subplots"})
 
 
 def numpy_converted_arguments(qualified: str) -> tuple[int, ...] | None:
