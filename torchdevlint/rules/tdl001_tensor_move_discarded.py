@@ -9,7 +9,7 @@ import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.flow.results import FixAgreement
-from torchdevlint.analysis.tree import ends_notebook_cell
+from torchdevlint.analysis.tree import descendants, ends_notebook_cell
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -26,6 +26,27 @@ def _move_chain_base(expression: cst.BaseExpression) -> tuple[cst.BaseExpression
         moved = True
         expression = expression.func.value
     return expression, moved
+
+
+def _bound_names(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The names (and other targets) an assignment, loop or `with` binds."""
+    targets: list[cst.BaseExpression]
+    if isinstance(node, cst.Assign):
+        targets = [target.target for target in node.targets]
+    elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
+        targets = [node.target]
+    elif isinstance(node, cst.With):
+        targets = [item.asname.name for item in node.items if item.asname is not None]
+    else:
+        return []
+    found: list[cst.BaseExpression] = []
+    while targets:
+        target = targets.pop()
+        if isinstance(target, (cst.Tuple, cst.List)):
+            targets.extend(element.value for element in target.elements)
+        else:
+            found.append(target)
+    return found
 
 
 def _has_string_key(node: cst.Subscript) -> bool:
@@ -61,6 +82,10 @@ class TensorMoveDiscarded(Rule):
     Tensor-only method on (`batch.view(...)`, `batch.size(0)`, `batch.numel()`), or hands a
     model as a positional input (`model(src, src_mask)`; not `save_model(net, path)`), is a
     Tensor.
+    Nor `.float()` of a tensor every assignment of which in its scope is a float32 factory
+    without `dtype=` (`torch.zeros(n, k)`, also through in-place methods: `y.scatter_(...)
+    .float()`), in a file that does not change the default dtype: it gives the tensor itself
+    back, so throwing it away changes nothing.
     In a notebook, `.cpu()` ending its cell (`y_preds.cpu()`) is not reported: Jupyter shows
     the tensor, which is the point; a move to the device there is.
 
@@ -97,6 +122,17 @@ class TensorMoveDiscarded(Rule):
     requires_any_text = tuple(f".{method}" for method in sorted(torch_api.MOVE_METHODS))
 
     VALID = [
+        Valid(
+            """
+            import torch
+
+            def to_onehot(y, num_classes):
+                y_onehot = torch.zeros(y.size(0), num_classes)
+                y_onehot.scatter_(1, y.view(-1, 1).long(), 1).float()
+                return y_onehot
+            """,
+            name="float-of-a-float32-tensor-is-the-tensor-itself",
+        ),
         Valid(
             """
             import torch
@@ -559,6 +595,8 @@ class TensorMoveDiscarded(Rule):
         # The receiver of the first move must be a Tensor, so the whole chain is one.
         if not self.context.flow.value_of(base).is_tensor_like:
             return
+        if self._float_of_a_float32_tensor(value, base):
+            return
         fix = None
         if self._can_assign_back(base):
             # `batch[0] = ...` fails when a custom collate_fn returns a tuple; a string key
@@ -566,6 +604,37 @@ class TensorMoveDiscarded(Rule):
             positional_item = isinstance(base, cst.Subscript) and not _has_string_key(base)
             fix = self._assignment_fix(node, value, [base], always_unsafe=positional_item)
         self.report(node, fix=fix)
+
+    def _float_of_a_float32_tensor(self, value: cst.BaseExpression, base: cst.BaseExpression) -> bool:
+        """`y_onehot.scatter_(1, index, 1).float()` where every assignment of `y_onehot` in its
+        scope is a float32 factory without `dtype=` (`torch.zeros(n, k)`): `.float()` gives
+        the tensor itself back, so throwing it away changes nothing."""
+        methods: set[str] = set()
+        current = value
+        while current is not base and isinstance(current, cst.Call) and isinstance(current.func, cst.Attribute):
+            methods.add(current.func.attr.value)
+            current = current.func.value
+        if methods != {"float"}:
+            return False
+        # In-place methods (`scatter_`, `zero_`) give their receiver back.
+        while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and base.func.attr.value.endswith("_") \
+                and not base.func.attr.value.startswith("_"):
+            base = base.func.value
+        if not isinstance(base, cst.Name) or any(setter in self.context.source
+                                                 for setter in torch_api.DEFAULT_DTYPE_SETTERS):
+            return False
+        scope = self.context.binding_scope(base.value)
+        if scope is None:
+            return False
+        made = [node for node in descendants(scope, into_definitions=False)
+                if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.With)
+                and any(type(name) is cst.Name and name.value == base.value for name in _bound_names(node))]
+        names = self.context.names
+        return bool(made) and all(
+            type(node) is cst.Assign and isinstance(node.value, cst.Call)
+            and names.qualified_name(node.value.func, among=torch_api.DEFAULT_FLOAT_FACTORIES) is not None
+            and not any(arg.keyword is not None and arg.keyword.value == "dtype" for arg in node.value.args)
+            for node in made)
 
     def _assignment_fix(self, statement: cst.Expr, value: cst.BaseExpression,
                         target_nodes: Sequence[cst.BaseExpression], *, always_unsafe: bool) -> PendingFix | None:

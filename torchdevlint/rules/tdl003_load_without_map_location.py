@@ -14,7 +14,7 @@ from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.analysis.local_names import function_bindings, target_names
 from torchdevlint.analysis.test_code import is_test_code
-from torchdevlint.analysis.tree import child_nodes, under_main_guard
+from torchdevlint.analysis.tree import child_nodes, descendants, under_main_guard
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -62,7 +62,9 @@ class LoadWithoutMapLocation(Rule):
     ## Not reported
     Not reported where the program reads what it loaded as host data, `.numpy()` on a name
     the load bound (`image, label = torch.load(path)`, then `image.numpy()`): `.numpy()`
-    refuses a GPU tensor, so the file holds host tensors.
+    refuses a GPU tensor, so the file holds host tensors. Nor a learning-rate scheduler's
+    state loaded into it (`scheduler.load_state_dict(torch.load(path))`, `scheduler` made by
+    `torch.optim.lr_scheduler`): it holds numbers, no tensors.
     Nor when the same run of the program wrote the file earlier: a script
     that saves its best weights during training and reloads them to evaluate, or a notebook
     cell that reads what an earlier cell saved. The saving device is then the loading one.
@@ -175,6 +177,19 @@ class LoadWithoutMapLocation(Rule):
     options: LoadOptions
 
     VALID = [
+        Valid(
+            """
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 2).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max")
+            torch.save(model.state_dict(), "model.pt")
+            scheduler.load_state_dict(torch.load("saved/scheduler.pt"))
+            """,
+            name="a-learning-rate-scheduler-s-state-holds-no-tensors",
+        ),
         Valid(
             """
             import hashlib
@@ -906,6 +921,8 @@ class LoadWithoutMapLocation(Rule):
             return  # only where the program has chosen the GPU (`if args.cuda:`)
         if self._read_as_host_data(node):
             return  # what the file holds is host data: a GPU did not save it
+        if self._loaded_into_a_scheduler(node):
+            return  # a learning-rate scheduler's state: numbers, no tensors
         keyword = next((arg for arg in node.args if arg.keyword is not None and arg.keyword.value == "map_location"), None)
         if keyword is not None and not (isinstance(keyword.value, cst.Name) and keyword.value.value == "None"):
             return
@@ -1043,6 +1060,28 @@ class LoadWithoutMapLocation(Rule):
         local = set().union(*(function_bindings(function).local for function in functions))
         return [name for name, value in (module_env or {}).items()
                 if "device" in name.lower() and value.is_device and name not in local]
+
+    def _loaded_into_a_scheduler(self, node: cst.Call) -> bool:
+        """`scheduler.load_state_dict(torch.load(path))` where every assignment of `scheduler`
+        in its scope makes a `torch.optim.lr_scheduler` scheduler, whose state holds no tensors."""
+        ancestors = self.context.ancestors(node)
+        if len(ancestors) < 2 or type(ancestors[0]) is not cst.Arg or type(ancestors[1]) is not cst.Call:
+            return False
+        holder = ancestors[1]
+        if not (type(holder.func) is cst.Attribute and holder.func.attr.value == "load_state_dict"
+                and type(holder.func.value) is cst.Name):
+            return False
+        name = holder.func.value.value
+        scope = self.context.binding_scope(name)
+        if scope is None:
+            return False
+        made = [statement.value for statement in descendants(scope, into_definitions=False)
+                if type(statement) is cst.Assign and any(type(target.target) is cst.Name and target.target.value == name
+                                                         for target in statement.targets)]
+        names = self.context.names
+        return bool(made) and all(
+            isinstance(value, cst.Call)
+            and (names.qualified_name(value.func) or "").startswith(torch_api.LR_SCHEDULERS) for value in made)
 
     def _flows_into_load_state_dict(self, node: cst.Call) -> bool:
         ancestors = self.context.ancestors(node)

@@ -181,6 +181,14 @@ FROM_NUMPY: frozenset[str] = frozenset({"torch.from_numpy", "torch.tensor", "tor
 # Libraries whose functions convert every tensor argument to a NumPy array (through
 # `Tensor.__array__`, which calls `.numpy()`).
 CONVERTS_ARGUMENTS_TO_NUMPY: tuple[str, ...] = ("matplotlib.",)
+# Factories whose tensor, without `dtype=`, has the default dtype, float32 unless the program
+# changes the default (`torch.set_default_dtype`); and the legacy float32 constructors.
+DEFAULT_FLOAT_FACTORIES: frozenset[str] = frozenset(
+    {"torch.zeros", "torch.ones", "torch.rand", "torch.randn", "torch.empty", "torch.FloatTensor", "torch.Tensor"})
+# What changes the default dtype of those factories for the whole program.
+DEFAULT_DTYPE_SETTERS: tuple[str, ...] = ("set_default_dtype", "set_default_tensor_type")
+# Learning-rate schedulers: their `state_dict()` holds numbers (epochs, rates), no tensors.
+LR_SCHEDULERS = "torch.optim.lr_scheduler."
 # pyplot calls that give Axes, whose plotting methods convert as pyplot's functions of the same
 # name do (`fig, ax = plt.subplots()`, then `ax.plot(x, y)`): the one Axes, or the figure and
 # the Axes (or an array of them) as the second item.
