@@ -548,14 +548,21 @@ reloaded = make_model()
 reloaded.load_state_dict(torch.load("models/classifier_20_percent.pth"))
 reloaded.load_state_dict(torch.load("models/baseline.pth"))
 reloaded.load_state_dict(torch.load("models/other.pth"))
+for model_name in ("small", "large"):
+    for epochs in (5, 10):
+        path = f"07_{model_name}_{epochs}_epochs.pth"
+        utils.save_model(model=model, target_dir="models", model_name=path)
+reloaded.load_state_dict(torch.load("models/07_large_10_epochs.pth"))
+reloaded.load_state_dict(torch.load("models/07_large_10_steps.pth"))
 """
 
 
 def test_a_file_another_files_helper_saved_under_the_name_it_was_handed_is_not_reported(tmp_path: Path) -> None:
     root = _project(tmp_path, {"helpers/__init__.py": "", "helpers/utils.py": SAVES_WHERE_IT_IS_TOLD,
                                "notebook.py": NOTEBOOK_SAVES_THEN_RELOADS})
-    # The two files the helper was handed were written earlier in the run; another was not.
-    assert _lines(root, "TDL003") == [("notebook.py", "TDL003", 11)]
+    # The files the helper was handed (by name, or one of a template's) were written earlier
+    # in the run; others were not.
+    assert _lines(root, "TDL003") == [("notebook.py", "TDL003", 11), ("notebook.py", "TDL003", 17)]
 
 
 ACQUIRES_A_DEVICE = """

@@ -503,9 +503,30 @@ def saves_the_file(path: str, qualified: str, path_code: str, arguments: Sequenc
             continue
         parameter, _, position = written[1:].partition("@")
         code = given.get(parameter, given.get(position))
-        if code is not None and path_target_of_code(code).file_name == file_name:
+        if code is not None and (path_target_of_code(code).file_name == file_name
+                                 or _names_by_template(code, file_name)):
             return True
     return False
+
+
+def _names_by_template(code: str, file_name: str) -> bool:
+    """Whether an f-string's file names (`f"07_{model}_{epochs}_epochs.pth"`, saved in a loop)
+    include `file_name`: its text parts in order, each placeholder any name."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(f"(\n{code}\n)", mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    if not isinstance(tree, ast.JoinedStr):
+        return False
+    parts = [re.escape(value.value) if isinstance(value, ast.Constant) and isinstance(value.value, str) else "[^/]+"
+             for value in tree.values]
+    # Text enough to tell its files from others' (words besides the extension: not `f"{name}.pth"`).
+    text = "".join(value.value for value in tree.values if isinstance(value, ast.Constant) and isinstance(value.value, str))
+    if len(text.strip(" ./_-")) < 5:
+        return False
+    return re.fullmatch("".join(parts), file_name) is not None
 
 
 def module_classes(path: str, store: Path | None = None) -> frozenset[str]:
