@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
-from torchdevlint.analysis.tree import keyword_argument
+from torchdevlint.analysis.test_code import is_test_code
+from torchdevlint.analysis.tree import descendants, keyword_argument
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -37,7 +38,10 @@ class RequiresGradBeforeMove(Rule):
     leaf, and the program works: it fails on the first GPU run.
 
     ## Not reported
-    Not reported: a factory given `device=` (the tensor is made where it lives), a tensor
+    Not reported: in test code (a `test_*.py`, `*_test.py` or `conftest.py` file, or a module
+    that imports pytest or unittest), a tensor bound to a name whose `.grad` the test
+    never reads (a kernel's input on the GPU, compared with a reference implementation's
+    output); a factory given `device=` (the tensor is made where it lives), a tensor
     moved first and then given `requires_grad_()`, `nn.Parameter`s, which a module moves
     in place, and a moved tensor that is only an operand of what the program keeps
     (`torch.tensor(image, requires_grad=True).cuda() / 127.5 - 1`), whose own `.grad` nothing
@@ -61,6 +65,20 @@ class RequiresGradBeforeMove(Rule):
     requires_any_text = ("requires_grad",)
 
     VALID = [
+        Valid(
+            """
+            import unittest
+
+            import torch
+
+            class TestFusedRoll(unittest.TestCase):
+                def test_forward(self):
+                    x = torch.randn(2, 8, requires_grad=True).cuda()
+                    expected = torch.roll(x.detach().clone(), 2, 1)
+                    self.assertTrue(torch.equal(expected, fused_roll(x, 2)))
+            """,
+            name="a-test-input-whose-gradient-the-test-never-reads",
+        ),
         Valid(
             """
             import numpy as np
@@ -152,7 +170,22 @@ class RequiresGradBeforeMove(Rule):
         destination = flow.move_destination(node)
         if destination is None or not destination.may_be_accelerator:
             return
+        if is_test_code(self.context.path, self.context.module, self.context.names.imports_from) \
+                and not self._gradient_read(node):
+            return  # a test's input on the GPU (a kernel compared with its reference): no `.grad` read
         self.report(node, fix=self._fix(node, made, asked))
+
+    def _gradient_read(self, move: cst.Call) -> bool:
+        """Whether the body reads `.grad` of the name the moved tensor is bound to (`w =
+        torch.randn(3, requires_grad=True).cuda()`, then `w.grad`)."""
+        assignment = self.context.parent(move)
+        if type(assignment) is not cst.Assign or len(assignment.targets) != 1 \
+                or type(assignment.targets[0].target) is not cst.Name:
+            return True  # kept elsewhere (an attribute, a list): where it is read cannot be told
+        name = assignment.targets[0].target.value
+        scope = self.context.enclosing_scope(move)
+        return any(type(node) is cst.Attribute and node.attr.value == "grad" and type(node.value) is cst.Name
+                   and node.value.value == name for node in descendants(scope, into_definitions=False))
 
     def _fix(self, move: cst.Call, made: cst.Call, asked: cst.Arg) -> PendingFix:
         kept = [arg for arg in made.args if arg is not asked]
