@@ -45,6 +45,10 @@ def test_a_line_a_comment_says_fails_on_purpose_is_not_reported(tmp_path: Path) 
         "\n"
         "x.cuda()\n"
         "s = '# this will fail'; x.cuda()\n"
+        "\n"
+        "# this will break: the lines below, down to a blank line\n"
+        "y = torch.ones(3)\n"
+        "y.cuda()\n"
     )
     assert check_json(tmp_path, "--select", "TDL001,TDL006", "lesson.py") == [(4, "TDL001"), (11, "TDL001"),
                                                                                (12, "TDL001")]

@@ -238,7 +238,7 @@ def _comments(source: str) -> Iterable[tuple[int, int, str]]:
 # A comment saying the code beside or below it fails on purpose, as teaching notebooks show
 # an error: "(this will error)", "will raise an error", "this fails: the model is on the GPU".
 _EXPECTED_FAILURE = re.compile(
-    r"\b(?:will|would|should|going to|this)\s+(?:error|fail|raise|throw|crash)(?:s)?\b"
+    r"\b(?:will|would|should|going to|this)\s+(?:error|fail|raise|throw|crash|break)(?:s)?\b"
     r"|\bwill\s+(?:cause|give|throw|raise)\s+(?:an?\s+)?error\b"
     r"|\berrors?\s+out\b|\bexpected\s+to\s+fail\b",
     re.IGNORECASE)
@@ -246,7 +246,8 @@ _EXPECTED_FAILURE = re.compile(
 
 def expected_failure_lines(source: str) -> frozenset[int]:
     """Lines the author marked as failing on purpose, by a comment at their end or on the
-    lines just above them: their findings are what the author shows, not a bug to report."""
+    lines just above them (down to the next blank line): their findings are what the author
+    shows, not a bug to report."""
     if _EXPECTED_FAILURE.search(source) is None:
         return frozenset()
     lines = source_lines(source)
@@ -257,13 +258,14 @@ def expected_failure_lines(source: str) -> frozenset[int]:
         if lines[line - 1][:column].strip():
             found.add(line)  # at the end of the line it is about
             continue
-        # A comment line above a statement: the next line of code, past the block's other
-        # comment lines (a blank line ends the block).
+        # A comment line above code: the lines below it, past the block's other comment lines,
+        # down to the next blank line (a notebook cell's "# this will break!" over its lines).
         below = line + 1
         while below <= len(lines) and lines[below - 1].lstrip().startswith("#"):
             below += 1
-        if below <= len(lines) and lines[below - 1].strip():
+        while below <= len(lines) and lines[below - 1].strip():
             found.add(below)
+            below += 1
     return frozenset(found)
 
 
