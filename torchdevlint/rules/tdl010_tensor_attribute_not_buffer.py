@@ -31,6 +31,9 @@ class TensorAttributeNotBuffer(Rule):
     (`self.mean.to(x.device)`, `.item()`, `float(self.low)`, `self.alpha is not None`), and placeholders that a method
     rebuilds where the module's data is (`self.grid = self._make_grid(nx, ny).to(x.device)`,
     `self.means = self.means.type_as(boxes)`, also of its `.data`): the module keeps them on the right device itself.
+    Nor classes of a notebook that names no device, move or GPU anywhere (a network written
+    from scratch, its weights updated by hand): nothing there moves the model. (A module
+    file names none either, but the script importing it may move the model.)
     Nor attributes the module's own override of `to`, `cuda` or `_apply` moves with it
     (`def to(self, device): self.action_scale = self.action_scale.to(device); return
     super().to(device)`).
@@ -474,6 +477,8 @@ class TensorAttributeNotBuffer(Rule):
         current = self._attributes.of(node)
         if current is None:
             return
+        if self.context.path.endswith(".ipynb") and self.context.flow.names_no_accelerator():
+            return  # a notebook whose model never leaves the CPU (no device, move or GPU named)
         for name, assignment in current.tensor_attributes.items():
             if name in current.used_in_forward and name not in current.registered \
                     and name not in current.rebuilt_on_module_device:
