@@ -69,7 +69,7 @@ class _Statements(cst.CSTVisitor):
         return [node for first, node in spanning if first == latest]
 
 
-def _bound_names(statement: cst.CSTNode) -> list[cst.Name]:
+def bound_names(statement: cst.CSTNode) -> list[cst.Name]:
     """The plain names a statement binds (`h` in `h = ...`, `out, h = ...`, `for h in ...`)."""
     targets: list[cst.BaseExpression] = []
     if isinstance(statement, cst.Assign):
@@ -222,7 +222,7 @@ class _Uses:
 
     def of_statement(self, statement: cst.CSTNode, line: int, depth: int) -> set[int]:
         lines: set[int] = set()
-        for name in _bound_names(statement):
+        for name in bound_names(statement):
             lines |= self.after(self.assignments_at(name), line, depth)
         for target in _bound_attributes(statement):
             lines |= self.attribute_uses(target, line, depth)

@@ -10,6 +10,7 @@ import libcst as cst
 from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.tree import descendants, ends_notebook_cell
+from torchdevlint.analysis.value_uses import bound_names
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -26,27 +27,6 @@ def _move_chain_base(expression: cst.BaseExpression) -> tuple[cst.BaseExpression
         moved = True
         expression = expression.func.value
     return expression, moved
-
-
-def _bound_names(node: cst.CSTNode) -> list[cst.BaseExpression]:
-    """The names (and other targets) an assignment, loop or `with` binds."""
-    targets: list[cst.BaseExpression]
-    if isinstance(node, cst.Assign):
-        targets = [target.target for target in node.targets]
-    elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
-        targets = [node.target]
-    elif isinstance(node, cst.With):
-        targets = [item.asname.name for item in node.items if item.asname is not None]
-    else:
-        return []
-    found: list[cst.BaseExpression] = []
-    while targets:
-        target = targets.pop()
-        if isinstance(target, (cst.Tuple, cst.List)):
-            targets.extend(element.value for element in target.elements)
-        else:
-            found.append(target)
-    return found
 
 
 def _has_string_key(node: cst.Subscript) -> bool:
@@ -628,7 +608,7 @@ class TensorMoveDiscarded(Rule):
             return False
         made = [node for node in descendants(scope, into_definitions=False)
                 if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.With)
-                and any(type(name) is cst.Name and name.value == base.value for name in _bound_names(node))]
+                and any(name.value == base.value for name in bound_names(node))]
         names = self.context.names
         return bool(made) and all(
             type(node) is cst.Assign and isinstance(node.value, cst.Call)
