@@ -650,6 +650,12 @@ def test_a_script_moving_only_where_there_is_a_gpu_runs_its_imports_on_the_cpu(t
         "    if torch.cuda.is_available():\n        model.cuda()\n        bank.cuda()\n",
         "    model.cuda()\n    bank.cuda()\n"))
     assert _lines(root, "TDL007") == []
+    # Nor one whose availability check stops the program where there is no GPU.
+    (root / "train.py").write_text(textwrap.dedent(GUARDS_ITS_MOVES).replace(
+        "    if torch.cuda.is_available():\n        model.cuda()\n        bank.cuda()\n",
+        "    if torch.cuda.is_available():\n        model.cuda()\n        bank.cuda()\n"
+        "    else:\n        raise SystemError('GPU device not found')\n"))
+    assert _lines(root, "TDL007") == []
 
 
 def _lines(root: Path, select: str) -> list[tuple[str, str, int]]:

@@ -338,7 +338,7 @@ _GETATTR = re.compile(rb"getattr\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*,")
 _COMPUTED_LOOKUP = re.compile(rb"(?<![\w.])(?:globals\(\)|eval\(|importlib\b|__import__\()")
 _STAR_IMPORT = re.compile(rb"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Changes whenever what a summary means does: stores of another format are not read.
-_SUMMARY_FORMAT = 28
+_SUMMARY_FORMAT = 29
 # (path, change time, size) -> what the file holds.
 _SUMMARIES: dict[tuple[str, int, int], _Summary] = {}
 # Store files already read into `_SUMMARIES`.
@@ -1003,12 +1003,24 @@ def _guarded_moves_line(source: bytes, parsed: _ParsedOnce) -> int:
     first = 0
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "torch.cuda.is_available" in ast.unparse(node.test) \
-                and not isinstance(node.test, ast.UnaryOp):
+                and not isinstance(node.test, ast.UnaryOp) and not _refuses_to_go_on(node.orelse):
             calls = {id(inner) for statement in node.body for inner in ast.walk(statement) if _calls_cuda(inner)}
             if calls:
                 guarded |= calls
                 first = node.lineno if not first else min(first, node.lineno)
     return first
+
+
+def _refuses_to_go_on(body: list[ast.stmt]) -> bool:
+    """An `else:` that raises or exits (`raise SystemError('GPU device not found')`): the
+    program has no CPU mode there, it stops."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, ast.Raise):
+        return True
+    return isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) \
+        and ast.unparse(last.value.func) in ("sys.exit", "exit", "quit", "os._exit")
 
 
 def _calls_cuda(node: ast.AST) -> bool:

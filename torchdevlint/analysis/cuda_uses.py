@@ -28,6 +28,7 @@ from torchdevlint.analysis.devices import (
 )
 from torchdevlint.analysis.flow.cpu_mode import option_offers_cpu_mode
 from torchdevlint.analysis.flow.results import FlowQueries
+from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS, ImportTable, NameResolver
 from torchdevlint.analysis.tree import first_argument, keyword_argument
 
@@ -73,6 +74,9 @@ class CudaUse:
     index: int | None = None
 
 
+_REFERENCE_ONLY = frozenset({Kind.REFERENCE})
+
+
 def cuda_uses(call: cst.Call, names: NameResolver, constructor_aliases: frozenset[str] | set[str],
               flow: FlowQueries, ancestors: Sequence[cst.CSTNode]) -> list[CudaUse]:
     """The CUDA uses a call makes: the call itself, or `"cuda"` handed to it (`ancestors`:
@@ -81,6 +85,9 @@ def cuda_uses(call: cst.Call, names: NameResolver, constructor_aliases: frozense
     if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
         if isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super":
             return []
+        if isinstance(func.value, cst.Name) and flow.value_of(func.value).kinds == _REFERENCE_ONLY \
+                and not (names.qualified_name(func) or "").startswith("torch."):
+            return []  # `utils.cuda(x)`: a helper of another module (which may well ask for a GPU)
         if call.args and device_that_may_be_the_cpu(call, flow, ancestors) is not None:
             return []  # no CUDA use: where the device is the CPU it fails otherwise (TDL027)
         return [CudaUse(call, UseKind.MOVE)]

@@ -123,7 +123,10 @@ class UnguardedCuda(Rule):
     ...)`). A test about the device whose answer the model cannot
     tell, and distributed-only code (`if dist.is_initialized():`, which NCCL runs on GPUs),
     guard both ways; so does a `try` with a handler. Comparisons, `autocast` and `GradScaler`
-    device types, devices merely stored, default values and docstrings are not uses.
+    device types, devices merely stored, default values and docstrings are not uses, nor is
+    a call of another module's function named `cuda` (`utils.cuda(inputs)`, a helper that may
+    well ask for a GPU itself). A script's `if torch.cuda.is_available():` moves whose `else:`
+    raises or exits give the files it imports no CPU mode: the program stops there.
     Programs with no CPU mode are GPU-only by design and are not reported (the off-by-default
     portability rule TDL203 is for those). So are programs that set up an NCCL process group
     whatever their settings (`dist.init_process_group("nccl")` in no `if`): NCCL runs only
@@ -167,6 +170,17 @@ class UnguardedCuda(Rule):
     requires_any_text = ("cuda", "is_available")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            import utils
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            for inputs, targets in loader:
+                inputs = utils.cuda(inputs)
+            """,
+            name="a-helper-of-another-module-named-cuda",
+        ),
         Valid(
             """
             import argparse
