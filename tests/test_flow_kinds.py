@@ -503,3 +503,21 @@ def test_a_class_of_another_library_given_a_forward_is_a_module() -> None:
     for value in (in_method, through_the_file, star_imported):
         assert not value.on_host and value.may_be_on_accelerator
     assert function.on_host
+
+
+def test_a_model_named_maker_handed_only_settings_is_built_not_run() -> None:
+    # `model = models.__dict__[name]; model = model(**config)`: a class from a registry, built;
+    # `model(x)` is a forward pass.
+    built, output = kinds_of(
+        """
+        import torch
+        import models
+        model = models.__dict__[args.model]
+        model = model(**model_config)
+        probe(model)
+        net = models.__dict__[args.model]
+        probe(net(torch.zeros(2, 3)))
+        """
+    )
+    assert Kind.MODEL_OUTPUT not in built.kinds
+    assert Kind.MODEL_OUTPUT in output.kinds
