@@ -507,11 +507,12 @@ def test_a_class_of_another_library_given_a_forward_is_a_module() -> None:
 
 def test_a_model_named_maker_handed_only_settings_is_built_not_run() -> None:
     # `model = models.__dict__[name]; model = model(**config)`: a class from a registry, built;
-    # `model(x)` is a forward pass.
+    # `model(x)` is a forward pass, and so is `model(**batch)` of data (see test_flow).
     built, output = kinds_of(
         """
         import torch
         import models
+        model_config = {"dataset": "cifar10", "depth": 18}
         model = models.__dict__[args.model]
         model = model(**model_config)
         probe(model)

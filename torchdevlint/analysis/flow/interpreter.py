@@ -1671,7 +1671,7 @@ class Interpreter:
                       arguments: list[Value]) -> Value:
         name = (dotted_name(callee_node) or "").rsplit(".", 1)[-1].lower()
         if _named_like_a_model(callee_node) and not self._constructor_parameter(callee_node) \
-                and callee.kinds != _OTHER_ONLY and not _settings_only(node):
+                and callee.kinds != _OTHER_ONLY and not _settings_only(node, arguments):
             # `model(x)` with `model` made where we cannot see: a module, where it was moved
             # (`model = Net().to(device)`) or else wherever its inputs are. Not a name another
             # module gives (`resnet_face18(...)` from `import *`): a maker of models.
@@ -2486,10 +2486,12 @@ def _joins_host_and_device(meeting: Meeting) -> bool:
     return False
 
 
-def _settings_only(call: cst.Call) -> bool:
+def _settings_only(call: cst.Call, arguments: Sequence[Value]) -> bool:
     """`model(**model_config)`: handed a dict of settings and nothing else, a model class (a
-    maker picked from a registry, `models.__dict__[name]`) being built, not a forward pass."""
-    return bool(call.args) and all(arg.star == "**" for arg in call.args)
+    maker picked from a registry, `models.__dict__[name]`) being built, not a forward pass.
+    Not `model(**batch)` of data placed on a device, or of tensors: a Hugging Face forward."""
+    return bool(call.args) and all(arg.star == "**" for arg in call.args) and not any(
+        value.places is not None or value.is_tensor_like or value.kinds == _UNKNOWN_ONLY for value in arguments)
 
 
 def _named_like_a_model(node: cst.BaseExpression) -> bool:
