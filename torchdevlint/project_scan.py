@@ -1014,13 +1014,15 @@ def _guarded_moves_line(source: bytes, parsed: _ParsedOnce) -> int:
 def _refuses_to_go_on(body: list[ast.stmt]) -> bool:
     """An `else:` that raises or exits (`raise SystemError('GPU device not found')`): the
     program has no CPU mode there, it stops."""
+    from torchdevlint.analysis.names import EXIT_BUILTINS, EXIT_FUNCTIONS
+
     if not body:
         return False
     last = body[-1]
     if isinstance(last, ast.Raise):
         return True
     return isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) \
-        and ast.unparse(last.value.func) in ("sys.exit", "exit", "quit", "os._exit")
+        and ast.unparse(last.value.func) in EXIT_BUILTINS | EXIT_FUNCTIONS
 
 
 def _calls_cuda(node: ast.AST) -> bool:

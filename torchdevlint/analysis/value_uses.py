@@ -23,7 +23,7 @@ from libcst.metadata import (
 )
 
 from torchdevlint.analysis.local_names import target_names
-from torchdevlint.analysis.tree import child_nodes
+from torchdevlint.analysis.tree import child_nodes, descendants
 
 # How far a value is followed: into what is computed from it, and out through a `return`.
 _DEPTH = 2
@@ -67,6 +67,22 @@ class _Statements(cst.CSTVisitor):
             return []
         latest = max(first for first, _ in spanning)
         return [node for first, node in spanning if first == latest]
+
+
+def assigned_values(scope: cst.CSTNode, name: str) -> list[cst.BaseExpression | None]:
+    """What each statement of the body (not its nested functions or classes) that binds
+    `name` gives it: the value of a plain `name = value`, None for any other binding (an
+    unpacking, an augmented assignment, a loop, a `with`)."""
+    found: list[cst.BaseExpression | None] = []
+    for node in descendants(scope, into_definitions=False):
+        if type(node) not in _BINDING_STATEMENTS or not any(bound.value == name for bound in bound_names(node)):
+            continue
+        plain = isinstance(node, cst.Assign) and all(type(target.target) is cst.Name for target in node.targets)
+        found.append(node.value if isinstance(node, cst.Assign) and plain else None)
+    return found
+
+
+_BINDING_STATEMENTS = frozenset({cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.With})
 
 
 def bound_names(statement: cst.CSTNode) -> list[cst.Name]:

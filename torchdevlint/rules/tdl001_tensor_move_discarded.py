@@ -9,8 +9,8 @@ import libcst as cst
 
 from torchdevlint.analysis.brains import torch_api
 from torchdevlint.analysis.flow.results import FixAgreement
-from torchdevlint.analysis.tree import descendants, ends_notebook_cell
-from torchdevlint.analysis.value_uses import bound_names
+from torchdevlint.analysis.tree import ends_notebook_cell
+from torchdevlint.analysis.value_uses import assigned_values
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -606,15 +606,13 @@ class TensorMoveDiscarded(Rule):
         scope = self.context.binding_scope(base.value)
         if scope is None:
             return False
-        made = [node for node in descendants(scope, into_definitions=False)
-                if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.With)
-                and any(name.value == base.value for name in bound_names(node))]
+        made = assigned_values(scope, base.value)
         names = self.context.names
         return bool(made) and all(
-            type(node) is cst.Assign and isinstance(node.value, cst.Call)
-            and names.qualified_name(node.value.func, among=torch_api.DEFAULT_FLOAT_FACTORIES) is not None
-            and not any(arg.keyword is not None and arg.keyword.value == "dtype" for arg in node.value.args)
-            for node in made)
+            isinstance(value, cst.Call)
+            and names.qualified_name(value.func, among=torch_api.DEFAULT_FLOAT_FACTORIES) is not None
+            and not any(arg.keyword is not None and arg.keyword.value == "dtype" for arg in value.args)
+            for value in made)
 
     def _assignment_fix(self, statement: cst.Expr, value: cst.BaseExpression,
                         target_nodes: Sequence[cst.BaseExpression], *, always_unsafe: bool) -> PendingFix | None:

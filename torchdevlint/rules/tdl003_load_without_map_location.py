@@ -14,7 +14,8 @@ from torchdevlint.analysis.flow.results import FixAgreement
 from torchdevlint.analysis.flow.values import Kind
 from torchdevlint.analysis.local_names import function_bindings, target_names
 from torchdevlint.analysis.test_code import is_test_code
-from torchdevlint.analysis.tree import child_nodes, descendants, under_main_guard
+from torchdevlint.analysis.tree import child_nodes, under_main_guard
+from torchdevlint.analysis.value_uses import assigned_values
 from torchdevlint.diagnostics import Applicability
 from torchdevlint.edits import NodeEdit, PendingFix
 from torchdevlint.rule import Invalid, Rule, Valid
@@ -1075,9 +1076,7 @@ class LoadWithoutMapLocation(Rule):
         scope = self.context.binding_scope(name)
         if scope is None:
             return False
-        made = [statement.value for statement in descendants(scope, into_definitions=False)
-                if type(statement) is cst.Assign and any(type(target.target) is cst.Name and target.target.value == name
-                                                         for target in statement.targets)]
+        made = assigned_values(scope, name)
         names = self.context.names
         return bool(made) and all(
             isinstance(value, cst.Call)

@@ -685,7 +685,7 @@ class NumpyOnDeviceTensor(Rule):
         if self._check_helper_call(node):
             return
         qualified = self.context.names.qualified_name(node.func, among=_converts_to_numpy)
-        axes_method = qualified is None and self._axes_method(node) is not None
+        axes_method = qualified is None
         if axes_method:
             qualified = self._axes_method(node)
         if qualified is None:
